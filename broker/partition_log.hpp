@@ -1,0 +1,202 @@
+#pragma once
+// partition_log: the append-only log of one partition replica, as a set of
+// segment files (see FORMAT.md). Single-threaded: the owner (a partition
+// actor) serialises every call. Not copyable.
+//
+// Lifecycle: open() recovers the directory (scans only the tail of the active
+// segment, truncates a torn or corrupt tail, rebuilds missing or damaged
+// indexes) -> append()/read()/flush() ... -> close() (flush + checkpoint).
+//
+// Durability (group commit): append() writes to the page cache and returns
+// at once; flush() makes every append since the last flush durable with one
+// fdatasync per touched file. durable_end() says which offsets are durable.
+// flush_due() tells the owner when the configured policy wants a flush.
+
+#include "broker/error.hpp"
+#include "broker/model.hpp"
+#include "broker/partition_checkpoint.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace ferry {
+
+class file_system;
+
+/// Milliseconds since the Unix epoch; injectable so tests control time.
+using clock_fn = std::function<timestamp_ms()>;
+
+/// The system clock as a clock_fn.
+timestamp_ms system_now_ms();
+
+/// When appended data must be made durable.
+struct flush_policy {
+  /// Flush once this many records are unflushed (1: before every ack).
+  /// 0 disables the count trigger.
+  uint64_t messages = 1;
+  /// Flush once the oldest unflushed append is this old. 0 disables.
+  std::chrono::milliseconds interval{0};
+};
+
+struct log_config {
+  /// Roll to a new segment when the active one would exceed this size.
+  uint64_t segment_bytes = 1ull << 30;
+  /// Roll when the active segment's first append is older than this.
+  std::chrono::milliseconds segment_ms = std::chrono::hours{24 * 7};
+  /// Delete oldest segments while the log is larger. Negative: unlimited.
+  int64_t retention_bytes = -1;
+  /// Delete segments whose newest record is older. Negative: unlimited.
+  std::chrono::milliseconds retention_ms = std::chrono::hours{24 * 7};
+  /// One offset-index entry per this many bytes of batches.
+  uint32_t index_interval_bytes = 4096;
+  /// Largest batch append() accepts.
+  uint32_t max_batch_bytes = 8u << 20;
+  flush_policy flush;
+};
+
+/// What append() did.
+struct append_info {
+  offset base_offset{0};
+  offset last_offset{0};
+  timestamp_ms max_timestamp = 0;
+  uint32_t records = 0;
+  uint64_t bytes = 0;
+};
+
+/// What read() returns: whole batches, back to back.
+struct read_result {
+  /// Encoded batches. The first batch contains `from` (so it may start
+  /// before it); readers skip records below the offset they asked for.
+  std::string data;
+  /// Offset after the last returned batch: where the next read continues.
+  offset next_offset{0};
+  /// Number of batches in `data`.
+  uint32_t batches = 0;
+};
+
+/// What open() found and repaired.
+struct recovery_report {
+  uint32_t segments = 0;
+  /// Batches scanned in the active segment's tail.
+  uint64_t batches_scanned = 0;
+  /// Bytes cut off the end of the active segment (torn or corrupt tail).
+  uint64_t bytes_truncated = 0;
+  /// Indexes rebuilt because they were missing or damaged.
+  uint32_t indexes_rebuilt = 0;
+  /// Why the tail was cut ("" when nothing was cut): e.g. "crc_mismatch at
+  /// position 4096".
+  std::string reason;
+};
+
+/// What enforce_retention() removed.
+struct retention_report {
+  uint32_t segments_deleted = 0;
+  uint64_t bytes_deleted = 0;
+  offset new_log_start{0};
+};
+
+class partition_log {
+public:
+  /// Opens or creates the log in `dir` (created if missing).
+  /// @param checkpoint where log start / HW / epochs live; owned by the
+  ///        caller and must outlive the log.
+  /// @param fs file layer; nullptr means the real POSIX one. Must outlive
+  ///        the log.
+  /// @param clock time source; empty means system_now_ms.
+  static caf::expected<std::unique_ptr<partition_log>>
+  open(const std::filesystem::path& dir, log_config cfg,
+       partition_checkpoint* checkpoint, file_system* fs = nullptr,
+       clock_fn clock = {});
+
+  virtual ~partition_log() = default;
+
+  /// Appends one RecordBatch v2 at the log end. Validates header and CRC,
+  /// assigns offsets by overwriting the base offset in place, rolls the
+  /// segment first if needed. On error (disk_full, io_error, crc_mismatch,
+  /// message_too_large...) the log is unchanged.
+  virtual caf::expected<append_info> append(std::span<char> batch) = 0;
+
+  /// Appends batches that already carry their offsets (a follower copying
+  /// its leader). The first base offset must equal log_end().
+  virtual caf::expected<append_info> append_replicated(std::string_view batches) = 0;
+
+  /// Makes all appended data durable. Returns the new durable_end().
+  virtual caf::expected<offset> flush() = 0;
+
+  /// True if the flush policy wants a flush now.
+  virtual bool flush_due() const = 0;
+
+  /// Offsets below this are durable.
+  virtual offset durable_end() const = 0;
+
+  /// First readable offset.
+  virtual offset log_start() const = 0;
+
+  /// Offset the next append gets (one past the last record).
+  virtual offset log_end() const = 0;
+
+  /// Consumers read below this. Starts at the checkpointed value (clamped to
+  /// log_end) after open().
+  virtual offset high_watermark() const = 0;
+
+  /// Sets the high watermark (clamped to [log_start, log_end]). Persisted on
+  /// the next checkpoint().
+  virtual void set_high_watermark(offset hw) = 0;
+
+  /// Records that `epoch` starts at log_end() (a new leader). Persisted on
+  /// the next checkpoint().
+  virtual caf::error add_epoch(leader_epoch epoch) = 0;
+
+  /// The leader epoch history.
+  virtual const std::vector<epoch_entry>& epochs() const = 0;
+
+  /// Saves log start, high watermark and epochs through the checkpoint.
+  virtual caf::error checkpoint() = 0;
+
+  /// Reads whole batches starting with the one that contains `from`, up to
+  /// `max_bytes` (at least one batch is returned even if larger, so readers
+  /// always progress), never including offsets >= `upto`. A batch that
+  /// straddles `upto` is left out. `from` outside [log_start, log_end] is
+  /// offset_out_of_range; from == log_end returns empty data.
+  virtual caf::expected<read_result> read(offset from, size_t max_bytes,
+                                          offset upto) const = 0;
+
+  /// First offset whose record timestamp is >= ts, or nullopt if none.
+  virtual caf::expected<std::optional<offset>>
+  offset_for_timestamp(timestamp_ms ts) const = 0;
+
+  /// Removes every batch containing an offset >= `end` (whole batches, so
+  /// the new end may be lower than `end`). Returns the new log_end().
+  virtual caf::expected<offset> truncate_to(offset end) = 0;
+
+  /// Deletes whole segments by retention_ms and retention_bytes (never the
+  /// active one) and advances log start.
+  virtual caf::expected<retention_report> enforce_retention() = 0;
+
+  /// Moves log start forward to `start` (records below become unreadable;
+  /// segments wholly below it are deleted).
+  virtual caf::error advance_log_start(offset start) = 0;
+
+  /// Closes the active segment and starts a new one at log_end().
+  virtual caf::error roll() = 0;
+
+  /// Total bytes of segment files.
+  virtual uint64_t size_bytes() const = 0;
+
+  virtual size_t segment_count() const = 0;
+
+  /// What open() found.
+  virtual const recovery_report& recovery() const = 0;
+
+  /// Flushes, checkpoints and closes files. Further calls give log_closed.
+  virtual caf::error close() = 0;
+};
+
+} // namespace ferry
