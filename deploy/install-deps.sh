@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   # libraries
   libcaf-dev liblmdb-dev prometheus-cpp-dev liblz4-dev libzstd-dev zlib1g-dev
-  nlohmann-json3-dev libcli11-dev libboost-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-dev
   qt6-base-dev qt6-charts-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev

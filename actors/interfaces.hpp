@@ -1,0 +1,751 @@
+#pragma once
+// Every message type and typed actor interface of Ferry, in one place.
+// Callers compile against this header; implementations live one actor per
+// file in actors/. Both ends of a remote connection must register the same
+// types (ferry::register_types), or CAF's typed handshake fails.
+//
+// Offsets, partitions and epochs travel as the strong types of
+// broker/model.hpp. Record data travels as encoded RecordBatch v2 bytes
+// (broker/record_batch.hpp), never one actor message per record.
+
+#include "broker/model.hpp"
+
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/type_id.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+// -- inspectors for the strong types -------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, offset& x) {
+  return f(caf::meta::type_name("ferry::offset"), x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_id& x) {
+  return f(caf::meta::type_name("ferry::partition_id"), x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, leader_epoch& x) {
+  return f(caf::meta::type_name("ferry::leader_epoch"), x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, producer_id& x) {
+  return f(caf::meta::type_name("ferry::producer_id"), x.value);
+}
+
+// -- topics and metadata ------------------------------------------------------
+
+/// Per-topic settings (Kafka names in comments). Defaults are the broker's.
+struct topic_config {
+  int32_t partitions = 1;
+  int16_t replication_factor = 1;
+  int64_t retention_ms = 7LL * 24 * 3600 * 1000; ///< retention.ms, -1 = forever
+  int64_t retention_bytes = -1;                  ///< retention.bytes, -1 = unlimited
+  int64_t segment_bytes = 1LL << 30;             ///< segment.bytes
+  int64_t segment_ms = 7LL * 24 * 3600 * 1000;   ///< segment.ms
+  int32_t max_message_bytes = 1 << 20;           ///< max.message.bytes (1 MiB)
+  int32_t min_insync_replicas = 1;               ///< min.insync.replicas
+  bool operator==(const topic_config&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_config& x) {
+  return f(caf::meta::type_name("ferry::topic_config"), x.partitions,
+           x.replication_factor, x.retention_ms, x.retention_bytes,
+           x.segment_bytes, x.segment_ms, x.max_message_bytes,
+           x.min_insync_replicas);
+}
+
+/// Placement of one partition as the metadata quorum records it.
+struct partition_assignment {
+  partition_id partition{0};
+  int32_t leader = -1;            ///< node id, -1 = offline
+  leader_epoch epoch{0};
+  std::vector<int32_t> replicas;  ///< node ids
+  std::vector<int32_t> isr;       ///< node ids in sync
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_assignment& x) {
+  return f(caf::meta::type_name("ferry::partition_assignment"), x.partition,
+           x.leader, x.epoch, x.replicas, x.isr);
+}
+
+/// A topic as the metadata quorum records it.
+struct topic_metadata {
+  std::string name;
+  topic_config config;
+  std::vector<partition_assignment> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_metadata& x) {
+  return f(caf::meta::type_name("ferry::topic_metadata"), x.name, x.config,
+           x.partitions);
+}
+
+/// Live state of one partition replica (what `topic describe` shows).
+struct partition_status {
+  partition_id partition{0};
+  int32_t leader = -1;
+  leader_epoch epoch{0};
+  std::vector<int32_t> replicas;
+  std::vector<int32_t> isr;
+  offset log_start{0};
+  offset log_end{0};
+  offset high_watermark{0};
+  int64_t size_bytes = 0;
+  bool online = false; ///< false when the replica could not be reached
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
+  return f(caf::meta::type_name("ferry::partition_status"), x.partition,
+           x.leader, x.epoch, x.replicas, x.isr, x.log_start, x.log_end,
+           x.high_watermark, x.size_bytes, x.online);
+}
+
+/// A topic with the live state of each partition.
+struct topic_description {
+  std::string name;
+  topic_config config;
+  std::vector<partition_status> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_description& x) {
+  return f(caf::meta::type_name("ferry::topic_description"), x.name, x.config,
+           x.partitions);
+}
+
+/// A node of the cluster.
+struct node_info {
+  int32_t id = 0;
+  std::string host;
+  uint16_t port = 0;      ///< CAF endpoint
+  uint16_t http_port = 0; ///< 0 = none
+  uint16_t metrics_port = 0;
+  bool alive = true;
+  bool controller = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("ferry::node_info"), x.id, x.host, x.port,
+           x.http_port, x.metrics_port, x.alive, x.controller);
+}
+
+/// What `cluster describe` shows.
+struct cluster_description {
+  std::string cluster_id;
+  int32_t controller = -1;
+  int64_t raft_term = 0;
+  std::vector<node_info> nodes;
+  std::vector<topic_description> topics;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_description& x) {
+  return f(caf::meta::type_name("ferry::cluster_description"), x.cluster_id,
+           x.controller, x.raft_term, x.nodes, x.topics);
+}
+
+// -- produce and fetch --------------------------------------------------------
+
+/// How many replicas must have a batch before the producer hears back.
+enum class acks_mode : int8_t {
+  none = 0,   ///< acks=0: fire and forget
+  leader = 1, ///< acks=1: leader appended (and flushed per its policy)
+  all = -1,   ///< acks=all: every ISR member has it, durably
+};
+
+/// One encoded batch for one partition.
+struct produce_request {
+  std::string topic;
+  partition_id partition{0};
+  acks_mode acks = acks_mode::all;
+  std::string batch; ///< exactly one RecordBatch v2; base offset ignored
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, produce_request& x) {
+  return f(caf::meta::type_name("ferry::produce_request"), x.topic,
+           x.partition, x.acks, x.batch);
+}
+
+struct produce_response {
+  offset base_offset{0};
+  offset last_offset{0};
+  offset log_start{0};
+  /// True if the batch was a retried duplicate and was not appended again
+  /// (the offsets are those of the original append).
+  bool duplicate = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, produce_response& x) {
+  return f(caf::meta::type_name("ferry::produce_response"), x.base_offset,
+           x.last_offset, x.log_start, x.duplicate);
+}
+
+/// Read records from one partition, with long poll.
+struct fetch_request {
+  std::string topic;
+  partition_id partition{0};
+  offset from{0};
+  int32_t max_bytes = 1 << 20;
+  int32_t min_bytes = 1;   ///< answer once this many bytes are available...
+  int32_t max_wait_ms = 0; ///< ...or this long has passed
+  int32_t replica_id = -1; ///< -1 for consumers; followers set their node id
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_request& x) {
+  return f(caf::meta::type_name("ferry::fetch_request"), x.topic, x.partition,
+           x.from, x.max_bytes, x.min_bytes, x.max_wait_ms, x.replica_id);
+}
+
+struct fetch_response {
+  std::string data; ///< whole batches; the first may start before `from`
+  offset next_offset{0};
+  offset high_watermark{0};
+  offset log_start{0};
+  offset log_end{0};
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_response& x) {
+  return f(caf::meta::type_name("ferry::fetch_response"), x.data,
+           x.next_offset, x.high_watermark, x.log_start, x.log_end);
+}
+
+/// Offset lookup: earliest, latest or by timestamp.
+struct list_offsets_request {
+  std::string topic;
+  partition_id partition{0};
+  /// -2 earliest (log start), -1 latest (high watermark), else a timestamp:
+  /// the first offset whose record timestamp is >= it (latest if none).
+  int64_t timestamp = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, list_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::list_offsets_request"), x.topic,
+           x.partition, x.timestamp);
+}
+
+/// An idempotent producer's identity, handed out by the cluster.
+struct producer_identity {
+  producer_id id{-1};
+  int16_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, producer_identity& x) {
+  return f(caf::meta::type_name("ferry::producer_identity"), x.id, x.epoch);
+}
+
+// -- consumer groups ----------------------------------------------------------
+
+struct topic_partition {
+  std::string topic;
+  partition_id partition{0};
+  auto operator<=>(const topic_partition&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_partition& x) {
+  return f(caf::meta::type_name("ferry::topic_partition"), x.topic,
+           x.partition);
+}
+
+struct join_group_request {
+  std::string group;
+  std::string member_id;         ///< "" on first join; the coordinator assigns one
+  std::string group_instance_id; ///< static membership; "" = dynamic
+  std::string client_id;
+  int32_t session_timeout_ms = 45000;
+  int32_t rebalance_timeout_ms = 300000; ///< also the max poll interval
+  std::vector<std::string> assignors;    ///< preferred first: range, roundrobin, cooperative-sticky
+  std::vector<std::string> topics;       ///< subscription
+  std::vector<topic_partition> owned;    ///< for cooperative rebalancing
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_group_request& x) {
+  return f(caf::meta::type_name("ferry::join_group_request"), x.group,
+           x.member_id, x.group_instance_id, x.client_id, x.session_timeout_ms,
+           x.rebalance_timeout_ms, x.assignors, x.topics, x.owned);
+}
+
+struct join_group_response {
+  int32_t generation = 0;
+  std::string member_id;
+  std::string leader_id;
+  std::string assignor;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_group_response& x) {
+  return f(caf::meta::type_name("ferry::join_group_response"), x.generation,
+           x.member_id, x.leader_id, x.assignor);
+}
+
+/// Sync (after join): the coordinator computes the assignment (server-side
+/// assignors) and returns this member's partitions.
+struct sync_group_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+  int32_t generation = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sync_group_request& x) {
+  return f(caf::meta::type_name("ferry::sync_group_request"), x.group,
+           x.member_id, x.group_instance_id, x.generation);
+}
+
+struct sync_group_response {
+  int32_t generation = 0;
+  std::vector<topic_partition> assignment;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sync_group_response& x) {
+  return f(caf::meta::type_name("ferry::sync_group_response"), x.generation,
+           x.assignment);
+}
+
+/// Heartbeat: keeps the session; answers rebalance_in_progress when the
+/// member must rejoin, illegal_generation / unknown_member when fenced.
+struct heartbeat_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+  int32_t generation = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, heartbeat_request& x) {
+  return f(caf::meta::type_name("ferry::heartbeat_request"), x.group,
+           x.member_id, x.group_instance_id, x.generation);
+}
+
+struct leave_group_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, leave_group_request& x) {
+  return f(caf::meta::type_name("ferry::leave_group_request"), x.group,
+           x.member_id, x.group_instance_id);
+}
+
+struct partition_offset {
+  std::string topic;
+  partition_id partition{0};
+  offset committed{-1}; ///< -1 = nothing committed
+  std::string metadata;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_offset& x) {
+  return f(caf::meta::type_name("ferry::partition_offset"), x.topic,
+           x.partition, x.committed, x.metadata);
+}
+
+/// Commit offsets. generation -1 with empty member id commits as an
+/// admin/standalone consumer (only allowed while the group is empty).
+struct commit_offsets_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+  int32_t generation = -1;
+  std::vector<partition_offset> offsets;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, commit_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::commit_offsets_request"), x.group,
+           x.member_id, x.group_instance_id, x.generation, x.offsets);
+}
+
+/// Committed offsets of a group; empty `partitions` means all it has.
+struct fetch_offsets_request {
+  std::string group;
+  std::vector<topic_partition> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::fetch_offsets_request"), x.group,
+           x.partitions);
+}
+
+/// Where a reset moves a group's offsets (only while the group is empty).
+struct reset_offsets_request {
+  std::string group;
+  std::vector<std::string> topics;
+  /// "earliest", "latest", "timestamp" (uses `value` as ms) or "offset"
+  /// (uses `value` as the offset).
+  std::string to;
+  int64_t value = 0;
+  bool dry_run = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reset_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::reset_offsets_request"), x.group,
+           x.topics, x.to, x.value, x.dry_run);
+}
+
+struct member_description {
+  std::string member_id;
+  std::string group_instance_id;
+  std::string client_id;
+  std::vector<topic_partition> assignment;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_description& x) {
+  return f(caf::meta::type_name("ferry::member_description"), x.member_id,
+           x.group_instance_id, x.client_id, x.assignment);
+}
+
+/// Per partition: committed offset, log end and lag.
+struct partition_lag {
+  std::string topic;
+  partition_id partition{0};
+  offset committed{-1};
+  offset log_start{0};
+  offset log_end{0};
+  int64_t lag = 0; ///< log_end - max(committed, log_start)
+  std::string member_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_lag& x) {
+  return f(caf::meta::type_name("ferry::partition_lag"), x.topic, x.partition,
+           x.committed, x.log_start, x.log_end, x.lag, x.member_id);
+}
+
+struct group_description {
+  std::string group;
+  std::string mode;  ///< "stream" (queue mode comes later)
+  std::string state; ///< Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+  std::string assignor;
+  int32_t generation = 0;
+  std::vector<member_description> members;
+  std::vector<partition_lag> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_description& x) {
+  return f(caf::meta::type_name("ferry::group_description"), x.group, x.mode,
+           x.state, x.assignor, x.generation, x.members, x.partitions);
+}
+
+
+// -- client-side values (producer and consumer actors) ------------------------
+
+/// One header of a client message (null header values are not exposed).
+struct message_header {
+  std::string key;
+  std::string value;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, message_header& x) {
+  return f(caf::meta::type_name("ferry::message_header"), x.key, x.value);
+}
+
+/// A message a producer sends.
+struct client_message {
+  std::string topic;
+  int32_t partition = -1; ///< -1: the partitioner decides
+  bool has_key = false;   ///< false: null key (sticky partitioning)
+  std::string key;
+  bool has_value = true;  ///< false: null value (a tombstone)
+  std::string value;
+  std::vector<message_header> headers;
+  timestamp_ms timestamp = 0; ///< 0: the producer's clock at send time
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, client_message& x) {
+  return f(caf::meta::type_name("ferry::client_message"), x.topic, x.partition,
+           x.has_key, x.key, x.has_value, x.value, x.headers, x.timestamp);
+}
+
+/// Where a produced message landed.
+struct delivery_report {
+  std::string topic;
+  partition_id partition{0};
+  offset off{-1};
+  timestamp_ms timestamp = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delivery_report& x) {
+  return f(caf::meta::type_name("ferry::delivery_report"), x.topic,
+           x.partition, x.off, x.timestamp);
+}
+
+/// A message a consumer received.
+struct consumed_message {
+  std::string topic;
+  partition_id partition{0};
+  offset off{0};
+  timestamp_ms timestamp = 0;
+  bool has_key = false;
+  std::string key;
+  bool has_value = true;
+  std::string value;
+  std::vector<message_header> headers;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, consumed_message& x) {
+  return f(caf::meta::type_name("ferry::consumed_message"), x.topic,
+           x.partition, x.off, x.timestamp, x.has_key, x.key, x.has_value,
+           x.value, x.headers);
+}
+
+} // namespace ferry
+
+// -- type IDs and atoms ---------------------------------------------------------
+
+CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(ferry, (ferry::offset))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_id))
+  CAF_ADD_TYPE_ID(ferry, (ferry::leader_epoch))
+  CAF_ADD_TYPE_ID(ferry, (ferry::producer_id))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_config))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_assignment))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_metadata))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::topic_metadata>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_status))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::node_info))
+  CAF_ADD_TYPE_ID(ferry, (ferry::cluster_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::acks_mode))
+  CAF_ADD_TYPE_ID(ferry, (ferry::produce_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::produce_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::list_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::producer_identity))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_partition))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::topic_partition>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::join_group_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::join_group_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::sync_group_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::sync_group_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::heartbeat_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::leave_group_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_offset))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::partition_offset>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::commit_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::reset_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::member_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_lag))
+  CAF_ADD_TYPE_ID(ferry, (ferry::group_description))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::group_description>))
+  CAF_ADD_TYPE_ID(ferry, (std::map<std::string, std::string>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::message_header))
+  CAF_ADD_TYPE_ID(ferry, (ferry::client_message))
+  CAF_ADD_TYPE_ID(ferry, (ferry::delivery_report))
+  CAF_ADD_TYPE_ID(ferry, (ferry::consumed_message))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::consumed_message>))
+
+  // Atoms: at most 10 characters (CAF 0.17 atom_value).
+  CAF_ADD_ATOM(ferry, ferry, produce_atom, "produce")
+  CAF_ADD_ATOM(ferry, ferry, fetch_atom, "fetch")
+  CAF_ADD_ATOM(ferry, ferry, offsets_atom, "offsets")
+  CAF_ADD_ATOM(ferry, ferry, create_atom, "create")
+  CAF_ADD_ATOM(ferry, ferry, delete_atom, "delete")
+  CAF_ADD_ATOM(ferry, ferry, list_atom, "list")
+  CAF_ADD_ATOM(ferry, ferry, describe_atom, "describe")
+  CAF_ADD_ATOM(ferry, ferry, alter_atom, "alter")
+  CAF_ADD_ATOM(ferry, ferry, add_parts_atom, "addparts")
+  CAF_ADD_ATOM(ferry, ferry, topic_atom, "topic")
+  CAF_ADD_ATOM(ferry, ferry, group_atom, "group")
+  CAF_ADD_ATOM(ferry, ferry, cluster_atom, "cluster")
+  CAF_ADD_ATOM(ferry, ferry, join_atom, "join")
+  CAF_ADD_ATOM(ferry, ferry, sync_atom, "sync")
+  CAF_ADD_ATOM(ferry, ferry, heartbeat_atom, "heartbeat")
+  CAF_ADD_ATOM(ferry, ferry, leave_atom, "leave")
+  CAF_ADD_ATOM(ferry, ferry, commit_atom, "commit")
+  CAF_ADD_ATOM(ferry, ferry, reset_atom, "reset")
+  CAF_ADD_ATOM(ferry, ferry, init_pid_atom, "initpid")
+  CAF_ADD_ATOM(ferry, ferry, status_atom, "status")
+  CAF_ADD_ATOM(ferry, ferry, flush_atom, "flush")
+  CAF_ADD_ATOM(ferry, ferry, tick_atom, "tick")
+  CAF_ADD_ATOM(ferry, ferry, expire_atom, "expire")
+  CAF_ADD_ATOM(ferry, ferry, subscribe_atom, "subscribe")
+  CAF_ADD_ATOM(ferry, ferry, update_atom, "update")
+  CAF_ADD_ATOM(ferry, ferry, stop_atom, "stop")
+  CAF_ADD_ATOM(ferry, ferry, poll_atom, "poll")
+  CAF_ADD_ATOM(ferry, ferry, seek_atom, "seek")
+  CAF_ADD_ATOM(ferry, ferry, assign_atom, "assign")
+  CAF_ADD_ATOM(ferry, ferry, connect_atom, "connect")
+CAF_END_TYPE_ID_BLOCK(ferry)
+
+// -- typed actor interfaces -----------------------------------------------------
+
+namespace ferry {
+
+/// The metadata a node needs: topics, partitions, configs, producer ids.
+/// Implemented by the single-node metadata store now and by the Raft
+/// metadata quorum later; callers must not assume either.
+using metadata_actor = caf::typed_actor<
+  /// Creates a topic (name validated, config checked); topic_exists,
+  /// invalid_topic_name, invalid_config, policy_violation.
+  caf::replies_to<create_atom, topic_atom, std::string, topic_config>::with<topic_metadata>,
+  /// Deletes a topic and returns what it was; unknown_topic.
+  caf::replies_to<delete_atom, topic_atom, std::string>::with<topic_metadata>,
+  /// All topics.
+  caf::replies_to<list_atom, topic_atom>::with<std::vector<topic_metadata>>,
+  /// One topic; unknown_topic.
+  caf::replies_to<describe_atom, topic_atom, std::string>::with<topic_metadata>,
+  /// Changes per-topic config keys (retention.ms, retention.bytes,
+  /// segment.bytes, segment.ms, max.message.bytes, min.insync.replicas);
+  /// invalid_config names the key.
+  caf::replies_to<alter_atom, topic_atom, std::string, std::map<std::string, std::string>>::with<topic_metadata>,
+  /// Grows a topic to `n` partitions (never shrinks: invalid_request).
+  caf::replies_to<add_parts_atom, std::string, int32_t>::with<topic_metadata>,
+  /// Hands out a new idempotent producer id (unique across restarts).
+  caf::replies_to<init_pid_atom>::with<producer_identity>,
+  /// The listener receives (update_atom, std::vector<topic_metadata>) with
+  /// the full topic list now and after every change.
+  caf::reacts_to<subscribe_atom, caf::actor>>;
+
+/// One hosted partition replica (leader role; the follower role comes with
+/// replication). Appends with group commit: produce requests queue up, one
+/// flush covers them, then they are answered.
+using partition_actor = caf::typed_actor<
+  /// Appends one batch; validates size, CRC and idempotence (duplicates are
+  /// answered with the original offsets and duplicate=true).
+  caf::replies_to<produce_atom, produce_request>::with<produce_response>,
+  /// Reads below the high watermark, long-polling per min_bytes/max_wait_ms.
+  caf::replies_to<fetch_atom, fetch_request>::with<fetch_response>,
+  /// Earliest, latest or by timestamp.
+  caf::replies_to<offsets_atom, list_offsets_request>::with<offset>,
+  /// Live state for describe.
+  caf::replies_to<status_atom>::with<partition_status>,
+  /// New topic config (retention, segment size, max message size).
+  caf::reacts_to<update_atom, topic_config>,
+  /// Internal: group-commit flush after the queued appends.
+  caf::reacts_to<flush_atom>,
+  /// Internal: a long-poll waiter's max wait elapsed.
+  caf::reacts_to<expire_atom, uint64_t>,
+  /// Internal: periodic retention and time-based flush.
+  caf::reacts_to<tick_atom>,
+  /// Stops the replica; with `true` also deletes its data (topic deleted).
+  caf::replies_to<stop_atom, bool>::with<bool>>;
+
+/// Coordinator of one consumer group (stream mode: Kafka semantics).
+using group_coordinator_actor = caf::typed_actor<
+  caf::replies_to<join_atom, join_group_request>::with<join_group_response>,
+  caf::replies_to<sync_atom, sync_group_request>::with<sync_group_response>,
+  /// Answers rebalance_in_progress when the member must rejoin, and
+  /// unknown_member / illegal_generation / fenced_instance_id when fenced.
+  caf::reacts_to<heartbeat_atom, heartbeat_request>,
+  caf::reacts_to<leave_atom, leave_group_request>,
+  /// Checks generation and membership (or an empty group for admin commits).
+  caf::reacts_to<commit_atom, commit_offsets_request>,
+  caf::replies_to<offsets_atom, fetch_offsets_request>::with<std::vector<partition_offset>>,
+  caf::replies_to<describe_atom, group_atom>::with<group_description>,
+  /// Only while the group is empty (group_not_empty otherwise).
+  caf::replies_to<reset_atom, reset_offsets_request>::with<std::vector<partition_offset>>,
+  /// Deletes the group's offsets; only while empty.
+  caf::reacts_to<delete_atom, group_atom>,
+  /// Internal: a member's session or rebalance timer fired.
+  caf::reacts_to<expire_atom, std::string, uint64_t>,
+  /// Internal: the topic list changed (new partitions trigger a rebalance).
+  caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
+
+/// The node's front door: the actor published on the node's port. Clients
+/// (producer, consumer, ferryctl, the console, the HTTP gateway) send every
+/// request here; it routes to partitions, coordinators and the metadata.
+using broker_actor = caf::typed_actor<
+  caf::replies_to<produce_atom, produce_request>::with<produce_response>,
+  caf::replies_to<fetch_atom, fetch_request>::with<fetch_response>,
+  caf::replies_to<offsets_atom, list_offsets_request>::with<offset>,
+  caf::replies_to<init_pid_atom>::with<producer_identity>,
+  caf::replies_to<create_atom, topic_atom, std::string, topic_config>::with<topic_metadata>,
+  caf::replies_to<delete_atom, topic_atom, std::string>::with<topic_metadata>,
+  caf::replies_to<list_atom, topic_atom>::with<std::vector<topic_metadata>>,
+  caf::replies_to<describe_atom, topic_atom, std::string>::with<topic_description>,
+  caf::replies_to<alter_atom, topic_atom, std::string, std::map<std::string, std::string>>::with<topic_metadata>,
+  caf::replies_to<add_parts_atom, std::string, int32_t>::with<topic_metadata>,
+  caf::replies_to<cluster_atom>::with<cluster_description>,
+  caf::replies_to<join_atom, join_group_request>::with<join_group_response>,
+  caf::replies_to<sync_atom, sync_group_request>::with<sync_group_response>,
+  caf::reacts_to<heartbeat_atom, heartbeat_request>,
+  caf::reacts_to<leave_atom, leave_group_request>,
+  caf::reacts_to<commit_atom, commit_offsets_request>,
+  caf::replies_to<offsets_atom, fetch_offsets_request>::with<std::vector<partition_offset>>,
+  caf::replies_to<list_atom, group_atom>::with<std::vector<group_description>>,
+  caf::replies_to<describe_atom, group_atom, std::string>::with<group_description>,
+  caf::replies_to<reset_atom, reset_offsets_request>::with<std::vector<partition_offset>>,
+  caf::reacts_to<delete_atom, group_atom, std::string>,
+  /// Internal: the metadata changed; start, stop or reconfigure replicas.
+  caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
+
+/// A CAF-native producer (client library): partitioner, batching, linger,
+/// compression, acks, retries, idempotence, reconnects.
+using producer_actor = caf::typed_actor<
+  /// Answers once the message is acknowledged per acks (or failed).
+  caf::replies_to<produce_atom, client_message>::with<delivery_report>,
+  /// Answers once everything sent so far is acknowledged or failed.
+  caf::replies_to<flush_atom>::with<bool>,
+  /// Internal: the linger timer of a partition's open batch fired.
+  caf::reacts_to<tick_atom, uint64_t>,
+  caf::reacts_to<stop_atom>>;
+
+/// A CAF-native consumer (client library): standalone (assign) or a group
+/// member (subscribe); fetches with long poll; commits offsets.
+using consumer_actor = caf::typed_actor<
+  /// Next messages; waits up to the given ms (long poll) when none.
+  caf::replies_to<poll_atom, int32_t>::with<std::vector<consumed_message>>,
+  /// Commits the positions of everything returned by poll so far.
+  caf::replies_to<commit_atom>::with<bool>,
+  /// Moves a partition's position.
+  caf::reacts_to<seek_atom, topic_partition, offset>,
+  /// The partitions currently assigned.
+  caf::replies_to<assign_atom>::with<std::vector<topic_partition>>,
+  /// Internal: heartbeat / auto-commit timer.
+  caf::reacts_to<tick_atom>,
+  /// Leaves the group (commits first with auto commit) and stops.
+  caf::replies_to<stop_atom>::with<bool>>;
+
+} // namespace ferry
+
+CAF_BEGIN_TYPE_ID_BLOCK(ferry_actors, caf::id_block::ferry::end)
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::metadata_actor))
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::partition_actor))
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::group_coordinator_actor))
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::broker_actor))
+CAF_END_TYPE_ID_BLOCK(ferry_actors)
+
+namespace ferry {
+
+/// Registers every Ferry message type and the ferry error category with a
+/// config. Call on every actor system that talks to Ferry actors.
+void register_types(caf::actor_system_config& cfg);
+
+} // namespace ferry
