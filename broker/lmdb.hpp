@@ -55,8 +55,9 @@ class cursor;
 
 /// How to open an environment.
 struct env_options {
-  /// Map size of a new environment. A reopened one uses the larger of this and
-  /// the data file's size. The map is only address space, not disk space.
+  /// Map size of a new environment. A reopened one uses the largest of this,
+  /// the map size stored in the file (grown earlier) and the data file's size.
+  /// The map is only address space, not disk space.
   size_t initial_map_size = size_t{64} << 20;
   /// write() doubles the map on MDB_MAP_FULL up to this size, then reports
   /// ec::disk_full.
@@ -124,7 +125,8 @@ public:
   /// Commits. Afterwards the txn is ended whatever the result (a failed
   /// commit has already freed the LMDB txn). Not allowed inside write().
   caf::error commit();
-  /// Ends the txn without committing. No-op if already ended.
+  /// Ends the txn without committing. No-op if already ended, and inside
+  /// write()/read() (return an error from fn to abort there).
   void abort();
 
   bool active() const { return st_ != nullptr && st_->handle != nullptr; }
