@@ -12,9 +12,14 @@ namespace ferry {
 
 namespace {
 
-// Output grows by doubling from an estimate, never past the limit.
-size_t next_capacity(size_t have, size_t in_size, size_t max_out) {
-  size_t want = have == 0 ? std::max<size_t>(in_size * 4, 4096) : have * 2;
+// Output grows by doubling from an estimate (or the capacity `out` already
+// has, or a size the stream declares), never past the limit.
+size_t next_capacity(const std::string& out, size_t start, size_t in_size,
+                     size_t max_out, size_t hint = 0) {
+  size_t have = out.size() - start;
+  size_t want = have == 0 ? std::max({in_size * 4, size_t{4096},
+                                      out.capacity() - start, hint})
+                          : have * 2;
   return std::min(want, max_out);
 }
 
@@ -79,6 +84,15 @@ caf::error gzip_decompress(std::string_view in, std::string& out,
   size_t used = start;
   const char* ip = in.data();
   size_t in_left = in.size();
+  // The trailer's ISIZE (size mod 2^32 of the last member) sizes the output
+  // in one step in the usual single-member case; only a hint.
+  size_t declared = 0;
+  if (in.size() >= 18) {
+    auto q = reinterpret_cast<const unsigned char*>(in.data() + in.size() - 4);
+    size_t isize = q[0] | q[1] << 8 | q[2] << 16 | size_t{q[3]} << 24;
+    if (isize < max_out)
+      declared = isize + 1;
+  }
   for (;;) {
     if (zs.avail_in == 0 && in_left > 0) {
       zs.avail_in = static_cast<uInt>(std::min<size_t>(in_left, UINT_MAX));
@@ -93,7 +107,7 @@ caf::error gzip_decompress(std::string_view in, std::string& out,
     if (used == out.size()) {
       full = used - start >= max_out;
       if (!full)
-        out.resize(start + next_capacity(used - start, in.size(), max_out));
+        out.resize(start + next_capacity(out, start, in.size(), max_out, declared));
     }
     uInt avail = full ? 1
                       : static_cast<uInt>(
@@ -159,15 +173,23 @@ caf::error lz4_compress(std::string_view in, std::string& out) {
 
 caf::error lz4_decompress(std::string_view in, std::string& out,
                           size_t max_out) {
-  LZ4F_dctx* raw = nullptr;
-  if (LZ4F_isError(LZ4F_createDecompressionContext(&raw, LZ4F_VERSION)))
-    return make_error(ec::decompression_failed, "lz4: cannot create context");
-  std::unique_ptr<LZ4F_dctx, LZ4F_errorCode_t (*)(LZ4F_dctx*)> ctx{
-    raw, LZ4F_freeDecompressionContext};
+  // One context per thread: creating one per batch costs two 64 KiB
+  // buffer allocations on the hot path.
+  thread_local std::unique_ptr<LZ4F_dctx, LZ4F_errorCode_t (*)(LZ4F_dctx*)>
+    ctx{nullptr, LZ4F_freeDecompressionContext};
+  if (!ctx) {
+    LZ4F_dctx* raw = nullptr;
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&raw, LZ4F_VERSION)))
+      return make_error(ec::decompression_failed, "lz4: cannot create context");
+    ctx.reset(raw);
+  }
+  // A previous call may have stopped mid-frame (damaged input).
+  LZ4F_resetDecompressionContext(ctx.get());
   size_t start = out.size();
   size_t used = start;
   const char* ip = in.data();
   const char* iend = in.data() + in.size();
+  size_t declared = 0; // LZ4F reports the content size only mid-stream
   size_t hint = 1;
   for (;;) {
     // At the limit, decode into a one-byte probe: only the end mark (or
@@ -177,7 +199,7 @@ caf::error lz4_decompress(std::string_view in, std::string& out,
     if (used == out.size()) {
       full = used - start >= max_out;
       if (!full)
-        out.resize(start + next_capacity(used - start, in.size(), max_out));
+        out.resize(start + next_capacity(out, start, in.size(), max_out, declared));
     }
     size_t dst = full ? 1 : out.size() - used;
     size_t src = static_cast<size_t>(iend - ip);
@@ -211,8 +233,12 @@ caf::error zstd_compress(std::string_view in, std::string& out) {
   size_t start = out.size();
   size_t bound = ZSTD_compressBound(in.size());
   out.resize(start + bound);
-  size_t n = ZSTD_compress(out.data() + start, bound, in.data(), in.size(),
-                           ZSTD_CLEVEL_DEFAULT);
+  thread_local std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> ctx{
+    ZSTD_createCCtx(), ZSTD_freeCCtx};
+  if (!ctx)
+    return make_error(ec::invalid_argument, "zstd: cannot create context");
+  size_t n = ZSTD_compressCCtx(ctx.get(), out.data() + start, bound, in.data(),
+                               in.size(), ZSTD_CLEVEL_DEFAULT);
   if (ZSTD_isError(n)) {
     out.resize(start);
     return make_error(ec::invalid_argument,
@@ -224,10 +250,12 @@ caf::error zstd_compress(std::string_view in, std::string& out) {
 
 caf::error zstd_decompress(std::string_view in, std::string& out,
                            size_t max_out) {
-  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx{ZSTD_createDCtx(),
-                                                         ZSTD_freeDCtx};
+  // One context per thread, reset per call (see lz4_decompress).
+  thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx{
+    ZSTD_createDCtx(), ZSTD_freeDCtx};
   if (!ctx)
     return make_error(ec::decompression_failed, "zstd: cannot create context");
+  ZSTD_DCtx_reset(ctx.get(), ZSTD_reset_session_and_parameters);
   // A frame may ask for a window up to 2^31; allow what max_out could need
   // (at least 16 MiB, which covers every level's default), at most zstd's
   // default limit of 2^27.
@@ -238,6 +266,12 @@ caf::error zstd_decompress(std::string_view in, std::string& out,
   size_t start = out.size();
   size_t used = start;
   ZSTD_inBuffer ib{in.data(), in.size(), 0};
+  // Kafka's frames often lack it; when present it is only a hint (bounded
+  // by max_out below), never trusted for correctness.
+  size_t declared = 0;
+  if (auto cs = ZSTD_getFrameContentSize(in.data(), in.size());
+      cs != ZSTD_CONTENTSIZE_UNKNOWN && cs != ZSTD_CONTENTSIZE_ERROR && cs < max_out)
+    declared = static_cast<size_t>(cs) + 1;
   size_t rc = 1;
   // Streaming: Kafka's frames need not declare their content size.
   for (;;) {
@@ -246,7 +280,7 @@ caf::error zstd_decompress(std::string_view in, std::string& out,
     if (used == out.size()) {
       full = used - start >= max_out;
       if (!full)
-        out.resize(start + next_capacity(used - start, in.size(), max_out));
+        out.resize(start + next_capacity(out, start, in.size(), max_out, declared));
     }
     ZSTD_outBuffer ob{full ? &probe : out.data() + used,
                       full ? 1 : out.size() - used, 0};
