@@ -1,1 +1,699 @@
-// (being written)
+// partition_log's implementation: a sorted run of segments (segment.hpp), the
+// last one active. See partition_log.hpp for the contract and FORMAT.md
+// "Segments and indexes" for the files.
+//
+// Invariants between calls:
+// - segs_ is never empty; segment i+1 starts at segment i's end; only
+//   segs_.back() has its index files open (is active).
+// - log_start_ <= log_end(), log_start_ >= segs_.front()->base();
+//   log_start_ <= hw_ <= log_end(); durable_end_ <= log_end().
+// - Every segment but the last is sealed: its log and indexes are fsynced
+//   and its time index ends with (max timestamp, last offset).
+//
+// Failure model: a failed write is cut back and reported, the log stays as it
+// was. A failed fdatasync (or a partial write that cannot be cut back)
+// fences the log: the kernel may have dropped the dirty pages, so only
+// reopening (which rereads the disk) is safe. Fenced logs still serve reads;
+// writes and flushes return log_closed.
+
+#include "broker/partition_log.hpp"
+
+#include "broker/file_system.hpp"
+#include "broker/record_batch.hpp"
+#include "broker/segment.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+namespace ferry {
+
+timestamp_ms system_now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+/// Pending index entries written without waiting for a flush, so a log that
+/// is never flushed keeps its index files (and recovery scans) short.
+constexpr size_t max_pending_index_entries = 1024;
+
+class disk_partition_log final : public partition_log {
+public:
+  disk_partition_log(std::filesystem::path dir, log_config cfg,
+                     partition_checkpoint* ckpt, file_system* fs, clock_fn clock)
+    : dir_(std::move(dir)),
+      cfg_(cfg),
+      ckpt_(ckpt),
+      fs_(fs),
+      clock_(std::move(clock)) {
+    opts_.index_interval_bytes = cfg_.index_interval_bytes;
+    opts_.max_batch_bytes = std::max<size_t>(cfg_.max_batch_bytes,
+                                             default_max_batch_bytes);
+  }
+
+  ~disk_partition_log() override {
+    if (!closed_ && !fenced_ && !segs_.empty())
+      (void) segs_.back()->write_indexes();
+  }
+
+  caf::error recover();
+
+  caf::expected<append_info> append(std::span<char> batch) override;
+  caf::expected<append_info> append_replicated(std::string_view batches) override;
+  caf::expected<offset> flush() override;
+  bool flush_due() const override;
+  offset durable_end() const override { return durable_end_; }
+  offset log_start() const override { return log_start_; }
+  offset log_end() const override {
+    return segs_.empty() ? end_at_close_ : segs_.back()->end();
+  }
+  offset high_watermark() const override { return hw_; }
+  void set_high_watermark(offset hw) override {
+    hw_ = std::clamp(hw, log_start_, log_end());
+  }
+  caf::error add_epoch(leader_epoch epoch) override;
+  const std::vector<epoch_entry>& epochs() const override { return epochs_; }
+  caf::error checkpoint() override;
+  caf::expected<read_result> read(offset from, size_t max_bytes,
+                                  offset upto) const override;
+  caf::expected<std::optional<offset>>
+  offset_for_timestamp(timestamp_ms ts) const override;
+  caf::expected<offset> truncate_to(offset end) override;
+  caf::expected<retention_report> enforce_retention() override;
+  caf::error advance_log_start(offset start) override;
+  caf::error roll() override;
+  void set_config(const log_config& cfg) override;
+  uint64_t size_bytes() const override;
+  size_t segment_count() const override { return segs_.size(); }
+  const recovery_report& recovery() const override { return report_; }
+  caf::error close() override;
+
+private:
+  caf::error writable() const;
+  caf::error fence(caf::error err);
+  /// Index of the segment holding offset o (the last with base <= o).
+  size_t segment_index(offset o) const;
+  /// Rolls first if the active segment cannot take `bytes` more bytes up to
+  /// offset `last`, or is older than segment_ms.
+  caf::error maybe_roll(timestamp_ms now, uint64_t bytes, offset last);
+  caf::error roll_segment(timestamp_ms now);
+  /// Writes batches (validated, numbered from log_end()) to the active
+  /// segment with one write.
+  caf::error write_batches(timestamp_ms now, std::string_view bytes,
+                           std::span<batch_position> batches, uint64_t records);
+  /// Deletes every segment and starts an empty one at `start`.
+  caf::error reset_to(offset start);
+  caf::error remove_front_segment();
+
+  std::filesystem::path dir_;
+  log_config cfg_;
+  segment_options opts_;
+  partition_checkpoint* ckpt_;
+  file_system* fs_;
+  clock_fn clock_;
+  std::vector<std::unique_ptr<segment>> segs_;
+  offset log_start_{0};
+  offset hw_{0};
+  offset durable_end_{0};
+  offset end_at_close_{0};
+  std::vector<epoch_entry> epochs_;
+  recovery_report report_;
+  uint64_t unflushed_records_ = 0;
+  timestamp_ms first_unflushed_ms_ = 0;
+  /// When the active segment got its first batch (or the log was opened).
+  timestamp_ms active_since_ms_ = 0;
+  bool closed_ = false;
+  caf::error fenced_;
+};
+
+// -- open and recovery ---------------------------------------------------------
+
+caf::error disk_partition_log::recover() {
+  if (auto err = fs_->create_dirs(dir_))
+    return err;
+  auto names = fs_->list_dir(dir_);
+  if (!names)
+    return names.error();
+  // base -> which of the three files exist (bit 0 log, 1 index, 2 timeindex)
+  std::map<offset, int> found;
+  for (auto& name : *names) {
+    if (auto parsed = parse_segment_file_name(name)) {
+      auto [base, suffix] = *parsed;
+      found[base] |= suffix == log_file_suffix ? 1 : suffix == index_file_suffix ? 2 : 4;
+    }
+  }
+  std::vector<offset> bases;
+  for (auto [base, files] : found) {
+    if (files & 1) {
+      bases.push_back(base);
+      continue;
+    }
+    // Index files without a log: left behind by a deletion cut short.
+    (void) fs_->remove(dir_ / segment_file_name(base, index_file_suffix));
+    (void) fs_->remove(dir_ / segment_file_name(base, time_index_file_suffix));
+  }
+  auto md = ckpt_->load();
+  if (!md)
+    return md.error();
+  if (bases.empty()) {
+    auto start = *md ? (*md)->log_start : offset{0};
+    auto s = segment::create(*fs_, dir_, start, opts_);
+    if (!s)
+      return s.error();
+    segs_.push_back(std::move(*s));
+    if (auto err = fs_->sync_dir(dir_))
+      return err;
+  } else {
+    for (size_t i = 0; i + 1 < bases.size(); ++i) {
+      auto s = segment::open_closed(*fs_, dir_, bases[i], bases[i + 1], opts_, report_);
+      if (!s)
+        return s.error();
+      if ((*s)->empty()) {
+        // An empty closed segment holds nothing; it cannot stay in the middle.
+        if (auto err = (*s)->remove_files())
+          return err;
+        continue;
+      }
+      segs_.push_back(std::move(*s));
+    }
+    auto s = segment::recover_active(*fs_, dir_, bases.back(), opts_, report_);
+    if (!s)
+      return s.error();
+    segs_.push_back(std::move(*s));
+  }
+  // Log start: the checkpoint's, never below the first segment.
+  log_start_ = segs_.front()->base();
+  if (*md)
+    log_start_ = std::max(log_start_, (*md)->log_start);
+  if (log_start_ > log_end()) {
+    // The checkpoint is ahead of the data (a tail lost after the log start
+    // advanced past it): continue empty at the checkpointed start.
+    if (auto err = reset_to(log_start_))
+      return err;
+  }
+  while (segs_.size() > 1 && segs_.front()->end() <= log_start_)
+    if (auto err = remove_front_segment())
+      return err;
+  if (*md) {
+    hw_ = std::clamp((*md)->high_watermark, log_start_, log_end());
+    for (auto& e : (*md)->epochs)
+      if (e.start_offset <= log_end())
+        epochs_.push_back(e);
+  } else {
+    hw_ = log_start_;
+  }
+  // What was on disk when we opened is what we call durable from now on;
+  // a process crash may have left it in the page cache only, so sync it.
+  if (auto err = segs_.back()->sync_all())
+    return err;
+  durable_end_ = log_end();
+  active_since_ms_ = clock_();
+  report_.segments = static_cast<uint32_t>(segs_.size());
+  return caf::none;
+}
+
+} // namespace
+
+caf::expected<std::unique_ptr<partition_log>>
+partition_log::open(const std::filesystem::path& dir, log_config cfg,
+                    partition_checkpoint* checkpoint, file_system* fs,
+                    clock_fn clock) {
+  if (checkpoint == nullptr)
+    return make_error(ec::invalid_argument, "partition_log::open needs a checkpoint");
+  if (cfg.segment_bytes == 0)
+    return make_error(ec::invalid_argument, "segment_bytes must be > 0");
+  if (cfg.max_batch_bytes < batch_layout::header_size)
+    return make_error(ec::invalid_argument,
+                      "max_batch_bytes must be at least one batch header");
+  if (fs == nullptr)
+    fs = &default_file_system();
+  if (!clock)
+    clock = system_now_ms;
+  auto log = std::make_unique<disk_partition_log>(dir, cfg, checkpoint, fs,
+                                                  std::move(clock));
+  if (auto err = log->recover())
+    return err;
+  return std::unique_ptr<partition_log>{std::move(log)};
+}
+
+namespace {
+
+// -- state ----------------------------------------------------------------------
+
+caf::error disk_partition_log::writable() const {
+  if (closed_)
+    return make_error(ec::log_closed, "partition log " + dir_.string() + " is closed");
+  if (fenced_)
+    return make_error(ec::log_closed, "partition log " + dir_.string()
+                                        + " stopped writing after: " + describe(fenced_));
+  return caf::none;
+}
+
+caf::error disk_partition_log::fence(caf::error err) {
+  fenced_ = err;
+  return err;
+}
+
+size_t disk_partition_log::segment_index(offset o) const {
+  auto it = std::upper_bound(segs_.begin(), segs_.end(), o,
+                             [](offset x, const std::unique_ptr<segment>& s) {
+                               return x < s->base();
+                             });
+  return it == segs_.begin() ? 0 : static_cast<size_t>(it - segs_.begin()) - 1;
+}
+
+uint64_t disk_partition_log::size_bytes() const {
+  uint64_t n = 0;
+  for (auto& s : segs_)
+    n += s->size();
+  return n;
+}
+
+// -- appending --------------------------------------------------------------------
+
+caf::error disk_partition_log::maybe_roll(timestamp_ms now, uint64_t bytes, offset last) {
+  auto& a = *segs_.back();
+  if (a.empty())
+    return caf::none;
+  // Positions and relative offsets in the indexes are 32-bit.
+  auto limit = std::min<uint64_t>(cfg_.segment_bytes, UINT32_MAX);
+  bool full = a.size() + bytes > limit;
+  bool wide = last - a.base() > int64_t{UINT32_MAX};
+  bool old = cfg_.segment_ms.count() > 0 && now - active_since_ms_ >= cfg_.segment_ms.count();
+  if (full || wide || old)
+    return roll_segment(now);
+  return caf::none;
+}
+
+caf::error disk_partition_log::roll_segment(timestamp_ms now) {
+  auto& a = *segs_.back();
+  // A closed segment must be complete on disk: recovery trusts it.
+  if (auto err = a.finish_indexes())
+    return err;
+  if (auto err = a.sync_all())
+    return fence(err);
+  auto s = segment::create(*fs_, dir_, a.end(), opts_);
+  if (!s)
+    return s.error();
+  if (auto err = fs_->sync_dir(dir_)) {
+    (void) (*s)->remove_files();
+    return fence(err);
+  }
+  a.close_indexes();
+  segs_.push_back(std::move(*s));
+  // Everything below the new segment was just synced.
+  durable_end_ = log_end();
+  unflushed_records_ = 0;
+  active_since_ms_ = now;
+  return caf::none;
+}
+
+caf::error disk_partition_log::write_batches(timestamp_ms now, std::string_view bytes,
+                                             std::span<batch_position> batches,
+                                             uint64_t records) {
+  auto& a = *segs_.back();
+  bool was_empty = a.empty();
+  bool cut_back_failed = false;
+  if (auto err = a.append(bytes, batches, cut_back_failed))
+    return cut_back_failed ? fence(err) : err;
+  if (was_empty)
+    active_since_ms_ = now;
+  if (unflushed_records_ == 0)
+    first_unflushed_ms_ = now;
+  unflushed_records_ += records;
+  if (a.pending_index_entries() >= max_pending_index_entries)
+    (void) a.write_indexes();
+  return caf::none;
+}
+
+caf::expected<append_info> disk_partition_log::append(std::span<char> batch) {
+  if (auto err = writable())
+    return err;
+  if (batch.size() > cfg_.max_batch_bytes)
+    return make_error(ec::message_too_large,
+                      "batch of " + std::to_string(batch.size())
+                        + " bytes exceeds max_batch_bytes "
+                        + std::to_string(cfg_.max_batch_bytes));
+  std::string_view bytes{batch.data(), batch.size()};
+  auto h = parse_batch_header(bytes, std::numeric_limits<size_t>::max());
+  if (!h)
+    return h.error();
+  if (h->total_size() != batch.size())
+    return make_error(ec::length_overflow,
+                      "append takes exactly one batch: got " + std::to_string(batch.size())
+                        + " bytes, the header says " + std::to_string(h->total_size()));
+  if (h->last_offset_delta < 0)
+    return make_error(ec::malformed_record, "last_offset_delta "
+                                              + std::to_string(h->last_offset_delta));
+  if (auto err = verify_batch_crc(bytes))
+    return err;
+  auto now = clock_();
+  if (auto err = maybe_roll(now, batch.size(), log_end() + h->last_offset_delta))
+    return err;
+  auto base = log_end();
+  set_base_offset(batch, base);
+  batch_position b{0, static_cast<uint32_t>(batch.size()), base,
+                   base + h->last_offset_delta, h->max_timestamp};
+  auto records = static_cast<uint64_t>(std::max(h->records_count, 0));
+  if (auto err = write_batches(now, bytes, std::span{&b, 1}, records)) {
+    set_base_offset(batch, h->base_offset);
+    return err;
+  }
+  return append_info{base, b.last, h->max_timestamp,
+                     static_cast<uint32_t>(records), batch.size()};
+}
+
+caf::expected<append_info>
+disk_partition_log::append_replicated(std::string_view batches) {
+  if (auto err = writable())
+    return err;
+  // Validate everything first: a bad batch changes nothing.
+  std::vector<batch_position> parsed;
+  std::vector<uint64_t> records;
+  append_info info{log_end(), log_end() - 1, 0, 0, 0};
+  offset expected = log_end();
+  size_t pos = 0;
+  while (pos < batches.size()) {
+    auto rest = batches.substr(pos);
+    auto h = parse_batch_header(rest, std::numeric_limits<size_t>::max());
+    if (!h)
+      return h.error();
+    if (h->total_size() > cfg_.max_batch_bytes)
+      return make_error(ec::message_too_large,
+                        "batch of " + std::to_string(h->total_size())
+                          + " bytes exceeds max_batch_bytes "
+                          + std::to_string(cfg_.max_batch_bytes));
+    if (h->last_offset_delta < 0)
+      return make_error(ec::malformed_record, "last_offset_delta "
+                                                + std::to_string(h->last_offset_delta));
+    if (auto err = verify_batch_crc(rest.substr(0, h->total_size())))
+      return err;
+    if (h->base_offset != expected)
+      return make_error(ec::offset_out_of_range,
+                        "replicated batch at byte " + std::to_string(pos)
+                          + " has base offset " + std::to_string(h->base_offset.value)
+                          + ", the log expects " + std::to_string(expected.value));
+    parsed.push_back({pos, static_cast<uint32_t>(h->total_size()), h->base_offset,
+                      h->last_offset(), h->max_timestamp});
+    records.push_back(static_cast<uint64_t>(std::max(h->records_count, 0)));
+    info.last_offset = h->last_offset();
+    info.max_timestamp = parsed.size() == 1 ? h->max_timestamp
+                                            : std::max(info.max_timestamp, h->max_timestamp);
+    info.records += static_cast<uint32_t>(records.back());
+    info.bytes += h->total_size();
+    expected = h->next_offset();
+    pos += h->total_size();
+  }
+  // Write runs of batches that fit the active segment, one write per run.
+  auto start_end = log_end();
+  auto now = clock_();
+  auto limit = std::min<uint64_t>(cfg_.segment_bytes, UINT32_MAX);
+  for (size_t i = 0; i < parsed.size();) {
+    caf::error err = maybe_roll(now, parsed[i].size, parsed[i].last);
+    size_t j = i + 1;
+    uint64_t run_bytes = parsed[i].size;
+    uint64_t run_records = records[i];
+    if (!err) {
+      auto& a = *segs_.back();
+      while (j < parsed.size() && a.size() + run_bytes + parsed[j].size <= limit
+             && parsed[j].last - a.base() <= int64_t{UINT32_MAX}) {
+        run_bytes += parsed[j].size;
+        run_records += records[j];
+        ++j;
+      }
+      auto first = parsed[i].position;
+      err = write_batches(now, batches.substr(first, run_bytes),
+                          std::span{parsed.data() + i, j - i}, run_records);
+    }
+    if (err) {
+      // Leave the log as it was before this call.
+      if (!fenced_ && log_end() != start_end)
+        (void) truncate_to(start_end);
+      return err;
+    }
+    i = j;
+  }
+  return info;
+}
+
+// -- durability ---------------------------------------------------------------
+
+caf::expected<offset> disk_partition_log::flush() {
+  if (auto err = writable())
+    return err;
+  auto& a = *segs_.back();
+  if (auto err = a.sync_log())
+    return fence(err);
+  // After the data is durable, so an index entry on disk never points past
+  // durable data. Not synced: the index is rebuildable.
+  (void) a.write_indexes();
+  durable_end_ = log_end();
+  unflushed_records_ = 0;
+  return durable_end_;
+}
+
+bool disk_partition_log::flush_due() const {
+  if (unflushed_records_ == 0 || closed_)
+    return false;
+  auto& p = cfg_.flush;
+  if (p.messages > 0 && unflushed_records_ >= p.messages)
+    return true;
+  return p.interval.count() > 0 && clock_() - first_unflushed_ms_ >= p.interval.count();
+}
+
+caf::error disk_partition_log::add_epoch(leader_epoch epoch) {
+  if (auto err = writable())
+    return err;
+  if (!epochs_.empty()) {
+    auto& last = epochs_.back();
+    if (epoch == last.epoch)
+      return caf::none;
+    if (epoch < last.epoch)
+      return make_error(ec::invalid_argument,
+                        "leader epoch " + std::to_string(epoch.value)
+                          + " is older than the latest " + std::to_string(last.epoch.value));
+    if (last.start_offset == log_end()) {
+      // The previous epoch wrote nothing: the new one replaces it.
+      last.epoch = epoch;
+      return caf::none;
+    }
+  }
+  epochs_.push_back({epoch, log_end()});
+  return caf::none;
+}
+
+caf::error disk_partition_log::checkpoint() {
+  if (closed_)
+    return make_error(ec::log_closed, "partition log " + dir_.string() + " is closed");
+  return ckpt_->save({log_start_, hw_, epochs_});
+}
+
+// -- reading ------------------------------------------------------------------
+
+caf::expected<read_result> disk_partition_log::read(offset from, size_t max_bytes,
+                                                    offset upto) const {
+  if (closed_)
+    return make_error(ec::log_closed, "partition log " + dir_.string() + " is closed");
+  if (from < log_start_ || from > log_end())
+    return make_error(ec::offset_out_of_range,
+                      "offset " + std::to_string(from.value) + " outside ["
+                        + std::to_string(log_start_.value) + ", "
+                        + std::to_string(log_end().value) + "]");
+  read_result result;
+  result.next_offset = from;
+  if (from == log_end() || from >= upto)
+    return result;
+  segment_read r;
+  r.from = from;
+  r.max_bytes = max_bytes;
+  r.upto = upto;
+  r.next = from;
+  for (auto i = segment_index(from); i < segs_.size() && !r.done; ++i)
+    if (auto err = segs_[i]->read(r))
+      return err;
+  result.data = std::move(r.data);
+  result.next_offset = r.next;
+  result.batches = r.batches;
+  return result;
+}
+
+caf::expected<std::optional<offset>>
+disk_partition_log::offset_for_timestamp(timestamp_ms ts) const {
+  if (closed_)
+    return make_error(ec::log_closed, "partition log " + dir_.string() + " is closed");
+  for (auto i = segment_index(log_start_); i < segs_.size(); ++i) {
+    auto& s = *segs_[i];
+    auto m = s.max_timestamp();
+    if (!m || *m < ts)
+      continue;
+    auto found = s.find_timestamp(ts, log_start_);
+    if (!found || *found)
+      return found;
+  }
+  return std::optional<offset>{};
+}
+
+// -- truncation and retention ----------------------------------------------------
+
+caf::error disk_partition_log::remove_front_segment() {
+  if (auto err = segs_.front()->remove_files())
+    return err;
+  segs_.erase(segs_.begin());
+  return caf::none;
+}
+
+caf::error disk_partition_log::reset_to(offset start) {
+  while (!segs_.empty()) {
+    if (auto err = segs_.back()->remove_files())
+      return err;
+    segs_.pop_back();
+  }
+  auto s = segment::create(*fs_, dir_, start, opts_);
+  if (!s)
+    return s.error();
+  segs_.push_back(std::move(*s));
+  return fs_->sync_dir(dir_);
+}
+
+caf::expected<offset> disk_partition_log::truncate_to(offset end) {
+  if (auto err = writable())
+    return err;
+  if (end >= log_end())
+    return log_end();
+  if (end < log_start_)
+    return make_error(ec::offset_out_of_range,
+                      "cannot truncate to " + std::to_string(end.value)
+                        + ", below the log start " + std::to_string(log_start_.value));
+  // Any failure past this point leaves files and memory out of step.
+  auto i = segment_index(end);
+  while (segs_.size() > i + 1) {
+    if (auto err = segs_.back()->remove_files())
+      return fence(err);
+    segs_.pop_back();
+  }
+  auto& s = *segs_.back();
+  if (auto err = s.activate())
+    return fence(err);
+  auto new_end = s.truncate_to(end);
+  if (!new_end)
+    return fence(new_end.error());
+  if (s.empty() && segs_.size() > 1) {
+    if (auto err = s.remove_files())
+      return fence(err);
+    segs_.pop_back();
+    if (auto err = segs_.back()->activate())
+      return fence(err);
+  }
+  if (log_end() < log_start_) {
+    // The batch holding the log start went too: continue empty there.
+    if (auto err = reset_to(log_start_))
+      return fence(err);
+  }
+  if (auto err = segs_.back()->sync_all())
+    return fence(err);
+  if (auto err = fs_->sync_dir(dir_))
+    return fence(err);
+  std::erase_if(epochs_, [&](const epoch_entry& e) { return e.start_offset >= log_end(); });
+  hw_ = std::min(hw_, log_end());
+  durable_end_ = log_end();
+  unflushed_records_ = 0;
+  active_since_ms_ = clock_();
+  if (auto err = checkpoint())
+    return err;
+  return log_end();
+}
+
+caf::expected<retention_report> disk_partition_log::enforce_retention() {
+  if (auto err = writable())
+    return err;
+  retention_report rep;
+  auto now = clock_();
+  auto total = size_bytes();
+  // Only whole segments below the high watermark: data followers or
+  // consumers have not been offered yet is never dropped.
+  while (segs_.size() > 1 && segs_.front()->end() <= hw_) {
+    auto& s = *segs_.front();
+    auto m = s.max_timestamp();
+    bool by_time = cfg_.retention_ms.count() >= 0 && m
+                   && *m < now - cfg_.retention_ms.count();
+    bool by_size = cfg_.retention_bytes >= 0
+                   && total > static_cast<uint64_t>(cfg_.retention_bytes);
+    if (!by_time && !by_size)
+      break;
+    auto size = s.size();
+    if (auto err = remove_front_segment())
+      return err;
+    total -= size;
+    ++rep.segments_deleted;
+    rep.bytes_deleted += size;
+  }
+  if (rep.segments_deleted > 0) {
+    log_start_ = std::max(log_start_, segs_.front()->base());
+    hw_ = std::max(hw_, log_start_);
+    if (auto err = checkpoint())
+      return err;
+  }
+  rep.new_log_start = log_start_;
+  return rep;
+}
+
+caf::error disk_partition_log::advance_log_start(offset start) {
+  if (auto err = writable())
+    return err;
+  if (start <= log_start_)
+    return caf::none;
+  if (start > log_end())
+    return make_error(ec::offset_out_of_range,
+                      "cannot move the log start to " + std::to_string(start.value)
+                        + ", past the log end " + std::to_string(log_end().value));
+  log_start_ = start;
+  hw_ = std::max(hw_, log_start_);
+  // Checkpoint first: if deleting fails or crashes, open() deletes the
+  // segments wholly below the checkpointed start.
+  if (auto err = checkpoint())
+    return err;
+  while (segs_.size() > 1 && segs_.front()->end() <= log_start_)
+    if (auto err = remove_front_segment())
+      return err;
+  return caf::none;
+}
+
+void disk_partition_log::set_config(const log_config& cfg) {
+  cfg_ = cfg;
+  // Existing segments keep their index interval; new ones get the new one.
+  opts_.index_interval_bytes = cfg_.index_interval_bytes;
+  opts_.max_batch_bytes = std::max<size_t>(cfg_.max_batch_bytes, default_max_batch_bytes);
+}
+
+caf::error disk_partition_log::roll() {
+  if (auto err = writable())
+    return err;
+  if (segs_.back()->empty())
+    return caf::none;
+  return roll_segment(clock_());
+}
+
+caf::error disk_partition_log::close() {
+  if (closed_)
+    return caf::none;
+  caf::error result;
+  if (!fenced_) {
+    auto flushed = flush();
+    if (!flushed)
+      result = flushed.error();
+    else if (auto err = segs_.back()->write_indexes())
+      result = err;
+  }
+  if (auto err = checkpoint(); err && !result)
+    result = err;
+  end_at_close_ = log_end();
+  closed_ = true;
+  segs_.clear();
+  return result;
+}
+
+} // namespace
+
+} // namespace ferry

@@ -1,0 +1,218 @@
+#pragma once
+// segment: one file of a partition log (<base>.log) plus its offset index
+// (<base>.index) and time index (<base>.timeindex). Internal to the broker:
+// partition_log owns a sorted run of segments; only the last (active) one is
+// written. The formats are in FORMAT.md, "Segments and indexes".
+//
+// Lifecycle:
+//   create()          a new, empty active segment (three fresh files)
+//   recover_active()  the last segment at open: validates its indexes, scans
+//                     the tail from the last trustworthy index entry,
+//                     verifies header + CRC of each batch and cuts the file
+//                     at the first torn or corrupt one
+//   open_closed()     any other segment at open: trusted, indexes only
+//                     checked for presence and size (loaded lazily, fully
+//                     validated on first use, rebuilt when damaged)
+//   append()*, sync_log(), write_indexes()      while active
+//   finish_indexes(), sync_all(), close_indexes()   rolling: now closed
+//   activate()        a closed segment becomes active again (truncate_to)
+//   remove_files()    retention / truncation
+//
+// A segment trusts its caller: append() takes batches already validated and
+// numbered, read() is only asked for offsets inside the log. Single-threaded
+// like its log. Index files are written off the fsync path: entries are kept
+// in memory and appended to the files after the data they point to was
+// fdatasynced (or when many are pending), fsynced only when the segment is
+// sealed. So on disk an index may lag its log, never the other way round
+// except after a crash during truncate_to, which recovery's index validation
+// catches.
+
+#include "broker/error.hpp"
+#include "broker/model.hpp"
+#include "broker/offset_index.hpp"
+#include "broker/partition_log.hpp"
+#include "broker/record_batch.hpp"
+#include "broker/time_index.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace ferry {
+
+class file_handle;
+class file_system;
+
+/// File name suffixes. A segment's files are named by its base offset,
+/// zero-padded to 20 digits: 00000000000000000042.log.
+inline constexpr std::string_view log_file_suffix = ".log";
+inline constexpr std::string_view index_file_suffix = ".index";
+inline constexpr std::string_view time_index_file_suffix = ".timeindex";
+
+/// "00000000000000000042.log" for base 42 and suffix ".log".
+std::string segment_file_name(offset base, std::string_view suffix);
+
+/// Splits "<20 digits><suffix>" into base offset and suffix (one of the three
+/// above); nullopt for any other name.
+std::optional<std::pair<offset, std::string_view>>
+parse_segment_file_name(std::string_view name);
+
+/// Where one batch sits and what its header says (header fields only).
+struct batch_position {
+  uint64_t position = 0;
+  uint32_t size = 0;
+  offset base{0};
+  offset last{0};
+  timestamp_ms max_timestamp = 0;
+};
+
+/// Settings a segment needs from log_config.
+struct segment_options {
+  uint32_t index_interval_bytes = 4096;
+  /// Largest batch recovery accepts; a longer length field counts as damage.
+  size_t max_batch_bytes = default_max_batch_bytes;
+};
+
+/// A read in progress, carried across segments by partition_log::read().
+struct segment_read {
+  offset from{0};
+  size_t max_bytes = 0;
+  offset upto{0};
+  std::string data;
+  offset next{0};
+  uint32_t batches = 0;
+  /// Set when a limit (max_bytes, upto) ended the read.
+  bool done = false;
+};
+
+class segment {
+public:
+  ~segment();
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+
+  /// Creates an empty active segment; fails if the files cannot be created.
+  /// @param fs must outlive the segment.
+  static caf::expected<std::unique_ptr<segment>>
+  create(file_system& fs, const std::filesystem::path& dir, offset base,
+         segment_options opts);
+
+  /// Opens a closed segment whose offsets end before `end` (the next
+  /// segment's base). Rebuilds its indexes if a file is missing or has an
+  /// impossible size or last entry (counted in report.indexes_rebuilt).
+  static caf::expected<std::unique_ptr<segment>>
+  open_closed(file_system& fs, const std::filesystem::path& dir, offset base,
+              offset end, segment_options opts, recovery_report& report);
+
+  /// Opens the last segment and repairs its tail (see the file comment).
+  static caf::expected<std::unique_ptr<segment>>
+  recover_active(file_system& fs, const std::filesystem::path& dir, offset base,
+                 segment_options opts, recovery_report& report);
+
+  offset base() const { return base_; }
+  /// One past the last offset (base() when empty).
+  offset end() const { return end_; }
+  uint64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  /// Largest batch max_timestamp; nullopt when empty.
+  std::optional<timestamp_ms> max_timestamp() const { return max_ts_; }
+  /// True while the index files are open for appending.
+  bool active() const { return index_.attached(); }
+  /// True if appended data awaits fdatasync.
+  bool dirty() const { return dirty_; }
+  /// Index entries not yet written to the index files.
+  size_t pending_index_entries() const;
+
+  // -- active segment ---------------------------------------------------------
+
+  /// Appends batches that continue at end(), back to back in `bytes`, with
+  /// one write. `batches` describes them (positions are filled in here).
+  /// On error the file is cut back to its previous size and nothing changes;
+  /// `cut_back_failed` is set if even that failed (the file then has a torn
+  /// tail and the log must stop writing).
+  caf::error append(std::string_view bytes, std::span<batch_position> batches,
+                    bool& cut_back_failed);
+
+  /// fdatasync of the log file if dirty.
+  caf::error sync_log();
+
+  /// Appends pending index entries to the index files (no sync).
+  caf::error write_indexes();
+
+  /// Adds the closing time-index entry and writes pending index entries.
+  caf::error finish_indexes();
+
+  /// fdatasync of the log and both index files.
+  caf::error sync_all();
+
+  /// Closes the index files: the segment is closed (read-only from now).
+  void close_indexes();
+
+  /// Reopens the index files for appending (a closed segment becomes the
+  /// last one again).
+  caf::error activate();
+
+  /// Removes batches with offsets >= `end` (whole batches: the new end may
+  /// be lower). @pre active(), base() <= end < this->end(). Returns the new end.
+  caf::expected<offset> truncate_to(offset end);
+
+  // -- reading ---------------------------------------------------------------
+
+  /// Appends to `r` the batches of this segment from the one containing
+  /// r.from (or from the start), honouring r.max_bytes and r.upto.
+  caf::error read(segment_read& r);
+
+  /// First offset >= min_offset whose record timestamp is >= ts, or nullopt.
+  caf::expected<std::optional<offset>> find_timestamp(timestamp_ms ts,
+                                                      offset min_offset);
+
+  /// Removes the three files (log first, so a crash leaves only orphan
+  /// indexes, which open() deletes).
+  caf::error remove_files();
+
+  std::filesystem::path path_of(std::string_view suffix) const;
+
+private:
+  segment(file_system& fs, std::filesystem::path dir, offset base,
+          segment_options opts);
+
+  uint32_t rel_of(offset o) const {
+    return static_cast<uint32_t>(o - base_);
+  }
+
+  /// Byte position of a batch whose base offset is <= o (0 if none).
+  uint64_t position_for(offset o) const;
+
+  /// Updates indexes and max timestamp for a batch now part of the segment.
+  void index_batch(const batch_position& b);
+
+  /// Loads and validates the index files of a closed segment (lazy).
+  caf::error load_indexes();
+
+  /// Rebuilds both indexes by scanning every batch header, then rewrites
+  /// and syncs the files (closed segments) or leaves them attached (active).
+  caf::error rebuild_indexes();
+
+  /// Recomputes max_ts_ from the last time-index entry and the batches after.
+  caf::error recompute_max_timestamp();
+
+  file_system* fs_;
+  std::filesystem::path dir_;
+  offset base_;
+  offset end_;
+  uint64_t size_ = 0;
+  std::optional<timestamp_ms> max_ts_;
+  segment_options opts_;
+  std::unique_ptr<file_handle> log_;
+  offset_index index_;
+  time_index time_index_;
+  bool indexes_loaded_ = false;
+  bool dirty_ = false;
+};
+
+} // namespace ferry
