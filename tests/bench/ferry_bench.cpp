@@ -1,0 +1,495 @@
+// ferry-bench: load generator for a running broker. Prints throughput and
+// latency percentiles.
+//
+//   produce  send N messages through the producer actor; latency is send ->
+//            delivery report
+//   consume  read N messages from the earliest offsets; throughput only
+//   e2e      produce and consume at once; latency is the producer's
+//            timestamp (in the payload) -> the consumer's poll returning it
+//
+// The producer is kept pipelined: a driver actor keeps --window messages in
+// flight and never waits for one round trip per message.
+
+#include "actors/client_connection.hpp"
+#include "actors/consumer.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/producer.hpp"
+#include "broker/error.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace ferry;
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct bench_options {
+  std::string mode;
+  std::string broker = default_broker_address();
+  std::string topic = "ferry-bench";
+  int64_t messages = 100000;
+  size_t size = 1024;
+  int64_t keys = 0;
+  int32_t partitions = 3;
+  int16_t replication_factor = 1;
+  std::string acks = "all";
+  size_t batch_bytes = 65536;
+  int64_t linger_ms = 5;
+  std::string compression = "none";
+  size_t window = 1000; // CAF 0.17 keeps pending responses in a flat map: O(n) each
+  int64_t timeout_ms = 120000;
+  bool json = false;
+};
+
+/// Latencies in nanoseconds, reduced to the usual percentiles in ms.
+struct latency_summary {
+  double p50 = 0, p99 = 0, p999 = 0, max = 0;
+};
+
+latency_summary summarize(std::vector<int64_t> ns) {
+  latency_summary out;
+  if (ns.empty())
+    return out;
+  std::sort(ns.begin(), ns.end());
+  auto at = [&](double q) {
+    auto i = static_cast<size_t>(q * static_cast<double>(ns.size() - 1) + 0.5);
+    return static_cast<double>(ns[std::min(i, ns.size() - 1)]) / 1e6;
+  };
+  out.p50 = at(0.50);
+  out.p99 = at(0.99);
+  out.p999 = at(0.999);
+  out.max = static_cast<double>(ns.back()) / 1e6;
+  return out;
+}
+
+struct run_result {
+  int64_t ok = 0;
+  int64_t failed = 0;
+  double seconds = 0;
+  std::vector<int64_t> latencies_ns;
+  std::string first_error;
+};
+
+int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+// -- produce driver ---------------------------------------------------------------
+
+struct produce_driver_state {
+  producer_actor prod;
+  bench_options opt;
+  uint64_t run_id = 0;
+  std::string payload;
+  int64_t sent = 0;
+  int64_t answered = 0;
+  run_result res;
+  steady::time_point start;
+  std::shared_ptr<std::promise<run_result>> done;
+};
+
+caf::behavior produce_driver(caf::stateful_actor<produce_driver_state>* self,
+                             producer_actor prod, bench_options opt, uint64_t run_id,
+                             std::shared_ptr<std::promise<run_result>> done) {
+  auto& st = self->state;
+  st.prod = prod;
+  st.opt = opt;
+  st.run_id = run_id;
+  st.done = std::move(done);
+  st.payload.resize(std::max<size_t>(opt.size, 16));
+  std::mt19937_64 rng{run_id};
+  for (auto& c : st.payload)
+    c = static_cast<char>('a' + rng() % 26);
+  st.res.latencies_ns.reserve(static_cast<size_t>(opt.messages));
+  st.start = steady::now();
+  auto finish = [self] {
+    auto& st = self->state;
+    st.res.seconds = std::chrono::duration<double>(steady::now() - st.start).count();
+    st.done->set_value(std::move(st.res));
+    self->quit();
+  };
+  auto pump = std::make_shared<std::function<void()>>();
+  *pump = [self, pump, finish] {
+    auto& st = self->state;
+    while (st.sent < st.opt.messages
+           && static_cast<size_t>(st.sent - st.answered) < st.opt.window) {
+      client_message m;
+      m.topic = st.opt.topic;
+      if (st.opt.keys > 0) {
+        m.has_key = true;
+        m.key = "key-" + std::to_string(st.sent % st.opt.keys);
+      }
+      m.value = st.payload;
+      // The payload carries the send time and the run id for e2e latency.
+      auto ts = wall_ns();
+      std::memcpy(m.value.data(), &ts, sizeof(ts));
+      std::memcpy(m.value.data() + 8, &st.run_id, sizeof(st.run_id));
+      auto t0 = steady::now();
+      ++st.sent;
+      self->request(st.prod, caf::infinite, produce_atom_v, std::move(m))
+        .then(
+          [self, t0, pump, finish](delivery_report&) {
+            auto& st = self->state;
+            st.res.latencies_ns.push_back(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - t0).count());
+            ++st.res.ok;
+            ++st.answered;
+            if (st.answered == st.opt.messages)
+              finish();
+            else
+              (*pump)();
+          },
+          [self, pump, finish](caf::error& err) {
+            auto& st = self->state;
+            if (st.res.first_error.empty())
+              st.res.first_error = error_text(err);
+            ++st.res.failed;
+            ++st.answered;
+            if (st.answered == st.opt.messages)
+              finish();
+            else
+              (*pump)();
+          });
+    }
+  };
+  (*pump)();
+  return {[](int32_t) {}}; // all work happens in response handlers
+}
+
+// -- consume driver ---------------------------------------------------------------
+
+struct consume_driver_state {
+  consumer_actor cons;
+  bench_options opt;
+  uint64_t run_id = 0; ///< 0: count every message
+  run_result res;
+  int64_t bytes = 0;
+  bool started = false;
+  steady::time_point start;
+  steady::time_point last_data;
+  std::shared_ptr<std::promise<run_result>> done;
+};
+
+caf::behavior consume_driver(caf::stateful_actor<consume_driver_state>* self,
+                             consumer_actor cons, bench_options opt, uint64_t run_id,
+                             std::shared_ptr<std::promise<run_result>> done) {
+  auto& st = self->state;
+  st.cons = cons;
+  st.opt = opt;
+  st.run_id = run_id;
+  st.done = std::move(done);
+  st.start = steady::now();
+  st.last_data = st.start;
+  st.res.latencies_ns.reserve(static_cast<size_t>(opt.messages));
+  auto finish = [self] {
+    auto& st = self->state;
+    st.res.seconds = std::chrono::duration<double>(st.last_data - st.start).count();
+    st.done->set_value(std::move(st.res));
+    self->quit();
+  };
+  auto loop = std::make_shared<std::function<void()>>();
+  *loop = [self, loop, finish] {
+    auto& st = self->state;
+    self->request(st.cons, milliseconds{30000}, poll_atom_v, int32_t{200})
+      .then(
+        [self, loop, finish](std::vector<consumed_message>& msgs) {
+          auto& st = self->state;
+          auto now = steady::now();
+          auto now_ns = wall_ns();
+          for (auto& m : msgs) {
+            if (st.run_id != 0) {
+              uint64_t id = 0;
+              int64_t ts = 0;
+              if (m.value.size() < 16)
+                continue;
+              std::memcpy(&ts, m.value.data(), sizeof(ts));
+              std::memcpy(&id, m.value.data() + 8, sizeof(id));
+              if (id != st.run_id)
+                continue;
+              st.res.latencies_ns.push_back(now_ns - ts);
+            }
+            if (!st.started) {
+              st.started = true;
+              if (st.run_id == 0)
+                st.start = now; // consume: time from the first message
+            }
+            st.bytes += static_cast<int64_t>(m.value.size() + m.key.size());
+            ++st.res.ok;
+          }
+          if (!msgs.empty())
+            st.last_data = now;
+          if (st.res.ok >= st.opt.messages
+              || now - st.last_data > milliseconds{st.opt.timeout_ms}) {
+            finish();
+            return;
+          }
+          (*loop)();
+        },
+        [self, finish](caf::error& err) {
+          auto& st = self->state;
+          st.res.first_error = error_text(err);
+          finish();
+        });
+  };
+  (*loop)();
+  return {[](int32_t) {}}; // all work happens in response handlers
+}
+
+// -- setup ----------------------------------------------------------------------------
+
+/// Creates the topic unless it exists; its partition count.
+caf::expected<int32_t> ensure_topic(caf::scoped_actor& self, broker_actor broker,
+                                    const bench_options& opt) {
+  caf::expected<int32_t> out{0};
+  caf::error err;
+  self->request(broker, milliseconds{30000}, describe_atom_v, topic_atom_v, opt.topic)
+    .receive([&](topic_description& d) { out = static_cast<int32_t>(d.partitions.size()); },
+             [&](caf::error& e) { err = std::move(e); });
+  if (!err)
+    return out;
+  if (!is(err, ec::unknown_topic))
+    return err;
+  topic_config cfg;
+  cfg.partitions = opt.partitions;
+  cfg.replication_factor = opt.replication_factor;
+  err = caf::error{};
+  self->request(broker, milliseconds{30000}, create_atom_v, topic_atom_v, opt.topic, cfg)
+    .receive([&](topic_metadata& t) { out = static_cast<int32_t>(t.partitions.size()); },
+             [&](caf::error& e) { err = std::move(e); });
+  if (err && !is(err, ec::topic_exists))
+    return err;
+  return out;
+}
+
+void print_line(const std::string& what, const run_result& r, const bench_options& opt,
+                bool with_latency) {
+  auto mps = r.seconds > 0 ? static_cast<double>(r.ok) / r.seconds : 0.0;
+  auto mbps = mps * static_cast<double>(opt.size) / 1e6;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1);
+  os << what << ": " << r.ok << " msgs in " << std::setprecision(3) << r.seconds << " s, "
+     << std::setprecision(0) << mps << " msgs/s, " << std::setprecision(1) << mbps << " MB/s";
+  if (with_latency) {
+    auto l = summarize(r.latencies_ns);
+    os << std::setprecision(3) << "; latency ms p50 " << l.p50 << " p99 " << l.p99
+       << " p99.9 " << l.p999 << " max " << l.max;
+  }
+  if (r.failed > 0)
+    os << "; failed " << r.failed << " (" << r.first_error << ")";
+  else if (!r.first_error.empty())
+    os << "; error: " << r.first_error;
+  std::cout << os.str() << '\n';
+}
+
+json to_json(const run_result& r, const bench_options& opt, bool with_latency) {
+  auto mps = r.seconds > 0 ? static_cast<double>(r.ok) / r.seconds : 0.0;
+  json out{{"messages", r.ok},
+           {"failed", r.failed},
+           {"seconds", r.seconds},
+           {"msgs_per_sec", mps},
+           {"mb_per_sec", mps * static_cast<double>(opt.size) / 1e6}};
+  if (with_latency) {
+    auto l = summarize(r.latencies_ns);
+    out["latency_ms"] = json{{"p50", l.p50}, {"p99", l.p99}, {"p99.9", l.p999}, {"max", l.max}};
+  }
+  if (!r.first_error.empty())
+    out["error"] = r.first_error;
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  bench_options opt;
+  CLI::App app{"ferry-bench: throughput and latency of a Ferry broker"};
+  app.add_option("mode", opt.mode, "produce, consume or e2e")
+    ->required()
+    ->check(CLI::IsMember({"produce", "consume", "e2e"}));
+  app.add_option("--broker", opt.broker, "HOST:PORT (env FERRY_BROKER)")->capture_default_str();
+  app.add_option("--topic", opt.topic)->capture_default_str();
+  app.add_option("--messages", opt.messages)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--size", opt.size, "payload bytes (>= 16)")->capture_default_str();
+  app.add_option("--keys", opt.keys, "distinct keys (0: null keys, sticky)")->capture_default_str();
+  app.add_option("--partitions", opt.partitions, "when creating the topic")->capture_default_str();
+  app.add_option("--replication-factor", opt.replication_factor)->capture_default_str();
+  app.add_option("--acks", opt.acks, "0, 1 or all")->capture_default_str();
+  app.add_option("--batch-bytes", opt.batch_bytes)->capture_default_str();
+  app.add_option("--linger-ms", opt.linger_ms)->capture_default_str();
+  app.add_option("--compression", opt.compression)->capture_default_str();
+  app.add_option("--window", opt.window, "messages in flight")->capture_default_str();
+  app.add_option("--timeout", opt.timeout_ms, "ms without progress before giving up")
+    ->capture_default_str();
+  app.add_flag("--json", opt.json);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  auto fail = [](const std::string& text) {
+    std::cerr << "ferry-bench: " << text << std::endl;
+    std::fflush(nullptr);
+    std::_Exit(1);
+  };
+  opt.size = std::max<size_t>(opt.size, 16);
+  auto addr = parse_broker_address(opt.broker);
+  if (!addr)
+    fail(error_text(addr.error()));
+  auto acks = parse_acks(opt.acks);
+  if (!acks)
+    fail(error_text(acks.error()));
+  auto codec = parse_compression(opt.compression);
+  if (!codec)
+    fail(error_text(codec.error()));
+
+  caf::actor_system_config cfg;
+  register_types(cfg);
+  cfg.load<caf::io::middleman>();
+  // Two cores are shared with the broker: idle workers must not spin.
+  cfg.set("scheduler.max-threads", 2);
+  cfg.set("work-stealing.aggressive-poll-attempts", 10);
+  cfg.set("work-stealing.moderate-poll-attempts", 10);
+  caf::actor_system sys{cfg};
+  addr->connect_wait = milliseconds{5000};
+  auto conn = spawn_connection(sys, *addr);
+  caf::scoped_actor self{sys};
+  broker_actor broker;
+  caf::error err;
+  self->request(conn, milliseconds{8000}, connect_atom_v)
+    .receive([&](broker_actor& b) { broker = b; }, [&](caf::error& e) { err = e; });
+  if (!broker)
+    fail("cannot connect to " + opt.broker + ": " + error_text(err));
+  auto parts = ensure_topic(self, broker, opt);
+  if (!parts)
+    fail(error_text(parts.error()));
+  if (*parts <= 0)
+    *parts = opt.partitions;
+
+  std::random_device rd;
+  uint64_t run_id = (static_cast<uint64_t>(rd()) << 32) | rd();
+  if (run_id == 0)
+    run_id = 1;
+  json report{{"mode", opt.mode},     {"topic", opt.topic},   {"messages", opt.messages},
+              {"size", opt.size},     {"keys", opt.keys},     {"partitions", *parts},
+              {"acks", opt.acks},     {"batch_bytes", opt.batch_bytes},
+              {"linger_ms", opt.linger_ms}, {"compression", opt.compression}};
+
+  std::vector<topic_partition> tps;
+  for (int32_t p = 0; p < *parts; ++p)
+    tps.push_back(topic_partition{opt.topic, partition_id{p}});
+
+  auto make_consumer = [&](bool from_end) {
+    consumer_config ccfg;
+    ccfg.partitions = tps;
+    ccfg.auto_offset_reset = "earliest";
+    ccfg.enable_auto_commit = false;
+    ccfg.max_poll_records = 5000;
+    ccfg.fetch_max_wait = milliseconds{100};
+    auto cons = spawn_consumer(sys, ccfg, conn);
+    if (!cons)
+      fail(error_text(cons.error()));
+    if (from_end) {
+      // Start at the current end so e2e counts only this run's messages.
+      for (auto& tp : tps) {
+        offset end{0};
+        caf::error e;
+        self->request(broker, milliseconds{10000}, offsets_atom_v,
+                      list_offsets_request{tp.topic, tp.partition, -1})
+          .receive([&](offset o) { end = o; }, [&](caf::error& x) { e = x; });
+        if (e)
+          fail(error_text(e));
+        self->send(*cons, seek_atom_v, tp, end);
+      }
+    }
+    return *cons;
+  };
+
+  auto make_producer = [&] {
+    producer_config pcfg;
+    pcfg.client_id = "ferry-bench";
+    pcfg.acks = *acks;
+    pcfg.codec = *codec;
+    pcfg.batch_size = opt.batch_bytes;
+    pcfg.linger = milliseconds{opt.linger_ms};
+    pcfg.buffer_memory = std::max<size_t>(64u << 20, opt.window * (opt.size + 64) * 2);
+    auto prod = spawn_producer(sys, pcfg, conn);
+    if (!prod)
+      fail(error_text(prod.error()));
+    return *prod;
+  };
+
+  int rc = 0;
+  std::vector<caf::actor> stop_list;
+  if (opt.mode == "produce" || opt.mode == "e2e") {
+    std::shared_ptr<std::promise<run_result>> consumed;
+    std::future<run_result> consumed_f;
+    consumer_actor cons;
+    if (opt.mode == "e2e") {
+      cons = make_consumer(true);
+      consumed = std::make_shared<std::promise<run_result>>();
+      consumed_f = consumed->get_future();
+      sys.spawn(consume_driver, cons, opt, run_id, consumed);
+    }
+    auto prod = make_producer();
+    auto produced = std::make_shared<std::promise<run_result>>();
+    auto produced_f = produced->get_future();
+    sys.spawn(produce_driver, prod, opt, run_id, produced);
+    auto pr = produced_f.get();
+    report["produce"] = to_json(pr, opt, true);
+    if (!opt.json)
+      print_line("produce", pr, opt, true);
+    if (pr.failed > 0)
+      rc = 1;
+    if (opt.mode == "e2e") {
+      auto cr = consumed_f.get();
+      report["e2e"] = to_json(cr, opt, true);
+      if (!opt.json)
+        print_line("e2e", cr, opt, true);
+      if (cr.ok < opt.messages)
+        rc = 1;
+      stop_list.push_back(caf::actor_cast<caf::actor>(cons));
+    }
+    stop_list.push_back(caf::actor_cast<caf::actor>(prod));
+  } else {
+    auto cons = make_consumer(false);
+    auto consumed = std::make_shared<std::promise<run_result>>();
+    auto consumed_f = consumed->get_future();
+    sys.spawn(consume_driver, cons, opt, uint64_t{0}, consumed);
+    auto cr = consumed_f.get();
+    report["consume"] = to_json(cr, opt, false);
+    if (!opt.json)
+      print_line("consume", cr, opt, false);
+    if (cr.ok < opt.messages)
+      rc = 1;
+    stop_list.push_back(caf::actor_cast<caf::actor>(cons));
+  }
+  if (opt.json)
+    std::cout << report.dump() << std::endl;
+  for (auto& a : stop_list)
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  self->send_exit(conn, caf::exit_reason::user_shutdown);
+  return rc;
+}
