@@ -190,9 +190,7 @@ public:
   /// Replaces the configuration (a topic's config changed). Applies from the
   /// next append (segment size/age, max batch size), flush_due() and
   /// enforce_retention(); existing segments and batches stay as they are.
-  /// Every implementation must override it; the empty default only exists so
-  /// that adding it did not break implementations written before it.
-  virtual void set_config(const log_config& cfg) { (void) cfg; }
+  virtual void set_config(const log_config& cfg) = 0;
 
   /// Total bytes of segment files.
   virtual uint64_t size_bytes() const = 0;

@@ -1,0 +1,187 @@
+#pragma once
+// partition_replica: one hosted partition replica in the leader role. Owns
+// the partition's log (broker/partition_log.hpp) and its idempotent-producer
+// table (broker/producer_state.hpp), and serves partition_actor.
+//
+// Produce path (group commit): a produce is validated (size, header,
+// idempotence), appended to the log (page cache only), and its answer parked
+// as a response promise; the first such append sends the replica ONE
+// flush_atom. Every produce already in the mailbox is appended before that
+// message arrives, so one log flush (one fdatasync per touched file) covers
+// them all. The flush handler then advances the high watermark and answers
+// every parked produce it covers, and wakes long-poll fetchers.
+//
+//   acks=0     answered at once (the client ignores the answer).
+//   acks=1     answered once the leader's position covers the batch.
+//   acks=all   answered once the high watermark covers it.
+// The leader's position is its durable end under the default flush policy
+// (flush.messages == 1: durable before ack), or its log end under a relaxed
+// policy (then the log is flushed when flush_due() says so, checked per
+// commit and per tick). HW = min over the ISR's positions; the ISR is just
+// this node until replication exists, so acks=1 and acks=all coincide.
+//
+// Backpressure: the bytes of appends not yet covered by the HW (plus parked
+// duplicates) are bounded by max_pending_bytes; beyond it produce answers
+// ec::throttled (retriable).
+//
+// Failure: an append error (disk_full, io_error, crc_mismatch...) answers
+// that produce only; the log is unchanged. A flush error fences the replica:
+// every parked produce gets the error, and so does every later produce and
+// fetch (the page cache may hold data the disk lost), until a restart
+// recovers the log from disk.
+//
+// Producer-state snapshots: kept in the node's metadata_store (if cfg.store)
+// in sub-database "partition.producers" under the partition key of
+// metadata_format::encode_partition_key, written on tick every
+// snapshot_interval (when changed) and on stop. Each snapshot covers the
+// durable end only; at start the table is loaded and the log replayed from
+// the snapshot's end, so a stale snapshot (SIGKILL) costs only replay time.
+// Without a store there is no snapshot: the whole log is replayed at start,
+// and the HW checkpoint lives in memory only.
+//
+// Lifecycle: spawn -> opens the log (failure: the actor quits with the
+// error) -> serves -> stop_atom (flush, checkpoint, snapshot, close, maybe
+// delete, answer true, quit) or an exit message / destruction (the same
+// minus deletion; parked requests are answered with ec::log_closed).
+
+#include "actors/interfaces.hpp"
+#include "broker/partition_log.hpp"
+#include "broker/producer_state.hpp"
+
+#include <caf/actor_clock.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace ferry {
+
+class file_system;
+class metadata_store;
+
+/// Sub-database of producer-state snapshots in the metadata_store.
+inline constexpr const char* producer_snapshots_db = "partition.producers";
+
+struct partition_replica_config {
+  std::string topic;
+  partition_id partition{0};
+  /// This replica's own directory (created if missing).
+  std::filesystem::path dir;
+  topic_config topic_cfg;
+  /// When appends are made durable; the default flushes before every ack.
+  flush_policy flush;
+  /// Time source of the log (retention, segment age) and of producer expiry;
+  /// empty means the system clock.
+  clock_fn clock;
+  /// This node: the leader, only replica and ISR for now.
+  int32_t node_id = 0;
+  leader_epoch epoch{0};
+  /// Node-wide store for the HW checkpoint and producer snapshots; may be
+  /// null (see the file comment). Shared: it outlives the replica.
+  std::shared_ptr<metadata_store> store;
+  /// File layer; nullptr means the real one. Must outlive the replica.
+  file_system* fs = nullptr;
+  /// Bytes of appends waiting for their commit before produce is throttled.
+  uint64_t max_pending_bytes = uint64_t{64} << 20;
+  /// Period of retention, time-based flush, checkpoint and snapshot work.
+  /// Zero disables the tick (tests drive it by sending tick_atom).
+  std::chrono::milliseconds tick_interval{1000};
+  /// Long-poll fetches parked at once; more are answered immediately.
+  size_t max_fetch_waiters = 1024;
+  /// Upper bound of a fetch's max_wait_ms.
+  std::chrono::milliseconds max_fetch_wait{std::chrono::seconds{60}};
+  /// Least time between two producer snapshots.
+  std::chrono::milliseconds snapshot_interval{std::chrono::seconds{30}};
+  /// Producers idle this long are forgotten (Kafka's
+  /// producer.id.expiration.ms). Negative: never.
+  std::chrono::milliseconds producer_expiration{std::chrono::hours{24}};
+};
+
+/// Counters for tests and metrics.
+struct partition_replica_stats {
+  /// flush_atom messages handled (group commits).
+  uint64_t commits = 0;
+  /// log->flush() calls.
+  uint64_t log_flushes = 0;
+  /// Batches appended.
+  uint64_t appends = 0;
+  /// Produces answered as duplicates.
+  uint64_t duplicates = 0;
+  /// Produces refused with ec::throttled.
+  uint64_t throttled = 0;
+  /// Fetches parked for a long poll.
+  uint64_t parked_fetches = 0;
+  /// Producer snapshots written.
+  uint64_t snapshots = 0;
+  /// Segments deleted by retention.
+  uint64_t segments_deleted = 0;
+};
+
+struct partition_replica_state {
+  /// A produce waiting for its commit.
+  struct pending_produce {
+    offset last{0};
+    uint64_t bytes = 0;
+    acks_mode acks = acks_mode::all;
+    produce_response response;
+    /// Invalid for acks=0 (already answered).
+    caf::typed_response_promise<produce_response> promise;
+  };
+
+  /// A parked long-poll fetch.
+  struct fetch_waiter {
+    fetch_request request;
+    caf::typed_response_promise<fetch_response> promise;
+  };
+
+  partition_replica_config cfg;
+  log_config log_cfg;
+  // Declared before `log`, which borrows it.
+  std::unique_ptr<partition_checkpoint> checkpoint;
+  std::unique_ptr<partition_log> log;
+  producer_state producers;
+
+  /// Oldest first; ordered by offset.
+  std::deque<pending_produce> pending;
+  uint64_t pending_bytes = 0;
+  /// True while a flush_atom is in the mailbox.
+  bool commit_scheduled = false;
+  /// Set by a failed flush: answered to every later produce and fetch.
+  caf::error fenced;
+
+  /// Positions of the ISR members (log offsets they hold, per the commit
+  /// rule); the leader's own is updated on each commit.
+  std::vector<int32_t> isr;
+  std::map<int32_t, offset> positions;
+
+  std::map<uint64_t, fetch_waiter> waiters;
+  uint64_t next_waiter_id = 1;
+
+  offset checkpointed_hw{-1};
+  offset snapshot_end{-1};
+  caf::actor_clock::time_point last_snapshot;
+
+  partition_replica_stats stats;
+
+  /// Closes the log if still open and answers parked requests.
+  ~partition_replica_state();
+
+  static inline const char* name = "partition-replica";
+};
+
+/// The log configuration a topic config asks for.
+log_config make_log_config(const topic_config& tc, flush_policy flush);
+
+/// Serves one partition replica as leader.
+/// @pre cfg.dir is this replica's own directory; cfg.topic_cfg is valid.
+partition_actor::behavior_type
+partition_replica(partition_actor::stateful_pointer<partition_replica_state> self,
+                  partition_replica_config cfg);
+
+} // namespace ferry
