@@ -50,6 +50,9 @@ const char* to_string(ec x) {
     case ec::unknown_group: return "unknown_group";
     case ec::coordinator_not_available: return "coordinator_not_available";
     case ec::fenced_instance_id: return "fenced_instance_id";
+    case ec::lease_not_found: return "lease_not_found";
+    case ec::lease_expired: return "lease_expired";
+    case ec::not_lease_owner: return "not_lease_owner";
   }
   return "unknown_error";
 }

@@ -103,6 +103,14 @@ enum class ec : uint8_t {
   coordinator_not_available,
   /// A static member's instance id is in use by another member id.
   fenced_instance_id,
+  /// Queue mode: no live lease on that record matches the request (offset
+  /// unknown or already committed, record not leased, or already done).
+  lease_not_found,
+  /// Queue mode: the lease ran out before the request; the record was (or
+  /// will be) redelivered, or dead-lettered.
+  lease_expired,
+  /// Queue mode: the record is leased to another member.
+  not_lease_owner,
 };
 
 /// The CAF error category of `ec`.
