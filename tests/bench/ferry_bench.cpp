@@ -19,7 +19,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
@@ -366,8 +365,7 @@ int main(int argc, char** argv) {
     fail(error_text(codec.error()));
 
   caf::actor_system_config cfg;
-  register_types(cfg);
-  cfg.load<caf::io::middleman>();
+  configure_client(cfg);
   // Two cores are shared with the broker: idle workers must not spin.
   cfg.set("scheduler.max-threads", 2);
   cfg.set("work-stealing.aggressive-poll-attempts", 10);

@@ -1,1 +1,645 @@
-// (being written)
+// ferryctl and the client library against a real ferryd child process.
+// Every ferryd and ferryctl run is bounded and always stopped (process.hpp).
+
+#include "process.hpp"
+
+#include "actors/client_connection.hpp"
+#include "actors/consumer.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/producer.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using ferry::test::child_process;
+using ferry::test::command_result;
+using ferry::test::ferryd_process;
+using ferry::test::run_command;
+using json = nlohmann::json;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in{text};
+  std::string line;
+  while (std::getline(in, line))
+    out.push_back(line);
+  return out;
+}
+
+std::string numbered_lines(int from, int to, const std::string& prefix = "m") {
+  std::string out;
+  for (int i = from; i < to; ++i)
+    out += prefix + std::to_string(i) + "\n";
+  return out;
+}
+
+/// One ferryd shared by the tests of this suite; each test uses its own
+/// topic and group names.
+class Cli : public ::testing::Test {
+public:
+  static void SetUpTestSuite() {
+    broker_ = new ferryd_process{};
+    if (!broker_->start())
+      FAIL() << "ferryd did not start:\n" << broker_->output();
+  }
+
+  static void TearDownTestSuite() {
+    if (broker_ != nullptr)
+      broker_->stop(20s);
+    delete broker_;
+    broker_ = nullptr;
+  }
+
+protected:
+  void SetUp() override {
+    ASSERT_TRUE(broker_ != nullptr && broker_->running()) << "ferryd is not running";
+  }
+
+  static command_result ctl(std::vector<std::string> args, const std::string& input = {},
+                            std::chrono::milliseconds timeout = 60s) {
+    args.insert(args.begin(), {"--broker", broker_->endpoint()});
+    return run_command(FERRYCTL_PATH, args, timeout, input);
+  }
+
+  static json ctl_json(std::vector<std::string> args) {
+    args.insert(args.begin(), "--json");
+    auto r = ctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    try {
+      return json::parse(r.out);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.out;
+      return json{};
+    }
+  }
+
+  static void create_topic(const std::string& name, int partitions) {
+    auto r = ctl({"topic", "create", name, "--partitions", std::to_string(partitions)});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  static ferryd_process* broker_;
+};
+
+ferryd_process* Cli::broker_ = nullptr;
+
+TEST_F(Cli, ProducedLinesComeBackInOrderFromTheBeginning) {
+  create_topic("order", 1);
+  auto input = numbered_lines(0, 500);
+  auto p = ctl({"produce", "order"}, input);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("produced 500 messages"), std::string::npos) << p.out;
+  auto c = ctl({"consume", "order", "--from-beginning", "--max", "500", "--timeout", "10000"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out, input);
+}
+
+TEST_F(Cli, ProduceFromFileWithKeysAndHeaders) {
+  create_topic("keyed", 3);
+  ferry::test::temp_dir dir;
+  auto path = dir.path() / "lines.txt";
+  {
+    std::ofstream f{path};
+    f << "a\nb\nc\n";
+  }
+  auto p = ctl({"produce", "keyed", "--file", path.string(), "--key", "k1", "--header",
+                "h=v", "--acks", "1"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto c = ctl({"consume", "keyed", "--from-beginning", "--max", "3", "--timeout", "10000",
+                "--format", "key,value,headers"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  // One key: one partition, so the order holds.
+  EXPECT_EQ(c.out, "k1\ta\th=v\nk1\tb\th=v\nk1\tc\th=v\n");
+}
+
+TEST_F(Cli, EveryCompressionAndAcksModeRoundTrips) {
+  create_topic("codecs", 1);
+  std::string want;
+  int n = 0;
+  for (auto codec : {"none", "gzip", "lz4", "zstd"})
+    for (auto acks : {"0", "1", "all"}) {
+      auto input = numbered_lines(n, n + 50, std::string{codec} + "-" + acks + "-");
+      n += 50;
+      auto p = ctl({"produce", "codecs", "--compression", codec, "--acks", acks}, input);
+      ASSERT_EQ(p.exit_code, 0) << codec << " " << acks << ": " << p.err;
+      want += input;
+    }
+  auto c = ctl({"consume", "codecs", "--from-beginning", "--max", std::to_string(n),
+                "--timeout", "10000"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out, want);
+}
+
+TEST_F(Cli, OffsetAndPartitionSelectWhereConsumeStarts) {
+  create_topic("offsets", 2);
+  ASSERT_EQ(ctl({"produce", "offsets", "--partition", "1"}, numbered_lines(0, 10)).exit_code, 0);
+  auto c = ctl({"consume", "offsets", "--partition", "1", "--offset", "7", "--max", "3",
+                "--timeout", "10000", "--format", "partition,offset,value"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out, "1\t7\tm7\n1\t8\tm8\n1\t9\tm9\n");
+}
+
+TEST_F(Cli, GroupConsumeCommitsSoDescribeShowsLagZero) {
+  create_topic("grouped", 3);
+  ASSERT_EQ(ctl({"produce", "grouped"}, numbered_lines(0, 90)).exit_code, 0);
+  auto c = ctl({"consume", "grouped", "--group", "g-lag", "--from-beginning", "--max", "90",
+                "--timeout", "15000"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  auto got = lines_of(c.out);
+  std::multiset<std::string> seen{got.begin(), got.end()};
+  auto want_lines = lines_of(numbered_lines(0, 90));
+  EXPECT_EQ(seen, (std::multiset<std::string>{want_lines.begin(), want_lines.end()}));
+
+  auto g = ctl_json({"group", "describe", "g-lag"});
+  ASSERT_TRUE(g.contains("partitions")) << g.dump();
+  int64_t committed = 0;
+  ASSERT_EQ(g["partitions"].size(), 3u) << g.dump();
+  for (auto& p : g["partitions"]) {
+    EXPECT_EQ(p["lag"], 0) << g.dump();
+    EXPECT_EQ(p["committed_offset"], p["log_end_offset"]) << g.dump();
+    committed += p["committed_offset"].get<int64_t>();
+  }
+  EXPECT_EQ(committed, 90);
+  auto human = ctl({"group", "describe", "g-lag"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("LAG"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("COMMITTED"), std::string::npos) << human.out;
+
+  // A second run of the group resumes after the committed offsets.
+  ASSERT_EQ(ctl({"produce", "grouped"}, "late\n").exit_code, 0);
+  auto again = ctl({"consume", "grouped", "--group", "g-lag", "--from-beginning", "--max",
+                    "1", "--timeout", "15000"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, "late\n");
+}
+
+TEST_F(Cli, ResetOffsetsMovesCommittedOffsetsAndDryRunDoesNot) {
+  create_topic("resets", 2);
+  ASSERT_EQ(ctl({"produce", "resets"}, numbered_lines(0, 20)).exit_code, 0);
+  ASSERT_EQ(ctl({"consume", "resets", "--group", "g-reset", "--from-beginning", "--max", "20",
+                 "--timeout", "15000"})
+              .exit_code,
+            0);
+  auto dry = ctl_json({"group", "reset-offsets", "g-reset", "--topic", "resets",
+                       "--to-earliest", "--dry-run"});
+  ASSERT_TRUE(dry.contains("offsets")) << dry.dump();
+  for (auto& o : dry["offsets"])
+    EXPECT_EQ(o["offset"], 0);
+  auto before = ctl_json({"group", "describe", "g-reset"});
+  for (auto& p : before["partitions"])
+    EXPECT_EQ(p["lag"], 0) << before.dump();
+
+  auto r = ctl({"group", "reset-offsets", "g-reset", "--topic", "resets", "--to-earliest"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto after = ctl_json({"group", "describe", "g-reset"});
+  int64_t lag = 0;
+  for (auto& p : after["partitions"])
+    lag += p["lag"].get<int64_t>();
+  EXPECT_EQ(lag, 20) << after.dump();
+
+  auto again = ctl({"consume", "resets", "--group", "g-reset", "--max", "20", "--timeout",
+                    "15000"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(lines_of(again.out).size(), 20u);
+
+  auto dated = ctl({"group", "reset-offsets", "g-reset", "--topic", "resets",
+                    "--to-datetime", "2000-01-01T00:00:00Z"});
+  EXPECT_EQ(dated.exit_code, 0) << dated.err;
+  auto bad_date = ctl({"group", "reset-offsets", "g-reset", "--topic", "resets",
+                       "--to-datetime", "yesterday"});
+  EXPECT_NE(bad_date.exit_code, 0);
+  EXPECT_NE(bad_date.err.find("invalid_config"), std::string::npos) << bad_date.err;
+
+  auto del = ctl({"group", "delete", "g-reset"});
+  EXPECT_EQ(del.exit_code, 0) << del.err;
+}
+
+TEST_F(Cli, TopicDescribeShowsPartitionsAndOffsets) {
+  create_topic("described", 3);
+  ASSERT_EQ(ctl({"produce", "described", "--partition", "2"}, numbered_lines(0, 7)).exit_code, 0);
+  auto d = ctl_json({"topic", "describe", "described"});
+  ASSERT_EQ(d["partitions"], 3) << d.dump();
+  ASSERT_EQ(d["partition_status"].size(), 3u) << d.dump();
+  EXPECT_EQ(d["partition_status"][2]["log_end_offset"], 7) << d.dump();
+  EXPECT_EQ(d["partition_status"][2]["high_watermark"], 7) << d.dump();
+  EXPECT_EQ(d["partition_status"][0]["log_end_offset"], 0) << d.dump();
+  auto human = ctl({"topic", "describe", "described"});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("HIGH_WATERMARK"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("Partitions: 3"), std::string::npos) << human.out;
+}
+
+TEST_F(Cli, TopicAlterChangesConfigAndGrowsPartitions) {
+  create_topic("altered", 1);
+  auto r = ctl({"topic", "alter", "altered", "--config", "retention.ms=60000", "--partitions",
+                "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto d = ctl_json({"topic", "describe", "altered"});
+  EXPECT_EQ(d["partitions"], 4) << d.dump();
+  EXPECT_EQ(d["config"]["retention.ms"], 60000) << d.dump();
+  auto bad = ctl({"topic", "alter", "altered", "--config", "no.such.key=1"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("invalid_config"), std::string::npos) << bad.err;
+}
+
+TEST_F(Cli, JsonOutputsParse) {
+  create_topic("jsonic", 2);
+  auto p = ctl({"--json", "produce", "jsonic", "--key", "k"}, "x\ny\n");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto pj = json::parse(p.out);
+  EXPECT_EQ(pj["produced"], 2);
+  auto list = ctl_json({"topic", "list"});
+  ASSERT_TRUE(list.is_array());
+  bool found = false;
+  for (auto& t : list)
+    found = found || t["name"] == "jsonic";
+  EXPECT_TRUE(found) << list.dump();
+  EXPECT_TRUE(ctl_json({"topic", "describe", "jsonic"}).is_object());
+  EXPECT_TRUE(ctl_json({"cluster", "describe"}).contains("nodes"));
+  EXPECT_TRUE(ctl_json({"group", "list"}).is_array());
+  auto c = ctl({"--json", "consume", "jsonic", "--from-beginning", "--max", "2", "--timeout",
+                "10000"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  auto lines = lines_of(c.out);
+  ASSERT_EQ(lines.size(), 2u) << c.out;
+  auto first = json::parse(lines[0]);
+  EXPECT_EQ(first["key"], "k");
+  EXPECT_EQ(first["value"], "x");
+  EXPECT_EQ(first["offset"], 0);
+  EXPECT_EQ(json::parse(lines[1])["value"], "y");
+}
+
+TEST_F(Cli, TableOutputsHaveHeaders) {
+  create_topic("tabled", 1);
+  auto list = ctl({"topic", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.out.rfind("TOPIC", 0), 0u) << list.out;
+  auto cluster = ctl({"cluster", "describe"});
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.err;
+  EXPECT_NE(cluster.out.find("CONTROLLER"), std::string::npos) << cluster.out;
+}
+
+TEST_F(Cli, UnknownTopicExitsNonZeroNamingTheCode) {
+  for (auto args : std::vector<std::vector<std::string>>{
+         {"produce", "no-such-topic"},
+         {"consume", "no-such-topic", "--max", "1", "--timeout", "2000"},
+         {"topic", "describe", "no-such-topic"},
+         {"topic", "delete", "no-such-topic"}}) {
+    auto r = ctl(args, "x\n", 30s);
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_NE(r.exit_code, 0) << args[0];
+    EXPECT_EQ(r.err.rfind("ferryctl: unknown_topic", 0), 0u) << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  }
+}
+
+TEST_F(Cli, CreateErrorsNameTheirCode) {
+  create_topic("twice", 1);
+  auto dup = ctl({"topic", "create", "twice"});
+  EXPECT_NE(dup.exit_code, 0);
+  EXPECT_NE(dup.err.find("topic_exists"), std::string::npos) << dup.err;
+  auto bad = ctl({"topic", "create", "bad/name"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("invalid_topic_name"), std::string::npos) << bad.err;
+  auto cfg = ctl({"topic", "create", "cfg-bad", "--config", "retention.ms=soon"});
+  EXPECT_NE(cfg.exit_code, 0);
+  EXPECT_NE(cfg.err.find("invalid_config"), std::string::npos) << cfg.err;
+}
+
+TEST_F(Cli, TopicDeleteRemovesIt) {
+  create_topic("doomed", 1);
+  ASSERT_EQ(ctl({"topic", "delete", "doomed"}).exit_code, 0);
+  auto d = ctl({"topic", "describe", "doomed"});
+  EXPECT_NE(d.exit_code, 0);
+  EXPECT_NE(d.err.find("unknown_topic"), std::string::npos) << d.err;
+}
+
+TEST(CliConnection, BadBrokerAddressFailsWithinTheTimeout) {
+  // A closed port: refused at once, retried until --connect-timeout.
+  auto start = std::chrono::steady_clock::now();
+  auto r = run_command(FERRYCTL_PATH,
+                       {"--broker", "127.0.0.1:1", "--connect-timeout", "1500", "topic", "list"},
+                       20s);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot connect to broker 127.0.0.1:1"), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  EXPECT_LT(took, 10s);
+  // A malformed address fails before any connect.
+  auto bad = run_command(FERRYCTL_PATH, {"--broker", "localhost:notaport", "topic", "list"}, 20s);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("invalid_config"), std::string::npos) << bad.err;
+  // FERRY_BROKER is the default; the usage error exits 2 without connecting.
+  auto usage = run_command(FERRYCTL_PATH, {"topic"}, 20s);
+  EXPECT_NE(usage.exit_code, 0);
+}
+
+// -- the client library in this process, ferryd in another ----------------------------
+
+struct client_system {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+
+  client_system() {
+    ferry::configure_client(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+
+/// Sends `n` keyed messages through `prod`, many in flight; returns the
+/// reports in send order (offset -1 for a failure, with `errors` counted).
+std::vector<ferry::delivery_report> produce_all(caf::actor_system& sys,
+                                                ferry::producer_actor prod,
+                                                const std::string& topic, int n, int keys,
+                                                int& errors, std::string& first_error,
+                                                std::atomic<int>* progress = nullptr) {
+  caf::scoped_actor self{sys};
+  using handle = decltype(self->request(prod, caf::infinite, ferry::produce_atom_v,
+                                        ferry::client_message{}));
+  std::deque<handle> pending;
+  std::vector<ferry::delivery_report> out;
+  out.reserve(static_cast<size_t>(n));
+  auto wait_one = [&] {
+    pending.front().receive([&](ferry::delivery_report& r) {
+                              out.push_back(r);
+                              if (progress != nullptr)
+                                ++*progress;
+                            },
+                            [&](caf::error& e) {
+                              if (first_error.empty())
+                                first_error = ferry::error_text(e);
+                              ++errors;
+                              out.push_back(ferry::delivery_report{});
+                            });
+    pending.pop_front();
+  };
+  for (int i = 0; i < n; ++i) {
+    ferry::client_message m;
+    m.topic = topic;
+    m.has_key = true;
+    m.key = "key-" + std::to_string(i % keys);
+    m.value = "v" + std::to_string(i);
+    pending.push_back(self->request(prod, 180s, ferry::produce_atom_v, std::move(m)));
+    if (pending.size() >= 1000)
+      wait_one();
+  }
+  while (!pending.empty())
+    wait_one();
+  return out;
+}
+
+TEST(ClientLibrary, HundredThousandKeyedMessagesThreeMembersAndAKilledOne) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  auto ctl = [&](std::vector<std::string> args, const std::string& input = {}) {
+    args.insert(args.begin(), {"--broker", broker.endpoint()});
+    return run_command(FERRYCTL_PATH, args, 60s, input);
+  };
+  ASSERT_EQ(ctl({"topic", "create", "big", "--partitions", "6"}).exit_code, 0);
+
+  constexpr int total = 100000;
+  constexpr int keys = 500;
+  client_system cs;
+  ferry::producer_config pcfg;
+  pcfg.bootstrap = broker.endpoint();
+  auto prod = ferry::spawn_producer(*cs.sys, pcfg);
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  int errors = 0;
+  std::string first_error;
+  auto reports = produce_all(*cs.sys, *prod, "big", total, keys, errors, first_error);
+  ASSERT_EQ(errors, 0) << first_error;
+  // Per key: one partition, offsets rising in send order.
+  std::map<std::string, std::pair<int32_t, int64_t>> last;
+  for (int i = 0; i < total; ++i) {
+    auto key = "key-" + std::to_string(i % keys);
+    auto& r = reports[static_cast<size_t>(i)];
+    auto [it, fresh] = last.emplace(key, std::make_pair(r.partition.value, r.off.value));
+    if (!fresh) {
+      ASSERT_EQ(it->second.first, r.partition.value) << key;
+      ASSERT_LT(it->second.second, r.off.value) << key;
+      it->second.second = r.off.value;
+    }
+  }
+  caf::anon_send_exit(*prod, caf::exit_reason::user_shutdown);
+
+  // Three ferryctl members split the six partitions.
+  auto member = [&] {
+    return child_process::start(FERRYCTL_PATH,
+                                {"--broker", broker.endpoint(), "consume", "big", "--group",
+                                 "trio", "--from-beginning", "--session-timeout", "6000",
+                                 "--timeout", "120000"});
+  };
+  std::vector<std::unique_ptr<child_process>> members;
+  for (int i = 0; i < 3; ++i) {
+    members.push_back(member());
+    ASSERT_TRUE(members.back());
+  }
+  auto distinct_values = [&] {
+    std::set<std::string> seen;
+    for (auto& m : members)
+      for (auto& line : lines_of(m->out()))
+        seen.insert(line);
+    return seen;
+  };
+  auto members_with_partitions = [&](size_t want_members) {
+    auto g = json::parse(ctl({"--json", "group", "describe", "trio"}).out, nullptr, false);
+    if (g.is_discarded() || !g.contains("members") || g["members"].size() != want_members)
+      return false;
+    size_t assigned = 0;
+    for (auto& m : g["members"]) {
+      if (m["assignment"].empty())
+        return false;
+      assigned += m["assignment"].size();
+    }
+    return assigned == 6;
+  };
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!members_with_partitions(3) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(members_with_partitions(3))
+    << ctl({"group", "describe", "trio"}).out;
+  while (distinct_values().size() < total && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(distinct_values().size(), static_cast<size_t>(total));
+
+  // Kill one member without a goodbye: after the session timeout its
+  // partitions move to the other two.
+  members[0]->signal(SIGKILL);
+  members[0]->wait_exit(10s);
+  deadline = std::chrono::steady_clock::now() + 60s;
+  while (!members_with_partitions(2) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(250ms);
+  ASSERT_TRUE(members_with_partitions(2)) << ctl({"group", "describe", "trio"}).out;
+
+  // New messages on every partition reach the survivors.
+  std::string late;
+  for (int i = 0; i < 600; ++i)
+    late += "k" + std::to_string(i) + ":late" + std::to_string(i) + "\n";
+  ASSERT_EQ(ctl({"produce", "big", "--key-separator", ":"}, late).exit_code, 0);
+  auto late_seen = [&] {
+    std::set<std::string> seen;
+    for (size_t i = 1; i < members.size(); ++i)
+      for (auto& line : lines_of(members[i]->out()))
+        if (line.rfind("late", 0) == 0)
+          seen.insert(line);
+    return seen.size();
+  };
+  deadline = std::chrono::steady_clock::now() + 60s;
+  while (late_seen() < 600 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(late_seen(), 600u);
+  EXPECT_EQ(broker.stop(20s), 0);
+}
+
+TEST(ClientLibrary, ARejectedBatchFailsAloneAndLaterOnesStillLand) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  ASSERT_EQ(run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "topic", "create",
+                                        "small", "--config", "max.message.bytes=2000"})
+              .exit_code,
+            0);
+  client_system cs;
+  ferry::producer_config pcfg;
+  pcfg.bootstrap = broker.endpoint();
+  auto prod = ferry::spawn_producer(*cs.sys, pcfg);
+  ASSERT_TRUE(prod);
+  caf::scoped_actor self{*cs.sys};
+  auto send = [&](std::string value) {
+    ferry::client_message m;
+    m.topic = "small";
+    m.value = std::move(value);
+    caf::expected<ferry::delivery_report> out{caf::error{}};
+    self->request(*prod, 60s, ferry::produce_atom_v, std::move(m))
+      .receive([&](ferry::delivery_report& r) { out = r; },
+               [&](caf::error& e) { out = std::move(e); });
+    return out;
+  };
+  auto a = send("first");
+  ASSERT_TRUE(a) << ferry::error_text(a.error());
+  EXPECT_EQ(a->off.value, 0);
+  // Refused by the broker (max.message.bytes): fails for good, at once.
+  auto b = send(std::string(5000, 'x'));
+  ASSERT_FALSE(b);
+  EXPECT_EQ(ferry::code_of(b.error()), ferry::ec::message_too_large)
+    << ferry::error_text(b.error());
+  // Refused by the client (max.request.size).
+  auto big = send(std::string(2u << 20, 'y'));
+  ASSERT_FALSE(big);
+  EXPECT_EQ(ferry::code_of(big.error()), ferry::ec::message_too_large);
+  // The idempotent sequence closed the gap: the next batch lands.
+  auto c = send("third");
+  ASSERT_TRUE(c) << ferry::error_text(c.error());
+  EXPECT_EQ(c->off.value, 1);
+  // Unknown topics fail with their code.
+  ferry::client_message m;
+  m.topic = "nowhere";
+  caf::error err;
+  self->request(*prod, 60s, ferry::produce_atom_v, m)
+    .receive([](ferry::delivery_report&) {}, [&](caf::error& e) { err = e; });
+  EXPECT_EQ(ferry::code_of(err), ferry::ec::unknown_topic) << ferry::error_text(err);
+  bool flushed = false;
+  self->request(*prod, 60s, ferry::flush_atom_v).receive([&](bool ok) { flushed = ok; },
+                                                         [](caf::error&) {});
+  EXPECT_TRUE(flushed);
+  caf::anon_send_exit(*prod, caf::exit_reason::user_shutdown);
+  EXPECT_EQ(broker.stop(20s), 0);
+}
+
+TEST(ClientLibrary, ProducerAndConsumerSurviveABrokerKillWithoutDuplicates) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  ASSERT_EQ(run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "topic", "create",
+                                        "restart", "--partitions", "3"})
+              .exit_code,
+            0);
+  constexpr int total = 60000;
+  client_system cs;
+  ferry::producer_config pcfg;
+  pcfg.bootstrap = broker.endpoint();
+  pcfg.linger = 1ms;
+  auto prod = ferry::spawn_producer(*cs.sys, pcfg);
+  ASSERT_TRUE(prod);
+  // Kill and restart the broker while the producer is busy.
+  int errors = 0;
+  std::string first_error;
+  std::vector<ferry::delivery_report> reports;
+  std::atomic<int> progress{0};
+  std::thread producing{[&] {
+    reports = produce_all(*cs.sys, *prod, "restart", total, 100, errors, first_error,
+                          &progress);
+  }};
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (progress < total / 10 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_LT(progress.load(), total) << "the producer finished before the kill";
+  broker.kill9();
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(broker.restart(true)) << broker.output();
+  producing.join();
+  ASSERT_EQ(errors, 0) << first_error;
+
+  // Every message once: offsets are dense and distinct per partition.
+  std::map<int32_t, std::set<int64_t>> offsets;
+  for (auto& r : reports)
+    ASSERT_TRUE(offsets[r.partition.value].insert(r.off.value).second)
+      << "offset reported twice: " << r.partition.value << "/" << r.off.value;
+  ferry::consumer_config ccfg;
+  ccfg.bootstrap = broker.endpoint();
+  ccfg.topics = {"restart"};
+  ccfg.auto_offset_reset = "earliest";
+  auto cons = ferry::spawn_consumer(*cs.sys, ccfg);
+  ASSERT_TRUE(cons);
+  caf::scoped_actor self{*cs.sys};
+  std::map<std::string, int> values;
+  deadline = std::chrono::steady_clock::now() + 60s;
+  size_t got = 0;
+  bool restarted_again = false;
+  while (got < total && std::chrono::steady_clock::now() < deadline) {
+    self->request(*cons, 10s, ferry::poll_atom_v, int32_t{500})
+      .receive(
+        [&](std::vector<ferry::consumed_message>& msgs) {
+          for (auto& m : msgs)
+            ++values[m.value];
+          got += msgs.size();
+        },
+        [&](caf::error& e) { ADD_FAILURE() << ferry::error_text(e); });
+    if (!restarted_again && got > total / 3) {
+      // The consumer too reconnects and continues where it was.
+      restarted_again = true;
+      broker.kill9();
+      ASSERT_TRUE(broker.restart(true)) << broker.output();
+    }
+  }
+  EXPECT_EQ(got, static_cast<size_t>(total));
+  EXPECT_EQ(values.size(), static_cast<size_t>(total));
+  for (auto& [v, n] : values)
+    if (n != 1) {
+      ADD_FAILURE() << v << " seen " << n << " times";
+      break;
+    }
+  caf::anon_send_exit(*prod, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(*cons, caf::exit_reason::user_shutdown);
+  EXPECT_EQ(broker.stop(20s), 0);
+}
+
+} // namespace

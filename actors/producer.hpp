@@ -1,0 +1,91 @@
+#pragma once
+// The CAF-native producer (client library). Send it
+// (produce_atom, client_message) and it answers with the delivery_report
+// once the broker acknowledged the message per `acks`, or with an error once
+// retries and the delivery timeout ran out.
+//
+// Inside: the partitioner (murmur2 for keys, sticky for null keys), one open
+// batch per partition closed by size (batch_size) or time (linger), one
+// RecordBatch v2 per produce request, up to max_in_flight requests per
+// partition, retries with backoff, and idempotence (a producer id from the
+// broker plus per-partition sequence numbers, so a resent batch is
+// deduplicated and per-partition order holds). Batches that were in flight
+// when the connection dropped are resent after the reconnect. Memory is
+// bounded by buffer_memory: past it, produce waits up to max_block, then
+// fails with `throttled` (retriable).
+
+#include "actors/client_connection.hpp"
+#include "actors/interfaces.hpp"
+#include "broker/record_batch.hpp"
+
+#include <caf/expected.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace ferry {
+
+/// Producer settings; the Kafka name of each is in its comment.
+struct producer_config {
+  /// bootstrap.servers: "HOST:PORT", used when no connection is passed.
+  std::string bootstrap = "127.0.0.1:9092";
+  /// client.id
+  std::string client_id = "ferry-producer";
+  /// acks
+  acks_mode acks = acks_mode::all;
+  /// linger.ms: how long a partition's batch waits for more records. 0 still
+  /// gathers what arrived in the same burst (the actor's mailbox).
+  std::chrono::milliseconds linger{5};
+  /// batch.size: bytes at which a partition's batch closes.
+  size_t batch_size = 16384;
+  /// compression.type
+  compression codec = compression::none;
+  /// retries: resend attempts for retriable errors.
+  int32_t retries = std::numeric_limits<int32_t>::max();
+  /// retry.backoff.ms, doubling per attempt up to retry.backoff.max.ms.
+  std::chrono::milliseconds retry_backoff{100};
+  std::chrono::milliseconds retry_backoff_max{1000};
+  /// max.in.flight.requests.per.connection, here per partition (1..5 with
+  /// idempotence; forced to 1 without idempotence when retries > 0).
+  int32_t max_in_flight = 5;
+  /// delivery.timeout.ms: upper bound from send to report or failure.
+  std::chrono::milliseconds delivery_timeout{120000};
+  /// request.timeout.ms: one produce request.
+  std::chrono::milliseconds request_timeout{30000};
+  /// enable.idempotence (effective with acks=all only, as in Kafka).
+  bool idempotence = true;
+  /// buffer.memory: bytes of records held (batching, in flight, retrying).
+  size_t buffer_memory = 32u << 20;
+  /// max.block.ms: how long produce waits for buffer space (0: fail at once).
+  std::chrono::milliseconds max_block{60000};
+  /// max.request.size: largest single record accepted.
+  size_t max_request_size = 1u << 20;
+  /// metadata.max.age.ms: topic partition counts are refreshed this often.
+  std::chrono::milliseconds metadata_max_age{300000};
+};
+
+/// Parses "none", "gzip", "lz4", "zstd" (invalid_config otherwise).
+caf::expected<compression> parse_compression(std::string_view name);
+
+/// Parses "0", "1", "all" or "-1" (invalid_config otherwise).
+caf::expected<acks_mode> parse_acks(std::string_view name);
+
+/// Checks a config for values the producer cannot work with.
+caf::error validate(const producer_config& cfg);
+
+/// Spawns a producer that talks through `conn` (shared; not stopped with the
+/// producer). invalid_config if `cfg` is not valid.
+caf::expected<producer_actor> spawn_producer(caf::actor_system& sys,
+                                             producer_config cfg,
+                                             connection_actor conn);
+
+/// Spawns a producer with its own connection to cfg.bootstrap, stopped when
+/// the producer ends.
+caf::expected<producer_actor> spawn_producer(caf::actor_system& sys,
+                                             producer_config cfg);
+
+} // namespace ferry
