@@ -2,6 +2,8 @@
 
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
+#include "broker/record_batch.hpp"
+#include "metrics/group_probe.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
@@ -10,7 +12,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -35,6 +39,7 @@ using join_promise = caf::typed_response_promise<join_group_response>;
 // contain a '-', so they never collide.
 const std::string rebalance_timer = "";
 const std::string delay_timer = "#initial-delay";
+const std::string metrics_timer = "#metrics";
 
 partition_ref to_ref(const topic_partition& x) {
   return partition_ref{x.topic, x.partition};
@@ -425,6 +430,10 @@ caf::result<sync_group_response> handle_sync(self_ptr self,
   return res;
 }
 
+void report_members(self_ptr self);
+void refresh_metrics(self_ptr self);
+void schedule_metrics(self_ptr self);
+
 caf::result<void> handle_heartbeat(self_ptr self,
                                    const heartbeat_request& req) {
   auto& st = self->state;
@@ -468,6 +477,13 @@ caf::result<void> handle_leave(self_ptr self, const leave_group_request& req) {
 
 void handle_expire(self_ptr self, const std::string& id, uint64_t token) {
   auto& st = self->state;
+  if (id == metrics_timer) {
+    if (token != st.metrics_token)
+      return;
+    refresh_metrics(self);
+    schedule_metrics(self);
+    return;
+  }
   if (id == rebalance_timer) {
     if (token != st.rebalance_token
         || st.phase != group_phase::preparing_rebalance)
@@ -554,6 +570,10 @@ caf::result<void> handle_commit(self_ptr self,
   if (auto err = st.cfg.offsets->commit(st.cfg.group, batch, rec))
     return err;
   st.registered = true;
+  if (st.cfg.probe)
+    for (const auto& o : req.offsets)
+      st.cfg.probe->committed(o.topic, o.partition, o.committed);
+  report_members(self);
   return caf::unit;
 }
 
@@ -761,6 +781,10 @@ handle_reset(self_ptr self, const reset_offsets_request& req) {
         return;
       }
       st.registered = true;
+      if (st.cfg.probe)
+        for (const auto& o : batch)
+          st.cfg.probe->committed(o.topic, o.partition, o.committed);
+      report_members(self);
     }
     rp.deliver(std::move(out));
   };
@@ -830,8 +854,155 @@ caf::result<void> handle_delete(self_ptr self) {
   st.registered = false;
   st.generation = 0;
   st.assignor.clear();
+  if (st.cfg.probe)
+    st.cfg.probe->clear();
   log::info("group {}: deleted", st.cfg.group);
   return caf::unit;
+}
+
+// -- metrics ------------------------------------------------------------------
+
+// A group without an offset-store entry and without members has no series.
+bool visible(const group_state& st) {
+  return st.registered || !st.members.empty();
+}
+
+void report_members(self_ptr self) {
+  auto& st = self->state;
+  if (st.cfg.probe && visible(st))
+    st.cfg.probe->members(st.members.size());
+}
+
+// The timestamp of the record at `at` in fetched data, whose first batch
+// contains `at`.
+std::optional<timestamp_ms> timestamp_at(std::string_view data, offset at) {
+  auto h = parse_batch_header(data);
+  if (!h || at < h->base_offset || at > h->last_offset())
+    return std::nullopt;
+  if (h->ts_type() == timestamp_type::log_append_time)
+    return h->max_timestamp;
+  if (at == h->base_offset || h->records_count <= 1)
+    return h->base_timestamp;
+  auto batch = decode_batch(data.substr(0, h->total_size()));
+  if (!batch)
+    return h->base_timestamp; // damaged: the batch's first record is close
+  for (const auto& r : batch->records)
+    if (h->base_offset + r.offset_delta >= at)
+      return r.timestamp;
+  return h->base_timestamp;
+}
+
+// Lag and lag seconds from list offsets (and one fetch per lagging partition).
+void finish_lag(self_ptr self, const std::vector<partition_ref>& parts,
+                const std::vector<offset>& committed,
+                std::vector<caf::expected<offset>>& starts,
+                std::vector<caf::expected<offset>>& ends) {
+  auto& st = self->state;
+  // Answers still missing; the last one ends the refresh.
+  auto pending = std::make_shared<size_t>(1);
+  auto done = [self, pending] {
+    if (--*pending == 0)
+      self->state.metrics_refreshing = false;
+  };
+  if (!st.cfg.probe || !visible(st)) {
+    done();
+    return;
+  }
+  auto& probe = *st.cfg.probe;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& ref = parts[i];
+    if (!starts[i] || !ends[i]) {
+      const auto& err = !starts[i] ? starts[i].error() : ends[i].error();
+      if (is(err, ec::unknown_topic) || is(err, ec::unknown_partition))
+        probe.forget(ref.topic, ref.partition);
+      continue;
+    }
+    auto from = std::max(committed[i], *starts[i]);
+    auto lag = std::max<int64_t>(0, *ends[i] - from);
+    probe.lag(ref.topic, ref.partition, lag);
+    if (lag == 0) {
+      probe.lag_seconds(ref.topic, ref.partition, 0.0);
+      continue;
+    }
+    // One batch (max_bytes 1) as an internal reader (replica_id -2).
+    fetch_request req{ref.topic, ref.partition, from, 1, 0, 0, -2};
+    ++*pending;
+    self
+      ->request(st.cfg.broker, st.cfg.broker_timeout, fetch_atom_v,
+                std::move(req))
+      .then(
+        [self, ref, from, done](fetch_response& resp) {
+          auto& st = self->state;
+          if (st.cfg.probe && visible(st)) {
+            if (auto ts = timestamp_at(resp.data, from)) {
+              auto now = st.cfg.clock ? st.cfg.clock() : system_now_ms();
+              st.cfg.probe->lag_seconds(
+                ref.topic, ref.partition,
+                static_cast<double>(std::max<int64_t>(0, now - *ts)) / 1000.0);
+            }
+          }
+          done();
+        },
+        [self, ref, done](caf::error& err) {
+          log::debug("group {}: no lag seconds for {}/{}: {}",
+                     self->state.cfg.group, ref.topic, ref.partition.value,
+                     err);
+          done();
+        });
+  }
+  done();
+}
+
+// Committed offsets now; lag once the broker answered (see the header).
+void refresh_metrics(self_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.probe)
+    return;
+  auto& probe = *st.cfg.probe;
+  if (!visible(st)) {
+    probe.clear();
+    return;
+  }
+  probe.members(st.members.size());
+  auto all = st.cfg.offsets->fetch(st.cfg.group);
+  if (!all) {
+    log::warn("group {}: no metrics: cannot read offsets: {}", st.cfg.group,
+              all.error());
+    return;
+  }
+  std::set<metrics::group_probe::partition_key> keep;
+  std::vector<partition_ref> parts;
+  std::vector<offset> committed;
+  for (const auto& o : *all) {
+    if (o.committed.value < 0)
+      continue;
+    keep.emplace(o.topic, o.partition);
+    probe.committed(o.topic, o.partition, o.committed);
+    parts.push_back(partition_ref{o.topic, o.partition});
+    committed.push_back(o.committed);
+  }
+  probe.retain(keep);
+  if (!st.cfg.broker || parts.empty() || st.metrics_refreshing)
+    return;
+  st.metrics_refreshing = true;
+  list_offsets(self, parts, -2,
+               [self, parts, committed](auto& starts) mutable {
+                 list_offsets(self, parts, -1,
+                              [self, parts, committed,
+                               starts](auto& ends) mutable {
+                                finish_lag(self, parts, committed, starts,
+                                           ends);
+                              });
+               });
+}
+
+void schedule_metrics(self_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.probe || st.cfg.metrics_interval.count() <= 0)
+    return;
+  st.metrics_token = fresh_token(self);
+  send_self(self, st.cfg.metrics_interval, expire_atom_v, metrics_timer,
+            st.metrics_token);
 }
 
 void handle_update(self_ptr self, const std::vector<topic_metadata>& topics) {
@@ -881,9 +1052,15 @@ group_coordinator(group_coordinator_actor::stateful_pointer<group_state> self,
     st.generation = (*rec)->generation;
   }
   handle_update(self, st.cfg.topics);
+  if (st.cfg.probe) {
+    refresh_metrics(self);
+    schedule_metrics(self);
+  }
   return {
     [self](join_atom, join_group_request& req) {
-      return handle_join(self, req);
+      auto res = handle_join(self, req);
+      report_members(self);
+      return res;
     },
     [self](sync_atom, const sync_group_request& req) {
       return handle_sync(self, req);
@@ -892,7 +1069,9 @@ group_coordinator(group_coordinator_actor::stateful_pointer<group_state> self,
       return handle_heartbeat(self, req);
     },
     [self](leave_atom, const leave_group_request& req) {
-      return handle_leave(self, req);
+      auto res = handle_leave(self, req);
+      report_members(self);
+      return res;
     },
     [self](commit_atom, const commit_offsets_request& req) {
       return handle_commit(self, req);
@@ -907,6 +1086,7 @@ group_coordinator(group_coordinator_actor::stateful_pointer<group_state> self,
     [self](delete_atom, group_atom) { return handle_delete(self); },
     [self](expire_atom, const std::string& id, uint64_t token) {
       handle_expire(self, id, token);
+      report_members(self);
     },
     [self](update_atom, const std::vector<topic_metadata>& topics) {
       handle_update(self, topics);

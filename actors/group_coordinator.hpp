@@ -34,10 +34,26 @@
 //
 // Offsets: commit is durable in the offset_store before the reply. Describe
 // and reset ask the broker handle for log start (-2) and end (-1) offsets.
+//
+// Metrics (with cfg.probe): members after every join, leave and expiry;
+// committed offsets on every commit and reset; and every metrics_interval a
+// refresh (an (expire_atom, "#metrics", token) timer) that reads the
+// group's committed offsets and asks the broker, per partition, for log
+// start and end and, when behind, for one batch at the first unconsumed
+// offset (fetch with replica_id -2, max_bytes 1: one batch, not counted as
+// consumer traffic) to get that record's timestamp:
+//   lag         = max(0, HW - max(committed, log start))
+//   lag_seconds = lag > 0 ? (now - timestamp of the record at
+//                 max(committed, log start)) / 1000 : 0
+// Partitions without a committed offset have no series; partitions whose
+// topic is gone (unknown_topic / unknown_partition) lose theirs. A group that
+// has neither an offset-store entry nor members (never used, or deleted) has
+// no series at all.
 
 #include "actors/interfaces.hpp"
 #include "broker/assignors.hpp"
 #include "broker/offset_store.hpp"
+#include "broker/partition_log.hpp"
 
 #include <caf/stateful_actor.hpp>
 #include <caf/timespan.hpp>
@@ -53,6 +69,10 @@
 #include <vector>
 
 namespace ferry {
+
+namespace metrics {
+class group_probe;
+} // namespace metrics
 
 /// How to run a group coordinator.
 struct group_config {
@@ -77,6 +97,13 @@ struct group_config {
   caf::timespan broker_timeout = std::chrono::seconds{10};
   /// Seeds the member id suffixes; 0 = from std::random_device.
   uint64_t member_id_seed = 0;
+  /// Metrics of this group; null: none (and no metrics timer). One per
+  /// group (not shared via defaults).
+  std::shared_ptr<metrics::group_probe> probe;
+  /// Period of the lag refresh (see the file comment).
+  caf::timespan metrics_interval = std::chrono::seconds{10};
+  /// Wall clock for lag seconds; empty means the system clock.
+  clock_fn clock;
 };
 
 /// Kafka's group states.
@@ -139,6 +166,10 @@ struct group_state {
   bool revocation_pending = false;
   /// The group has an entry in the offset store.
   bool registered = false;
+  /// Token of the live metrics timer.
+  uint64_t metrics_token = 0;
+  /// A lag refresh waits for the broker's answers.
+  bool metrics_refreshing = false;
   std::mt19937_64 rng;
 
   static inline const char* name = "group_coordinator";

@@ -4,11 +4,13 @@
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "metrics/partition_probe.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/system_messages.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -17,9 +19,52 @@ namespace ferry {
 namespace {
 
 using replica_ptr = partition_actor::stateful_pointer<partition_replica_state>;
+using steady_clock = std::chrono::steady_clock;
 
 std::string name_of(const partition_replica_state& st) {
   return st.cfg.topic + "/" + std::to_string(st.cfg.partition.value);
+}
+
+// -- metrics ------------------------------------------------------------------
+
+// Records of fetched data at or after `from` (the first batch may start
+// before it).
+uint64_t records_from(std::string_view data, offset from) {
+  uint64_t n = 0;
+  while (!data.empty()) {
+    auto h = parse_batch_header(data, std::numeric_limits<int32_t>::max());
+    if (!h)
+      break;
+    auto first = std::max(h->base_offset, from);
+    if (h->last_offset() >= first)
+      n += std::min<uint64_t>(static_cast<uint64_t>(h->records_count),
+                              static_cast<uint64_t>(h->last_offset() - first)
+                                + 1);
+    data.remove_prefix(h->total_size());
+  }
+  return n;
+}
+
+// Consumer traffic only (see the header).
+void observe_fetch(const partition_replica_state& st, const fetch_request& req,
+                   const fetch_response& resp,
+                   steady_clock::time_point arrived) {
+  if (!st.cfg.probe || req.replica_id != -1)
+    return;
+  st.cfg.probe->fetched(records_from(resp.data, req.from), resp.data.size(),
+                        steady_clock::now() - arrived);
+}
+
+void observe_produce(const partition_replica_state& st, uint64_t records,
+                     uint64_t bytes, steady_clock::time_point arrived) {
+  if (st.cfg.probe)
+    st.cfg.probe->produced(records, bytes, steady_clock::now() - arrived);
+}
+
+void report_log(const partition_replica_state& st) {
+  if (st.cfg.probe && st.log)
+    st.cfg.probe->log_state(st.log->log_start(), st.log->log_end(),
+                            st.log->high_watermark(), st.log->size_bytes());
 }
 
 // -- group commit and the high watermark ----------------------------------------
@@ -88,6 +133,7 @@ void wake_waiters(replica_ptr self, bool all) {
     } else if (all
                || resp->data.size()
                     >= static_cast<size_t>(std::max(w.request.min_bytes, 0))) {
+      observe_fetch(st, w.request, *resp, w.arrived);
       w.promise.deliver(std::move(*resp));
     } else {
       ++i;
@@ -116,6 +162,7 @@ void advance(replica_ptr self) {
     }
     if (i->promise.pending()) {
       i->response.log_start = st.log->log_start();
+      observe_produce(st, i->records, i->bytes, i->arrived);
       i->promise.deliver(i->response);
     }
     st.pending_bytes -= i->bytes;
@@ -123,6 +170,7 @@ void advance(replica_ptr self) {
   }
   if (st.log->high_watermark() > old_hw && !st.waiters.empty())
     wake_waiters(self, false);
+  report_log(st);
 }
 
 void fail_pending(partition_replica_state& st, const caf::error& err) {
@@ -246,6 +294,7 @@ void shut_down(replica_ptr self) {
 
 caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   auto& st = self->state;
+  auto arrived = steady_clock::now();
   if (st.fenced)
     return st.fenced;
   if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
@@ -288,10 +337,13 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
     ++st.stats.duplicates;
     produce_response resp{chk->base_offset, chk->last_offset,
                           st.log->log_start(), true};
-    if (req.acks == acks_mode::none || covered(st, chk->last_offset, req.acks))
+    if (req.acks == acks_mode::none
+        || covered(st, chk->last_offset, req.acks)) {
+      observe_produce(st, 0, 0, arrived);
       return resp;
+    }
     // The original is appended but not yet committed: answer with it.
-    st.pending.push_back({chk->last_offset, 0, req.acks, resp, {}});
+    st.pending.push_back({chk->last_offset, 0, req.acks, resp, {}, 0, arrived});
     auto rp = self->make_response_promise<produce_response>();
     st.pending.back().promise = rp;
     return rp;
@@ -314,11 +366,15 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   st.producers.record(*hdr);
   produce_response resp{info->base_offset, info->last_offset,
                         st.log->log_start(), false};
-  st.pending.push_back({info->last_offset, info->bytes, req.acks, resp, {}});
+  uint64_t records = info->records;
+  st.pending.push_back(
+    {info->last_offset, info->bytes, req.acks, resp, {}, records, arrived});
   st.pending_bytes += info->bytes;
   schedule_commit(self);
-  if (req.acks == acks_mode::none)
+  if (req.acks == acks_mode::none) {
+    observe_produce(st, records, info->bytes, arrived);
     return resp;
+  }
   auto rp = self->make_response_promise<produce_response>();
   st.pending.back().promise = rp;
   return rp;
@@ -328,6 +384,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
 
 caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
   auto& st = self->state;
+  auto arrived = steady_clock::now();
   if (st.fenced)
     return st.fenced;
   if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
@@ -343,13 +400,16 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
     return std::move(resp.error());
   if (req.max_wait_ms <= 0
       || resp->data.size() >= static_cast<size_t>(std::max(req.min_bytes, 0))
-      || st.waiters.size() >= st.cfg.max_fetch_waiters)
+      || st.waiters.size() >= st.cfg.max_fetch_waiters) {
+    observe_fetch(st, req, *resp, arrived);
     return std::move(*resp);
+  }
   auto wait = std::min(std::chrono::milliseconds{req.max_wait_ms},
                        st.cfg.max_fetch_wait);
   auto id = st.next_waiter_id++;
   auto rp = self->make_response_promise<fetch_response>();
-  st.waiters.emplace(id, partition_replica_state::fetch_waiter{req, rp});
+  st.waiters.emplace(id,
+                     partition_replica_state::fetch_waiter{req, rp, arrived});
   ++st.stats.parked_fetches;
   self->delayed_send(self, wait, expire_atom_v, id);
   return rp;
@@ -399,6 +459,7 @@ void tick(replica_ptr self) {
     // Waiters whose offset fell below the log start hear about it now.
     if (!st.waiters.empty())
       wake_waiters(self, false);
+    report_log(st);
   }
   if (!st.commit_scheduled && !durable_acks(st) && st.log->flush_due())
     commit(self);
@@ -476,6 +537,8 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     return partition_actor::behavior_type::make_empty_behavior();
   }
   st.isr = {st.cfg.node_id};
+  if (st.cfg.probe)
+    st.cfg.probe->replication(st.isr.size(), 1);
   st.last_snapshot = self->clock().now();
   st.checkpointed_hw = st.log->high_watermark();
   // Everything recovered from disk is durable: the HW catches up with it.
@@ -529,8 +592,10 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       if (i == st.waiters.end())
         return; // answered already
       auto resp = read_fetch(st, i->second.request);
-      if (resp)
+      if (resp) {
+        observe_fetch(st, i->second.request, *resp, i->second.arrived);
         i->second.promise.deliver(std::move(*resp));
+      }
       else
         i->second.promise.deliver(std::move(resp.error()));
       st.waiters.erase(i);
@@ -559,6 +624,9 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
             log::warn("partition {}: cannot erase its metadata: {}",
                       name_of(st), err);
         }
+        // The partition is gone: so are its series (if no one else holds
+        // the probe).
+        st.cfg.probe.reset();
       }
       auto rp = self->make_response_promise<bool>();
       rp.deliver(true);

@@ -39,6 +39,13 @@
 // Without a store there is no snapshot: the whole log is replayed at start,
 // and the HW checkpoint lives in memory only.
 //
+// Metrics: with cfg.probe set, every answered produce and consumer fetch
+// (replica_id -1) is reported with its latency, and the log's offsets and
+// size after every commit and retention pass. Fetches by followers
+// (replica_id >= 0) and internal readers (replica_id -2: the group
+// coordinator reading record timestamps for lag seconds) are not consumer
+// traffic and are not counted.
+//
 // Lifecycle: spawn -> opens the log (failure: the actor quits with the
 // error) -> serves -> stop_atom (flush, checkpoint, snapshot, close, maybe
 // delete, answer true, quit) or an exit message / destruction (the same
@@ -64,6 +71,10 @@ namespace ferry {
 
 class file_system;
 class metadata_store;
+
+namespace metrics {
+class partition_probe;
+} // namespace metrics
 
 /// Sub-database of producer-state snapshots in the metadata_store.
 inline constexpr const char* producer_snapshots_db = "partition.producers";
@@ -101,6 +112,10 @@ struct partition_replica_config {
   /// Producers idle this long are forgotten (Kafka's
   /// producer.id.expiration.ms). Negative: never.
   std::chrono::milliseconds producer_expiration{std::chrono::hours{24}};
+  /// Metrics of this replica; null: none. One per replica (not shared via
+  /// defaults): its series live as long as the probe, so the replica drops
+  /// it when it stops.
+  std::shared_ptr<metrics::partition_probe> probe;
 };
 
 /// Counters for tests and metrics.
@@ -132,12 +147,18 @@ struct partition_replica_state {
     produce_response response;
     /// Invalid for acks=0 (already answered).
     caf::typed_response_promise<produce_response> promise;
+    /// Records appended (0 for a duplicate), for metrics.
+    uint64_t records = 0;
+    /// When the produce arrived, for the latency metric.
+    std::chrono::steady_clock::time_point arrived;
   };
 
   /// A parked long-poll fetch.
   struct fetch_waiter {
     fetch_request request;
     caf::typed_response_promise<fetch_response> promise;
+    /// When the fetch arrived, for the latency metric.
+    std::chrono::steady_clock::time_point arrived;
   };
 
   partition_replica_config cfg;

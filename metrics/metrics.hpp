@@ -1,0 +1,163 @@
+#pragma once
+// metrics::registry: the single access point for every Ferry metric family.
+// One per node (ferryd creates it; the exposer serves it; probes write it).
+// Each getter below names its metric, type and label dimensions; the table
+// in metrics/README.md lists the same in one place.
+//
+// Domain code does not use the families directly: it calls probe objects
+// (partition_probe, group_probe, node_probe) with plain values. Probes add
+// their series through acquire()/release(), which count references per
+// (family, labels): a series disappears when its last probe is gone, so two
+// probes that briefly share labels (a replica restarted while the old one is
+// still closing) never remove each other's series.
+//
+// This header only forward-declares prometheus-cpp; only metrics/*.cpp (and
+// tests reading series back) include prometheus-cpp headers.
+//
+// Thread safety: every member function may be called from any thread.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace prometheus {
+template <typename T>
+class Family;
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+} // namespace prometheus
+
+namespace ferry::metrics {
+
+/// Label name -> value of one series (prometheus::Labels).
+using labels = std::map<std::string, std::string>;
+
+/// Owns the prometheus registry and every family. Not copyable.
+class registry {
+public:
+  registry();
+  ~registry();
+  registry(const registry&) = delete;
+  registry& operator=(const registry&) = delete;
+
+  /// Upper bounds of the latency histograms, in seconds: 100us ... 10s.
+  static const std::vector<double>& latency_buckets();
+
+  // -- per partition replica: {topic, partition} ----------------------------
+
+  /// ferry_partition_high_watermark {topic, partition}: consumers read below.
+  prometheus::Family<prometheus::Gauge>& partition_high_watermark();
+  /// ferry_partition_log_start_offset {topic, partition}: first readable offset.
+  prometheus::Family<prometheus::Gauge>& partition_log_start_offset();
+  /// ferry_partition_log_end_offset {topic, partition}: next offset appended.
+  prometheus::Family<prometheus::Gauge>& partition_log_end_offset();
+  /// ferry_partition_size_bytes {topic, partition}: bytes of segment files.
+  prometheus::Family<prometheus::Gauge>& partition_size_bytes();
+  /// ferry_partition_isr_size {topic, partition}: in-sync replicas.
+  prometheus::Family<prometheus::Gauge>& partition_isr_size();
+  /// ferry_partition_under_replicated {topic, partition}: 1 if ISR < replicas.
+  prometheus::Family<prometheus::Gauge>& partition_under_replicated();
+
+  // -- per topic: {topic} -----------------------------------------------------
+
+  /// ferry_produce_latency_seconds {topic} (histogram): produce arrival at the
+  /// replica to its answer (includes the group-commit flush).
+  prometheus::Family<prometheus::Histogram>& produce_latency_seconds();
+  /// ferry_fetch_latency_seconds {topic} (histogram): consumer fetch arrival
+  /// to its answer (includes the long-poll wait, as Kafka's TotalTimeMs).
+  prometheus::Family<prometheus::Histogram>& fetch_latency_seconds();
+  /// ferry_bytes_in_total {topic} (counter): batch bytes appended by produce.
+  prometheus::Family<prometheus::Counter>& bytes_in_total();
+  /// ferry_bytes_out_total {topic} (counter): batch bytes sent to consumers.
+  prometheus::Family<prometheus::Counter>& bytes_out_total();
+  /// ferry_messages_in_total {topic} (counter): records appended by produce.
+  prometheus::Family<prometheus::Counter>& messages_in_total();
+  /// ferry_messages_out_total {topic} (counter): records sent to consumers.
+  prometheus::Family<prometheus::Counter>& messages_out_total();
+
+  // -- per consumer group -----------------------------------------------------
+
+  /// ferry_consumergroup_committed_offset {group, topic, partition}.
+  prometheus::Family<prometheus::Gauge>& consumergroup_committed_offset();
+  /// ferry_consumergroup_lag {group, topic, partition}: high watermark minus
+  /// max(committed, log start).
+  prometheus::Family<prometheus::Gauge>& consumergroup_lag();
+  /// ferry_consumergroup_lag_seconds {group, topic, partition}: now minus the
+  /// timestamp of the first unconsumed record; 0 when caught up.
+  prometheus::Family<prometheus::Gauge>& consumergroup_lag_seconds();
+  /// ferry_consumergroup_members {group}: members known to the coordinator.
+  prometheus::Family<prometheus::Gauge>& consumergroup_members();
+  /// ferry_dlq_messages_total {group, topic} (counter): dead-lettered records.
+  prometheus::Family<prometheus::Counter>& dlq_messages_total();
+  /// ferry_dlq_depth {group, topic}: records waiting in the dead-letter queue.
+  prometheus::Family<prometheus::Gauge>& dlq_depth();
+  /// ferry_redeliveries_total {group, topic} (counter): records delivered
+  /// again after a nack or an expired lease.
+  prometheus::Family<prometheus::Counter>& redeliveries_total();
+  /// ferry_lease_expiries_total {group, topic} (counter): leases that ran out.
+  prometheus::Family<prometheus::Counter>& lease_expiries_total();
+
+  // -- per node: no labels unless named ---------------------------------------
+
+  /// ferry_disk_used_bytes: used bytes of the file system of the data dir.
+  prometheus::Family<prometheus::Gauge>& disk_used_bytes();
+  /// ferry_disk_free_bytes: bytes of that file system available to ferryd.
+  prometheus::Family<prometheus::Gauge>& disk_free_bytes();
+  /// ferry_raft_term: the metadata quorum's term as this node knows it.
+  prometheus::Family<prometheus::Gauge>& raft_term();
+  /// ferry_raft_is_leader: 1 if this node leads the metadata quorum.
+  prometheus::Family<prometheus::Gauge>& raft_is_leader();
+  /// ferry_raft_commit_index: last committed metadata log index it knows.
+  prometheus::Family<prometheus::Gauge>& raft_commit_index();
+  /// ferry_request_errors_total {code} (counter): failed client requests by
+  /// error code name (ferry::to_string(ec), e.g. "unknown_topic").
+  prometheus::Family<prometheus::Counter>& request_errors_total();
+
+  // -- series lifetime --------------------------------------------------------
+
+  /// The series of `family` with `l`, added if new; counts a reference.
+  /// @returns a reference valid until the matching release().
+  prometheus::Gauge& acquire(prometheus::Family<prometheus::Gauge>& family,
+                             const labels& l);
+  prometheus::Counter& acquire(prometheus::Family<prometheus::Counter>& family,
+                               const labels& l);
+  prometheus::Histogram&
+  acquire(prometheus::Family<prometheus::Histogram>& family, const labels& l);
+
+  /// Drops a reference taken by acquire(); the last one removes the series.
+  void release(prometheus::Family<prometheus::Gauge>& family, const labels& l);
+  void release(prometheus::Family<prometheus::Counter>& family,
+               const labels& l);
+  void release(prometheus::Family<prometheus::Histogram>& family,
+               const labels& l);
+
+  // -- reading ----------------------------------------------------------------
+
+  /// The prometheus registry (for the exposer and for tests).
+  std::shared_ptr<prometheus::Registry> prometheus_registry() const;
+
+  /// Every series in the Prometheus text exposition format.
+  std::string text() const;
+
+private:
+  struct families;
+
+  template <class T>
+  T& acquire_impl(prometheus::Family<T>& family, const labels& l);
+  template <class T>
+  void release_impl(prometheus::Family<T>& family, const labels& l);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<families> families_;
+  std::mutex mtx_;
+  /// References per (family, labels).
+  std::map<std::pair<const void*, labels>, size_t> refs_;
+};
+
+} // namespace ferry::metrics

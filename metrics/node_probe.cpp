@@ -1,0 +1,91 @@
+#include "metrics/node_probe.hpp"
+
+#include "broker/error.hpp"
+#include "metrics/metrics.hpp"
+
+#include <caf/error.hpp>
+#include <caf/sec.hpp>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ferry::metrics {
+
+node_probe::node_probe(std::shared_ptr<registry> reg) : reg_(std::move(reg)) {
+  auto& r = *reg_;
+  disk_used_ = &r.acquire(r.disk_used_bytes(), {});
+  disk_free_ = &r.acquire(r.disk_free_bytes(), {});
+  raft_term_ = &r.acquire(r.raft_term(), {});
+  raft_is_leader_ = &r.acquire(r.raft_is_leader(), {});
+  raft_commit_index_ = &r.acquire(r.raft_commit_index(), {});
+}
+
+node_probe::~node_probe() {
+  auto& r = *reg_;
+  r.release(r.disk_used_bytes(), {});
+  r.release(r.disk_free_bytes(), {});
+  r.release(r.raft_term(), {});
+  r.release(r.raft_is_leader(), {});
+  r.release(r.raft_commit_index(), {});
+  for (const auto& [code, counter] : errors_)
+    r.release(r.request_errors_total(), labels{{"code", code}});
+}
+
+void node_probe::disk(uint64_t used_bytes, uint64_t free_bytes) {
+  disk_used_->Set(static_cast<double>(used_bytes));
+  disk_free_->Set(static_cast<double>(free_bytes));
+}
+
+caf::error node_probe::sample_disk(const std::filesystem::path& data_dir) {
+  struct statvfs sv;
+  if (::statvfs(data_dir.c_str(), &sv) != 0) {
+    auto err = errno;
+    return make_error(ec::io_error, "statvfs " + data_dir.string() + ": "
+                                      + std::strerror(err));
+  }
+  auto frag = static_cast<uint64_t>(sv.f_frsize);
+  auto used = (static_cast<uint64_t>(sv.f_blocks)
+               - static_cast<uint64_t>(sv.f_bfree))
+              * frag;
+  disk(used, static_cast<uint64_t>(sv.f_bavail) * frag);
+  return caf::none;
+}
+
+void node_probe::raft(int64_t term, bool is_leader, int64_t commit_index) {
+  raft_term_->Set(static_cast<double>(term));
+  raft_is_leader_->Set(is_leader ? 1.0 : 0.0);
+  raft_commit_index_->Set(static_cast<double>(commit_index));
+}
+
+void node_probe::standalone() {
+  raft(0, true, 0);
+}
+
+void node_probe::request_failed(std::string_view code) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = errors_.find(code);
+  if (i == errors_.end()) {
+    std::string name{code};
+    auto& c = reg_->acquire(reg_->request_errors_total(),
+                            labels{{"code", name}});
+    i = errors_.emplace(std::move(name), &c).first;
+  }
+  i->second->Increment();
+}
+
+void node_probe::request_failed(const caf::error& err) {
+  if (auto code = code_of(err); code != ec::none)
+    request_failed(std::string_view{to_string(code)});
+  else if (err.category() == caf::atom("system"))
+    request_failed(caf::to_string(static_cast<caf::sec>(err.code())));
+  else
+    request_failed(std::string_view{"other"});
+}
+
+} // namespace ferry::metrics

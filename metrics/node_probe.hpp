@@ -1,0 +1,80 @@
+#pragma once
+// node_probe: the node-wide metrics: disk of the data dir, the metadata
+// quorum (Raft) as this node sees it, and failed client requests by code.
+// One per node; ferryd (or the node actor) creates it next to the registry.
+//
+// Traffic totals (ferry_bytes_in_total, ferry_messages_out_total, ...) are
+// counted per topic by the partition probes, where records are appended and
+// read; the node must not count them again.
+//
+// Single node (no Raft yet): call standalone(), which reports term 0 (no
+// election ever ran; cluster describe also says raft_term 0), is_leader 1
+// (the node is the controller of its cluster of one) and commit index 0.
+//
+// Lifecycle: shared_ptr or plain member; thread-safe (every call only sets
+// or adds to a series).
+
+#include <caf/fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace prometheus {
+class Counter;
+class Gauge;
+} // namespace prometheus
+
+namespace ferry::metrics {
+
+class registry;
+
+class node_probe {
+public:
+  /// Adds the node-wide series (disk and Raft gauges at 0).
+  explicit node_probe(std::shared_ptr<registry> reg);
+  /// Removes the node-wide series.
+  ~node_probe();
+  node_probe(const node_probe&) = delete;
+  node_probe& operator=(const node_probe&) = delete;
+
+  /// Used and available bytes of the data dir's file system.
+  void disk(uint64_t used_bytes, uint64_t free_bytes);
+
+  /// Samples the file system holding `data_dir` (statvfs): used = (blocks -
+  /// free blocks) * fragment size; free = blocks available to unprivileged
+  /// users * fragment size. Returns io_error if statvfs fails (the gauges
+  /// keep their last values).
+  caf::error sample_disk(const std::filesystem::path& data_dir);
+
+  /// The metadata quorum as this node knows it.
+  void raft(int64_t term, bool is_leader, int64_t commit_index);
+
+  /// A node without Raft: term 0, leader, commit index 0 (see above).
+  void standalone();
+
+  /// A client request failed with the error code named `code`.
+  void request_failed(std::string_view code);
+
+  /// A client request failed with `err`: ferry errors count under their
+  /// code's name (ferry::to_string(ec)), others under "other".
+  void request_failed(const caf::error& err);
+
+private:
+  // Declared first: destroyed last, after the series are released.
+  std::shared_ptr<registry> reg_;
+  prometheus::Gauge* disk_used_;
+  prometheus::Gauge* disk_free_;
+  prometheus::Gauge* raft_term_;
+  prometheus::Gauge* raft_is_leader_;
+  prometheus::Gauge* raft_commit_index_;
+  /// request_failed may be called from several actors.
+  std::mutex mtx_;
+  std::map<std::string, prometheus::Counter*, std::less<>> errors_;
+};
+
+} // namespace ferry::metrics
