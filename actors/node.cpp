@@ -1,1 +1,844 @@
-// (being written)
+#include "actors/node.hpp"
+
+#include "actors/local_metadata.hpp"
+#include "broker/error.hpp"
+#include "broker/logging.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/offset_store.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+#include <caf/unit.hpp>
+
+#include <algorithm>
+#include <system_error>
+
+namespace ferry {
+
+namespace {
+
+using self_ptr = broker_actor::stateful_pointer<node_state>;
+using clock_type = caf::actor_clock;
+using time_point = caf::actor_clock::time_point;
+
+time_point now(self_ptr self) {
+  return self->home_system().clock().now();
+}
+
+std::string tp_name(const std::string& topic, partition_id p) {
+  return topic + "-" + std::to_string(p.value);
+}
+
+bool hosts(const node_state& st, const partition_assignment& pa) {
+  return std::find(pa.replicas.begin(), pa.replicas.end(), st.cfg.node_id)
+           != pa.replicas.end()
+         || pa.leader == st.cfg.node_id;
+}
+
+std::vector<topic_metadata> topic_list(const node_state& st) {
+  std::vector<topic_metadata> out;
+  out.reserve(st.topics.size());
+  for (auto& [name, md] : st.topics)
+    out.push_back(md);
+  return out;
+}
+
+/// Runs `f` now if the node has its first topic list, else once it has.
+template <class F>
+void when_ready(self_ptr self, F f) {
+  if (self->state.ready)
+    f();
+  else
+    self->state.deferred.emplace_back(std::move(f));
+}
+
+/// Sends the node a re-check after `delay`.
+void schedule_recheck(self_ptr self, caf::timespan delay) {
+  auto at = now(self) + delay;
+  auto& st = self->state;
+  // One pending re-check that fires no later than `at` is enough.
+  if (st.recheck_at != time_point{} && st.recheck_at >= now(self)
+      && st.recheck_at <= at)
+    return;
+  st.recheck_at = at;
+  self->delayed_send(self, delay, update_atom_v,
+                     std::vector<topic_metadata>{});
+}
+
+// -- replicas -----------------------------------------------------------------
+
+/// Removes a replica's data when its actor could not do it (crashed or did
+/// not answer): the directory, the checkpoint and the producer snapshot.
+void delete_replica_data(self_ptr self, const topic_partition& key) {
+  auto& st = self->state;
+  auto dir = replica_dir(st.cfg.data_dir, key.topic, key.partition);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec)
+    log::error("node: cannot delete {}: {}", dir.string(), ec.message());
+  if (auto err = st.cfg.store->erase_partition(key.topic, key.partition))
+    log::error("node: cannot erase the checkpoint of {}: {}",
+               tp_name(key.topic, key.partition), err);
+  if (auto k = metadata_format::encode_partition_key(key.topic, key.partition))
+    if (auto err = st.cfg.store->erase(producer_snapshots_db, *k))
+      log::error("node: cannot erase the producer snapshot of {}: {}",
+                 tp_name(key.topic, key.partition), err);
+}
+
+void reconcile(self_ptr self);
+
+/// Stops a replica; with `remove` its data goes too. Until it answered, the
+/// partition is in `stopping` and is not started again.
+void stop_replica(self_ptr self, const topic_partition& key,
+                  partition_actor handle, bool remove) {
+  auto& st = self->state;
+  if (!handle) {
+    if (remove)
+      delete_replica_data(self, key);
+    return;
+  }
+  st.stopping[key] = handle;
+  self
+    ->request(handle, st.cfg.shutdown_timeout, stop_atom_v, remove)
+    .then(
+      [self, key, remove](bool) {
+        self->state.stopping.erase(key);
+        log::info("node: stopped replica {}{}",
+                  tp_name(key.topic, key.partition),
+                  remove ? " and deleted its data" : "");
+        reconcile(self);
+      },
+      [self, key, handle, remove](caf::error& err) {
+        log::warn("node: replica {} did not stop cleanly: {}",
+                  tp_name(key.topic, key.partition), err);
+        self->send_exit(handle, caf::exit_reason::kill);
+        if (remove)
+          delete_replica_data(self, key);
+        self->state.stopping.erase(key);
+        reconcile(self);
+      });
+}
+
+void spawn_replica(self_ptr self, const topic_partition& key,
+                   const topic_metadata& md, const partition_assignment& pa,
+                   hosted_replica& r) {
+  auto& st = self->state;
+  auto rc = st.cfg.replica_defaults;
+  rc.topic = key.topic;
+  rc.partition = key.partition;
+  rc.dir = replica_dir(st.cfg.data_dir, key.topic, key.partition);
+  rc.topic_cfg = md.config;
+  rc.node_id = st.cfg.node_id;
+  rc.epoch = pa.epoch;
+  rc.store = st.cfg.store;
+  r.handle = self->spawn(partition_replica, std::move(rc));
+  r.config = md.config;
+  r.epoch = pa.epoch;
+  self->monitor(r.handle);
+  log::debug("node: started replica {}", tp_name(key.topic, key.partition));
+}
+
+/// Answers create waiters whose replicas all exist (after a status round
+/// trip, so the logs are open) or whose deadline passed.
+void check_create_waiters(self_ptr self);
+
+/// Brings the hosted replicas in line with the topic list.
+void reconcile(self_ptr self) {
+  auto& st = self->state;
+  if (st.shutting_down)
+    return;
+  auto t_now = now(self);
+  // Stop what is no longer hosted here.
+  for (auto i = st.replicas.begin(); i != st.replicas.end();) {
+    auto& [key, r] = *i;
+    auto t = st.topics.find(key.topic);
+    bool topic_gone = t == st.topics.end();
+    bool keep = !topic_gone
+                && static_cast<size_t>(key.partition.value)
+                     < t->second.partitions.size()
+                && hosts(st, t->second.partitions[static_cast<size_t>(
+                               key.partition.value)]);
+    if (keep) {
+      ++i;
+      continue;
+    }
+    if (r.handle)
+      self->demonitor(r.handle.address());
+    stop_replica(self, key, r.handle, topic_gone);
+    i = st.replicas.erase(i);
+  }
+  // Start what is missing, reconfigure what changed.
+  for (auto& [name, md] : st.topics) {
+    for (auto& pa : md.partitions) {
+      if (!hosts(st, pa))
+        continue;
+      topic_partition key{name, pa.partition};
+      if (st.stopping.count(key) > 0)
+        continue; // the old incarnation is still closing
+      auto& r = st.replicas[key];
+      if (!r.handle) {
+        if (r.given_up)
+          continue;
+        if (r.restart_at > t_now) {
+          schedule_recheck(self, r.restart_at - t_now);
+          continue;
+        }
+        spawn_replica(self, key, md, pa, r);
+      } else if (!(r.config == md.config)) {
+        self->send(r.handle, update_atom_v, md.config);
+        r.config = md.config;
+        log::info("node: new config for {}", tp_name(name, pa.partition));
+      }
+    }
+  }
+  check_create_waiters(self);
+}
+
+// -- waiting for replicas and gathering their status -------------------------
+
+/// Calls `done` with the status of each partition of `md` once every
+/// replica answered or the status timeout passed.
+void gather_status(self_ptr self, const topic_metadata& md,
+                   std::function<void(topic_description)> done) {
+  auto& st = self->state;
+  struct gather {
+    topic_description td;
+    size_t pending = 0;
+    std::function<void(topic_description)> done;
+  };
+  auto g = std::make_shared<gather>();
+  g->td.name = md.name;
+  g->td.config = md.config;
+  g->done = std::move(done);
+  for (auto& pa : md.partitions) {
+    partition_status ps;
+    ps.partition = pa.partition;
+    ps.leader = pa.leader;
+    ps.epoch = pa.epoch;
+    ps.replicas = pa.replicas;
+    ps.isr = pa.isr;
+    ps.online = false;
+    g->td.partitions.push_back(std::move(ps));
+  }
+  for (size_t idx = 0; idx < md.partitions.size(); ++idx) {
+    auto r = st.replicas.find(topic_partition{md.name,
+                                              md.partitions[idx].partition});
+    if (r == st.replicas.end() || !r->second.handle)
+      continue;
+    ++g->pending;
+    self->request(r->second.handle, st.cfg.status_timeout, status_atom_v)
+      .then(
+        [g, idx](partition_status& ps) {
+          auto& slot = g->td.partitions[idx];
+          // The metadata's view of placement wins; the replica adds the
+          // live offsets and sizes.
+          slot.log_start = ps.log_start;
+          slot.log_end = ps.log_end;
+          slot.high_watermark = ps.high_watermark;
+          slot.size_bytes = ps.size_bytes;
+          if (!ps.isr.empty())
+            slot.isr = ps.isr;
+          slot.online = true;
+          if (--g->pending == 0)
+            g->done(std::move(g->td));
+        },
+        [g](caf::error&) {
+          if (--g->pending == 0)
+            g->done(std::move(g->td));
+        });
+  }
+  if (g->pending == 0)
+    g->done(std::move(g->td));
+}
+
+bool replicas_exist(const node_state& st, const topic_metadata& md) {
+  for (auto& pa : md.partitions) {
+    if (!hosts(st, pa))
+      continue;
+    auto r = st.replicas.find(topic_partition{md.name, pa.partition});
+    if (r == st.replicas.end() || !r->second.handle)
+      return false;
+  }
+  return true;
+}
+
+void check_create_waiters(self_ptr self) {
+  auto& st = self->state;
+  auto t_now = now(self);
+  auto& ws = st.create_waiters;
+  for (auto i = ws.begin(); i != ws.end();) {
+    bool exist = replicas_exist(st, i->topic);
+    if (!exist && i->deadline > t_now) {
+      schedule_recheck(self, i->deadline - t_now);
+      ++i;
+      continue;
+    }
+    if (!exist)
+      log::warn("node: replicas of topic {} did not start in time",
+                i->topic.name);
+    auto rp = i->promise;
+    auto md = i->topic;
+    i = ws.erase(i);
+    // A status round trip proves that every replica opened its log.
+    gather_status(self, md, [rp, md](topic_description) mutable {
+      rp.deliver(md);
+    });
+  }
+}
+
+/// Answers `rp` with `md` once the replicas of `md` exist.
+void await_replicas(self_ptr self, topic_metadata md,
+                    caf::typed_response_promise<topic_metadata> rp) {
+  auto& st = self->state;
+  st.create_waiters.push_back(
+    create_waiter{std::move(md), std::move(rp),
+                  now(self) + st.cfg.create_timeout});
+  check_create_waiters(self);
+}
+
+/// Answers `rp` with this node, the controller (itself until Raft) and the
+/// live state of every topic.
+void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
+                      caf::typed_response_promise<cluster_description> rp) {
+  auto& st = self->state;
+  auto cd = std::make_shared<cluster_description>();
+  cd->cluster_id = st.cfg.cluster_id;
+  cd->controller = st.cfg.node_id;
+  cd->raft_term = 0;
+  node_info me;
+  me.id = st.cfg.node_id;
+  me.host = st.cfg.host;
+  me.port = st.cfg.port ? st.cfg.port->load() : 0;
+  me.http_port = st.cfg.http_port;
+  me.metrics_port = st.cfg.metrics_port;
+  me.alive = true;
+  me.controller = true;
+  cd->nodes.push_back(std::move(me));
+  cd->topics.resize(topics.size());
+  if (topics.empty()) {
+    rp.deliver(std::move(*cd));
+    return;
+  }
+  auto pending = std::make_shared<size_t>(topics.size());
+  for (size_t i = 0; i < topics.size(); ++i) {
+    gather_status(self, topics[i],
+                  [rp, cd, pending, i](topic_description td) mutable {
+                    cd->topics[i] = std::move(td);
+                    if (--*pending == 0)
+                      rp.deliver(std::move(*cd));
+                  });
+  }
+}
+
+// -- routing --------------------------------------------------------------------
+
+/// The replica that serves (topic, partition), or the error to answer.
+caf::expected<partition_actor> route(self_ptr self, const std::string& topic,
+                                     partition_id p) {
+  auto& st = self->state;
+  auto t = st.topics.find(topic);
+  if (t == st.topics.end())
+    return make_error(ec::unknown_topic, "topic " + topic + " does not exist");
+  auto n = t->second.partitions.size();
+  if (p.value < 0 || static_cast<size_t>(p.value) >= n)
+    return make_error(ec::unknown_partition,
+                      "topic " + topic + " has " + std::to_string(n)
+                        + " partitions; partition "
+                        + std::to_string(p.value) + " does not exist");
+  auto r = st.replicas.find(topic_partition{topic, p});
+  if (r == st.replicas.end() || !r->second.handle)
+    return make_error(ec::not_leader, "partition " + tp_name(topic, p)
+                                        + " is not online on node "
+                                        + std::to_string(st.cfg.node_id));
+  return r->second.handle;
+}
+
+// -- groups -------------------------------------------------------------------
+
+group_coordinator_actor spawn_coordinator(self_ptr self,
+                                          const std::string& group) {
+  auto& st = self->state;
+  auto gc = st.cfg.group_defaults;
+  gc.group = group;
+  gc.offsets = st.offsets;
+  gc.broker = caf::actor_cast<broker_actor>(self);
+  gc.topics = topic_list(st);
+  auto h = self->spawn(group_coordinator, std::move(gc));
+  self->monitor(h);
+  st.groups.emplace(group, h);
+  log::debug("node: started coordinator of group {}", group);
+  return h;
+}
+
+/// The coordinator of `group`; spawned if `create`. Errors: invalid_request
+/// for an empty name, unknown_group if it does not exist and !create.
+caf::expected<group_coordinator_actor>
+coordinator(self_ptr self, const std::string& group, bool create) {
+  auto& st = self->state;
+  if (group.empty())
+    return make_error(ec::invalid_request, "the group name is empty");
+  auto i = st.groups.find(group);
+  if (i != st.groups.end())
+    return i->second;
+  if (!create)
+    return make_error(ec::unknown_group, "group " + group
+                                           + " does not exist");
+  if (st.shutting_down)
+    return make_error(ec::coordinator_not_available,
+                      "the node is shutting down");
+  return spawn_coordinator(self, group);
+}
+
+/// Delegates a group request whose reply is `T`.
+template <class T, class... Ts>
+caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
+                        Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  when_ready(self, [self, rp, group, create, xs...]() mutable {
+    auto c = coordinator(self, group, create);
+    if (!c)
+      rp.deliver(std::move(c.error()));
+    else
+      rp.delegate(*c, xs...);
+  });
+  return rp;
+}
+
+/// Delegates a group request without a reply value.
+template <class... Ts>
+caf::result<void> to_group_void(self_ptr self, const std::string& group,
+                                bool create, Ts... xs) {
+  auto rp = self->make_response_promise();
+  when_ready(self, [self, rp, group, create, xs...]() mutable {
+    auto c = coordinator(self, group, create);
+    if (!c)
+      rp.deliver(std::move(c.error()));
+    else
+      rp.delegate(*c, xs...);
+  });
+  return rp;
+}
+
+// -- lifecycle ----------------------------------------------------------------
+
+void finish_shutdown(self_ptr self) {
+  auto& st = self->state;
+  for (auto& w : st.create_waiters)
+    w.promise.deliver(make_error(ec::request_timed_out,
+                                 "the node shut down while topic "
+                                   + w.topic.name + " was being created"));
+  st.create_waiters.clear();
+  if (st.own_metadata && st.cfg.metadata)
+    self->send_exit(st.cfg.metadata, caf::exit_reason::user_shutdown);
+  log::info("node: shutdown complete");
+  auto reason = st.exit_reason ? st.exit_reason
+                               : caf::error{caf::exit_reason::user_shutdown};
+  self->quit(std::move(reason));
+}
+
+void begin_shutdown(self_ptr self, caf::error reason) {
+  auto& st = self->state;
+  if (st.shutting_down)
+    return;
+  st.shutting_down = true;
+  st.exit_reason = std::move(reason);
+  for (auto& [name, g] : st.groups) {
+    self->demonitor(g.address());
+    self->send_exit(g, caf::exit_reason::user_shutdown);
+  }
+  st.groups.clear();
+  std::vector<std::pair<topic_partition, partition_actor>> open;
+  for (auto& [key, r] : st.replicas)
+    if (r.handle)
+      open.emplace_back(key, r.handle);
+  log::info("node: shutting down, closing {} partition replicas", open.size());
+  st.replicas_closing = open.size();
+  if (open.empty()) {
+    finish_shutdown(self);
+    return;
+  }
+  for (auto& [key, h] : open) {
+    self->demonitor(h.address());
+    auto done = [self] {
+      if (--self->state.replicas_closing == 0)
+        finish_shutdown(self);
+    };
+    self->request(h, st.cfg.shutdown_timeout, stop_atom_v, false)
+      .then([done](bool) { done(); },
+            [done, key = key](caf::error& err) {
+              log::error("node: replica {} did not close: {}",
+                         tp_name(key.topic, key.partition), err);
+              done();
+            });
+  }
+}
+
+void on_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (st.cfg.metadata
+      && caf::actor_cast<caf::actor_addr>(st.cfg.metadata) == dm.source) {
+    if (st.shutting_down)
+      return;
+    log::critical("node: the metadata actor terminated: {}", dm.reason);
+    begin_shutdown(self, dm.reason ? dm.reason
+                                   : make_error(ec::coordinator_not_available,
+                                                "metadata actor ended"));
+    return;
+  }
+  for (auto i = st.groups.begin(); i != st.groups.end(); ++i) {
+    if (caf::actor_cast<caf::actor_addr>(i->second) == dm.source) {
+      log::error("node: coordinator of group {} terminated: {}; it restarts "
+                 "on the next request",
+                 i->first, dm.reason);
+      st.groups.erase(i);
+      return;
+    }
+  }
+  for (auto& [key, r] : st.replicas) {
+    if (!r.handle || caf::actor_cast<caf::actor_addr>(r.handle) != dm.source)
+      continue;
+    r.handle = nullptr;
+    if (st.shutting_down)
+      return;
+    auto t_now = now(self);
+    r.crashes.push_back(t_now);
+    auto window = std::chrono::duration_cast<caf::timespan>(
+      st.cfg.restart_window);
+    r.crashes.erase(std::remove_if(r.crashes.begin(), r.crashes.end(),
+                                   [&](time_point t) {
+                                     return t + window < t_now;
+                                   }),
+                    r.crashes.end());
+    auto name = tp_name(key.topic, key.partition);
+    if (static_cast<int>(r.crashes.size()) > st.cfg.max_restarts) {
+      r.given_up = true;
+      log::critical("node: replica {} terminated: {}; it crashed {} times "
+                    "within {} ms and stays offline until the node restarts",
+                    name, dm.reason, r.crashes.size(),
+                    st.cfg.restart_window.count());
+      return;
+    }
+    auto backoff = std::chrono::duration_cast<caf::timespan>(
+      st.cfg.restart_backoff * (1 << std::min<size_t>(r.crashes.size() - 1,
+                                                      10)));
+    r.restart_at = t_now + backoff;
+    log::error("node: replica {} terminated: {}; restarting in {} ms", name,
+               dm.reason,
+               std::chrono::duration_cast<std::chrono::milliseconds>(backoff)
+                 .count());
+    schedule_recheck(self, backoff);
+    return;
+  }
+}
+
+} // namespace
+
+std::filesystem::path replica_dir(const std::filesystem::path& data_dir,
+                                  const std::string& topic, partition_id p) {
+  return data_dir / "topics" / tp_name(topic, p);
+}
+
+broker_actor::behavior_type
+node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  auto store = st.cfg.store;
+  // The offset store borrows the metadata store: keep the latter alive for
+  // as long as any coordinator holds the former.
+  st.offsets = std::shared_ptr<offset_store>(new offset_store(*store),
+                                             [store](offset_store* p) {
+                                               delete p;
+                                             });
+  if (!st.cfg.metadata) {
+    local_metadata_config mc;
+    mc.node_id = st.cfg.node_id;
+    mc.store = store;
+    st.cfg.metadata = self->spawn(local_metadata, std::move(mc));
+    st.own_metadata = true;
+  }
+  self->monitor(st.cfg.metadata);
+  self->send(st.cfg.metadata, subscribe_atom_v,
+             caf::actor_cast<caf::actor>(self));
+  if (auto groups = st.offsets->list_groups()) {
+    for (auto& g : *groups)
+      spawn_coordinator(self, g.group);
+    if (!groups->empty())
+      log::info("node: {} consumer groups recovered", groups->size());
+  } else {
+    log::error("node: cannot list consumer groups: {}", groups.error());
+  }
+  self->set_down_handler(
+    [self](caf::down_msg& dm) { on_down(self, dm); });
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    begin_shutdown(self, std::move(msg.reason));
+  });
+  return {
+    // -- data path: delegated to the partition's replica ----------------------
+    [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
+      auto rp = self->make_response_promise<produce_response>();
+      when_ready(self, [self, rp, req = std::move(req)]() mutable {
+        auto r = route(self, req.topic, req.partition);
+        if (!r)
+          rp.deliver(std::move(r.error()));
+        else
+          rp.delegate(*r, produce_atom_v, std::move(req));
+      });
+      return rp;
+    },
+    [self](fetch_atom, fetch_request& req) -> caf::result<fetch_response> {
+      auto rp = self->make_response_promise<fetch_response>();
+      when_ready(self, [self, rp, req = std::move(req)]() mutable {
+        auto r = route(self, req.topic, req.partition);
+        if (!r)
+          rp.deliver(std::move(r.error()));
+        else
+          rp.delegate(*r, fetch_atom_v, std::move(req));
+      });
+      return rp;
+    },
+    [self](offsets_atom, list_offsets_request& req) -> caf::result<offset> {
+      auto rp = self->make_response_promise<offset>();
+      when_ready(self, [self, rp, req = std::move(req)]() mutable {
+        auto r = route(self, req.topic, req.partition);
+        if (!r)
+          rp.deliver(std::move(r.error()));
+        else
+          rp.delegate(*r, offsets_atom_v, std::move(req));
+      });
+      return rp;
+    },
+    [self](init_pid_atom) -> caf::result<producer_identity> {
+      auto rp = self->make_response_promise<producer_identity>();
+      rp.delegate(self->state.cfg.metadata, init_pid_atom_v);
+      return rp;
+    },
+    // -- topic admin: through the metadata actor ------------------------------
+    [self](create_atom, topic_atom, std::string& name,
+           topic_config& tc) -> caf::result<topic_metadata> {
+      auto rp = self->make_response_promise<topic_metadata>();
+      auto& st = self->state;
+      self
+        ->request(st.cfg.metadata, st.cfg.create_timeout, create_atom_v,
+                  topic_atom_v, std::move(name), std::move(tc))
+        .then(
+          [self, rp](topic_metadata& md) mutable {
+            await_replicas(self, std::move(md), rp);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](delete_atom, topic_atom,
+           std::string& name) -> caf::result<topic_metadata> {
+      auto rp = self->make_response_promise<topic_metadata>();
+      rp.delegate(self->state.cfg.metadata, delete_atom_v, topic_atom_v,
+                  std::move(name));
+      return rp;
+    },
+    [self](list_atom, topic_atom) -> caf::result<std::vector<topic_metadata>> {
+      auto rp = self->make_response_promise<std::vector<topic_metadata>>();
+      rp.delegate(self->state.cfg.metadata, list_atom_v, topic_atom_v);
+      return rp;
+    },
+    [self](describe_atom, topic_atom,
+           std::string& name) -> caf::result<topic_description> {
+      auto rp = self->make_response_promise<topic_description>();
+      auto& st = self->state;
+      self
+        ->request(st.cfg.metadata, st.cfg.status_timeout, describe_atom_v,
+                  topic_atom_v, std::move(name))
+        .then(
+          [self, rp](topic_metadata& md) mutable {
+            when_ready(self, [self, rp, md]() mutable {
+              gather_status(self, md, [rp](topic_description td) mutable {
+                rp.deliver(std::move(td));
+              });
+            });
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](alter_atom, topic_atom, std::string& name,
+           std::map<std::string, std::string>& changes)
+      -> caf::result<topic_metadata> {
+      auto rp = self->make_response_promise<topic_metadata>();
+      rp.delegate(self->state.cfg.metadata, alter_atom_v, topic_atom_v,
+                  std::move(name), std::move(changes));
+      return rp;
+    },
+    [self](add_parts_atom, std::string& name,
+           int32_t n) -> caf::result<topic_metadata> {
+      auto rp = self->make_response_promise<topic_metadata>();
+      auto& st = self->state;
+      self
+        ->request(st.cfg.metadata, st.cfg.create_timeout, add_parts_atom_v,
+                  std::move(name), n)
+        .then(
+          [self, rp](topic_metadata& md) mutable {
+            await_replicas(self, std::move(md), rp);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](cluster_atom) -> caf::result<cluster_description> {
+      auto rp = self->make_response_promise<cluster_description>();
+      auto& st = self->state;
+      self->request(st.cfg.metadata, st.cfg.status_timeout, list_atom_v,
+                    topic_atom_v)
+        .then(
+          [self, rp](std::vector<topic_metadata>& list) mutable {
+            when_ready(self, [self, rp, topics = std::move(list)]() mutable {
+              describe_cluster(self, std::move(topics), rp);
+            });
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    // -- consumer groups: one coordinator per group ---------------------------
+    [self](join_atom,
+           join_group_request& req) -> caf::result<join_group_response> {
+      auto group = req.group;
+      return to_group<join_group_response>(self, group, true, join_atom_v,
+                                           std::move(req));
+    },
+    [self](sync_atom,
+           sync_group_request& req) -> caf::result<sync_group_response> {
+      auto group = req.group;
+      return to_group<sync_group_response>(self, group, true, sync_atom_v,
+                                           std::move(req));
+    },
+    [self](heartbeat_atom, heartbeat_request& req) -> caf::result<void> {
+      auto group = req.group;
+      return to_group_void(self, group, true, heartbeat_atom_v,
+                           std::move(req));
+    },
+    [self](leave_atom, leave_group_request& req) -> caf::result<void> {
+      auto group = req.group;
+      return to_group_void(self, group, true, leave_atom_v, std::move(req));
+    },
+    [self](commit_atom, commit_offsets_request& req) -> caf::result<void> {
+      auto group = req.group;
+      return to_group_void(self, group, true, commit_atom_v, std::move(req));
+    },
+    [self](offsets_atom, fetch_offsets_request& req)
+      -> caf::result<std::vector<partition_offset>> {
+      auto group = req.group;
+      return to_group<std::vector<partition_offset>>(
+        self, group, true, offsets_atom_v, std::move(req));
+    },
+    [self](list_atom,
+           group_atom) -> caf::result<std::vector<group_description>> {
+      auto rp = self->make_response_promise<std::vector<group_description>>();
+      when_ready(self, [self, rp]() mutable {
+        auto& st = self->state;
+        auto out = std::make_shared<std::vector<group_description>>();
+        out->resize(st.groups.size());
+        if (st.groups.empty()) {
+          rp.deliver(std::vector<group_description>{});
+          return;
+        }
+        auto pending = std::make_shared<size_t>(st.groups.size());
+        size_t i = 0;
+        for (auto& [name, g] : st.groups) {
+          (*out)[i].group = name;
+          (*out)[i].mode = "stream";
+          (*out)[i].state = "Unknown";
+          self->request(g, st.cfg.status_timeout, describe_atom_v, group_atom_v)
+            .then(
+              [rp, out, pending, i](group_description& gd) mutable {
+                (*out)[i] = std::move(gd);
+                if (--*pending == 0)
+                  rp.deliver(std::move(*out));
+              },
+              [rp, out, pending](caf::error&) mutable {
+                if (--*pending == 0)
+                  rp.deliver(std::move(*out));
+              });
+          ++i;
+        }
+      });
+      return rp;
+    },
+    [self](describe_atom, group_atom,
+           std::string& group) -> caf::result<group_description> {
+      return to_group<group_description>(self, group, false, describe_atom_v,
+                                         group_atom_v);
+    },
+    [self](reset_atom, reset_offsets_request& req)
+      -> caf::result<std::vector<partition_offset>> {
+      auto group = req.group;
+      return to_group<std::vector<partition_offset>>(self, group, true,
+                                                     reset_atom_v,
+                                                     std::move(req));
+    },
+    [self](delete_atom, group_atom, std::string& group) -> caf::result<void> {
+      auto rp = self->make_response_promise();
+      when_ready(self, [self, rp, group]() mutable {
+        auto c = coordinator(self, group, false);
+        if (!c) {
+          rp.deliver(std::move(c.error()));
+          return;
+        }
+        auto h = *c;
+        self->request(h, self->state.cfg.status_timeout, delete_atom_v,
+                      group_atom_v)
+          .then(
+            [self, rp, group, h]() mutable {
+              auto& groups = self->state.groups;
+              auto i = groups.find(group);
+              if (i != groups.end() && i->second == h) {
+                self->demonitor(h.address());
+                self->send_exit(h, caf::exit_reason::user_shutdown);
+                groups.erase(i);
+              }
+              log::info("node: deleted group {}", group);
+              rp.deliver(caf::unit);
+            },
+            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      });
+      return rp;
+    },
+    // -- metadata updates (and re-checks the node sends itself) ---------------
+    [self](update_atom, std::vector<topic_metadata>& topics) {
+      auto& st = self->state;
+      auto& sender = self->current_sender();
+      if (sender && sender.get() == self->ctrl()) {
+        st.recheck_at = time_point{};
+        reconcile(self);
+        return;
+      }
+      if (sender != caf::actor_cast<caf::strong_actor_ptr>(st.cfg.metadata)) {
+        log::warn("node: ignored a topic update that did not come from the "
+                  "metadata actor");
+        return;
+      }
+      if (st.shutting_down)
+        return;
+      st.topics.clear();
+      for (auto& t : topics)
+        st.topics.emplace(t.name, std::move(t));
+      auto list = topic_list(st);
+      for (auto& [name, g] : st.groups)
+        self->send(g, update_atom_v, list);
+      reconcile(self);
+      if (!st.ready) {
+        st.ready = true;
+        size_t partitions = 0;
+        for (auto& [name, md] : st.topics)
+          partitions += md.partitions.size();
+        log::info("node: {} topics with {} partitions recovered",
+                  st.topics.size(), partitions);
+        auto deferred = std::move(st.deferred);
+        st.deferred.clear();
+        for (auto& f : deferred)
+          f();
+      }
+    },
+  };
+}
+
+} // namespace ferry

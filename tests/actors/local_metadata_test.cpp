@@ -1,1 +1,642 @@
-// (being written)
+// The single-node metadata actor, on CAF's deterministic test coordinator:
+// topic admin, validation errors, persistence across re-spawns, subscriber
+// updates and producer id allocation. At the end, the node (broker_actor) on
+// the same coordinator: held requests before the first metadata snapshot,
+// replica crash and restart, the restart limit, shutdown and data deletion.
+// (The node tests live here until tests/CMakeLists.txt lists a node_test.)
+
+#include "actors/local_metadata.hpp"
+
+#include "actors/interfaces.hpp"
+#include "actors/node.hpp"
+#include "broker/record_batch.hpp"
+#include "broker/error.hpp"
+#include "broker/logging.hpp"
+#include "broker/metadata_store.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+
+using namespace ferry;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path make_temp_dir() {
+  std::random_device rd;
+  auto dir = fs::temp_directory_path()
+             / ("ferry-md-test-" + std::to_string(rd()) + std::to_string(rd()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+struct test_config : caf::actor_system_config {
+  test_config() {
+    register_types(*this);
+    set("scheduler.policy", caf::atom("testing"));
+    set("logger.file-verbosity", caf::atom("quiet"));
+    log::set_level(log::level::warn);
+  }
+};
+
+/// What a subscriber saw: every (update_atom, topics) in order.
+struct update_log {
+  std::vector<std::vector<topic_metadata>> updates;
+};
+
+caf::behavior recorder(caf::event_based_actor*,
+                       std::shared_ptr<update_log> log) {
+  return {
+    [log](update_atom, const std::vector<topic_metadata>& topics) {
+      log->updates.push_back(topics);
+    },
+  };
+}
+
+class LocalMetadata : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = make_temp_dir();
+    open_store();
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
+    self_ = std::make_unique<caf::scoped_actor>(*sys_, true);
+    spawn_metadata();
+  }
+
+  void TearDown() override {
+    stop_metadata();
+    self_.reset();
+    sched_->run();
+    sys_.reset();
+    store_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void open_store() {
+    lmdb::env_options opts;
+    opts.no_sync = true; // durability is not what these tests check
+    auto st = metadata_store::open(dir_ / "meta", opts);
+    ASSERT_TRUE(st) << describe(st.error());
+    store_ = std::shared_ptr<metadata_store>{std::move(*st)};
+  }
+
+  void spawn_metadata(int64_t block = 1000) {
+    local_metadata_config mc;
+    mc.node_id = 7;
+    mc.store = store_;
+    mc.producer_id_block = block;
+    md_ = sys_->spawn(local_metadata, mc);
+    sched_->run();
+  }
+
+  void stop_metadata() {
+    if (!md_)
+      return;
+    caf::anon_send_exit(md_, caf::exit_reason::user_shutdown);
+    sched_->run();
+    md_ = nullptr;
+    sched_->run();
+  }
+
+  /// Sends a request, runs the scheduler, returns the answer.
+  template <class T, class... Ts>
+  caf::expected<T> ask(Ts&&... xs) {
+    std::optional<caf::expected<T>> out;
+    auto rh = (*self_)->request(md_, caf::infinite, std::forward<Ts>(xs)...);
+    sched_->run();
+    rh.receive([&](T& x) { out = std::move(x); },
+               [&](caf::error& err) { out = std::move(err); });
+    if (!out)
+      return caf::make_error(caf::sec::request_timeout);
+    return std::move(*out);
+  }
+
+  caf::expected<topic_metadata> create(const std::string& name,
+                                       int32_t partitions = 1,
+                                       int16_t rf = 1) {
+    topic_config tc;
+    tc.partitions = partitions;
+    tc.replication_factor = rf;
+    return ask<topic_metadata>(create_atom_v, topic_atom_v, name, tc);
+  }
+
+  std::vector<std::string> topic_names() {
+    auto list = ask<std::vector<topic_metadata>>(list_atom_v, topic_atom_v);
+    EXPECT_TRUE(list);
+    std::vector<std::string> names;
+    if (list)
+      for (auto& t : *list)
+        names.push_back(t.name);
+    return names;
+  }
+
+  test_config cfg_;
+  fs::path dir_;
+  std::shared_ptr<metadata_store> store_;
+  std::unique_ptr<caf::actor_system> sys_;
+  caf::scheduler::test_coordinator* sched_ = nullptr;
+  std::unique_ptr<caf::scoped_actor> self_;
+  metadata_actor md_;
+};
+
+} // namespace
+
+TEST_F(LocalMetadata, CreateAssignsEveryPartitionToThisNode) {
+  auto md = create("orders", 3);
+  ASSERT_TRUE(md) << describe(md.error());
+  EXPECT_EQ(md->name, "orders");
+  EXPECT_EQ(md->config.partitions, 3);
+  ASSERT_EQ(md->partitions.size(), 3u);
+  for (int32_t p = 0; p < 3; ++p) {
+    auto& pa = md->partitions[static_cast<size_t>(p)];
+    EXPECT_EQ(pa.partition, partition_id{p});
+    EXPECT_EQ(pa.leader, 7);
+    EXPECT_EQ(pa.epoch, leader_epoch{0});
+    EXPECT_EQ(pa.replicas, std::vector<int32_t>{7});
+    EXPECT_EQ(pa.isr, std::vector<int32_t>{7});
+  }
+}
+
+TEST_F(LocalMetadata, ListAndDescribe) {
+  ASSERT_TRUE(create("b"));
+  ASSERT_TRUE(create("a", 2));
+  EXPECT_EQ(topic_names(), (std::vector<std::string>{"a", "b"}));
+  auto d = ask<topic_metadata>(describe_atom_v, topic_atom_v,
+                               std::string{"a"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->partitions.size(), 2u);
+  auto missing = ask<topic_metadata>(describe_atom_v, topic_atom_v,
+                                     std::string{"nope"});
+  ASSERT_FALSE(missing);
+  EXPECT_TRUE(is(missing.error(), ec::unknown_topic));
+}
+
+TEST_F(LocalMetadata, DuplicateCreateIsTopicExists) {
+  ASSERT_TRUE(create("t"));
+  auto again = create("t", 4);
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(is(again.error(), ec::topic_exists)) << describe(again.error());
+}
+
+TEST_F(LocalMetadata, InvalidNameAndConfigAreRefused) {
+  auto bad = create("no/slash");
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(is(bad.error(), ec::invalid_topic_name));
+  auto zero = create("zero", 0);
+  ASSERT_FALSE(zero);
+  EXPECT_TRUE(is(zero.error(), ec::invalid_config));
+  topic_config tc;
+  tc.segment_bytes = 10;
+  auto small = ask<topic_metadata>(create_atom_v, topic_atom_v,
+                                   std::string{"small"}, tc);
+  ASSERT_FALSE(small);
+  EXPECT_TRUE(is(small.error(), ec::invalid_config));
+  EXPECT_TRUE(topic_names().empty());
+}
+
+TEST_F(LocalMetadata, ReplicationFactorAboveOneIsPolicyViolation) {
+  auto md = create("replicated", 1, 3);
+  ASSERT_FALSE(md);
+  EXPECT_TRUE(is(md.error(), ec::policy_violation));
+  EXPECT_NE(describe(md.error()).find("replication factor 3"),
+            std::string::npos);
+}
+
+TEST_F(LocalMetadata, AlterChangesConfigAndValidates) {
+  ASSERT_TRUE(create("t"));
+  std::map<std::string, std::string> kv{{"retention.ms", "60000"},
+                                        {"max.message.bytes", "4096"}};
+  auto md = ask<topic_metadata>(alter_atom_v, topic_atom_v, std::string{"t"},
+                                kv);
+  ASSERT_TRUE(md) << describe(md.error());
+  EXPECT_EQ(md->config.retention_ms, 60000);
+  EXPECT_EQ(md->config.max_message_bytes, 4096);
+  std::map<std::string, std::string> bad{{"retention.ms", "120000"},
+                                         {"bogus.key", "1"}};
+  auto refused = ask<topic_metadata>(alter_atom_v, topic_atom_v,
+                                     std::string{"t"}, bad);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(is(refused.error(), ec::invalid_config));
+  EXPECT_NE(describe(refused.error()).find("bogus.key"), std::string::npos);
+  auto d = ask<topic_metadata>(describe_atom_v, topic_atom_v, std::string{"t"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->config.retention_ms, 60000); // the failed alter changed nothing
+  auto unknown = ask<topic_metadata>(alter_atom_v, topic_atom_v,
+                                     std::string{"x"}, kv);
+  ASSERT_FALSE(unknown);
+  EXPECT_TRUE(is(unknown.error(), ec::unknown_topic));
+}
+
+TEST_F(LocalMetadata, AddPartitionsOnlyGrows) {
+  ASSERT_TRUE(create("t", 2));
+  auto md = ask<topic_metadata>(add_parts_atom_v, std::string{"t"}, int32_t{5});
+  ASSERT_TRUE(md) << describe(md.error());
+  ASSERT_EQ(md->partitions.size(), 5u);
+  EXPECT_EQ(md->partitions[4].partition, partition_id{4});
+  EXPECT_EQ(md->partitions[4].leader, 7);
+  EXPECT_EQ(md->config.partitions, 5);
+  auto shrink = ask<topic_metadata>(add_parts_atom_v, std::string{"t"},
+                                    int32_t{3});
+  ASSERT_FALSE(shrink);
+  EXPECT_TRUE(is(shrink.error(), ec::invalid_request));
+  auto same = ask<topic_metadata>(add_parts_atom_v, std::string{"t"},
+                                  int32_t{5});
+  EXPECT_TRUE(is(same.error(), ec::invalid_request));
+  auto huge = ask<topic_metadata>(add_parts_atom_v, std::string{"t"},
+                                  int32_t{10001});
+  EXPECT_TRUE(is(huge.error(), ec::invalid_config));
+  auto unknown = ask<topic_metadata>(add_parts_atom_v, std::string{"x"},
+                                     int32_t{3});
+  EXPECT_TRUE(is(unknown.error(), ec::unknown_topic));
+}
+
+TEST_F(LocalMetadata, DeleteReturnsTheTopic) {
+  ASSERT_TRUE(create("t", 2));
+  auto md = ask<topic_metadata>(delete_atom_v, topic_atom_v, std::string{"t"});
+  ASSERT_TRUE(md);
+  EXPECT_EQ(md->partitions.size(), 2u);
+  EXPECT_TRUE(topic_names().empty());
+  auto again = ask<topic_metadata>(delete_atom_v, topic_atom_v,
+                                   std::string{"t"});
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(is(again.error(), ec::unknown_topic));
+  // The name is free again.
+  EXPECT_TRUE(create("t", 1));
+}
+
+TEST_F(LocalMetadata, TopicsSurviveARespawn) {
+  ASSERT_TRUE(create("kept", 3));
+  ASSERT_TRUE(create("gone"));
+  ASSERT_TRUE(ask<topic_metadata>(alter_atom_v, topic_atom_v,
+                                  std::string{"kept"},
+                                  std::map<std::string, std::string>{
+                                    {"retention.bytes", "123456"}}));
+  ASSERT_TRUE(ask<topic_metadata>(add_parts_atom_v, std::string{"kept"},
+                                  int32_t{4}));
+  ASSERT_TRUE(ask<topic_metadata>(delete_atom_v, topic_atom_v,
+                                  std::string{"gone"}));
+  stop_metadata();
+  // Reopen the LMDB environment too: nothing may live only in memory.
+  store_.reset();
+  open_store();
+  spawn_metadata();
+  EXPECT_EQ(topic_names(), std::vector<std::string>{"kept"});
+  auto md = ask<topic_metadata>(describe_atom_v, topic_atom_v,
+                                std::string{"kept"});
+  ASSERT_TRUE(md);
+  EXPECT_EQ(md->config.retention_bytes, 123456);
+  EXPECT_EQ(md->config.partitions, 4);
+  EXPECT_EQ(md->partitions.size(), 4u);
+  EXPECT_TRUE(is(create("kept").error(), ec::topic_exists));
+}
+
+TEST_F(LocalMetadata, SubscribersGetTheFullListNowAndAfterEveryChange) {
+  auto log = std::make_shared<update_log>();
+  auto sub = sys_->spawn(recorder, log);
+  caf::anon_send(md_, subscribe_atom_v, sub);
+  sched_->run();
+  ASSERT_EQ(log->updates.size(), 1u);
+  EXPECT_TRUE(log->updates[0].empty());
+  ASSERT_TRUE(create("a"));
+  ASSERT_TRUE(create("b", 2));
+  ASSERT_FALSE(create("a")); // a refused request changes nothing: no update
+  ASSERT_TRUE(ask<topic_metadata>(alter_atom_v, topic_atom_v, std::string{"a"},
+                                  std::map<std::string, std::string>{
+                                    {"segment.ms", "1000"}}));
+  ASSERT_TRUE(ask<topic_metadata>(add_parts_atom_v, std::string{"a"},
+                                  int32_t{2}));
+  ASSERT_TRUE(ask<topic_metadata>(delete_atom_v, topic_atom_v,
+                                  std::string{"b"}));
+  ASSERT_EQ(log->updates.size(), 6u);
+  EXPECT_EQ(log->updates[1].size(), 1u);
+  EXPECT_EQ(log->updates[2].size(), 2u);
+  EXPECT_EQ(log->updates[3][0].config.segment_ms, 1000);
+  EXPECT_EQ(log->updates[4][0].partitions.size(), 2u);
+  ASSERT_EQ(log->updates[5].size(), 1u);
+  EXPECT_EQ(log->updates[5][0].name, "a");
+  // A subscriber that terminates is dropped; the actor keeps working.
+  caf::anon_send_exit(sub, caf::exit_reason::user_shutdown);
+  sched_->run();
+  ASSERT_TRUE(create("c"));
+  EXPECT_EQ(log->updates.size(), 6u);
+}
+
+TEST_F(LocalMetadata, ProducerIdsAreUniqueAcrossRestarts) {
+  stop_metadata();
+  spawn_metadata(/*block=*/4);
+  std::set<int64_t> seen;
+  auto take = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      auto id = ask<producer_identity>(init_pid_atom_v);
+      ASSERT_TRUE(id) << describe(id.error());
+      EXPECT_GE(id->id.value, 0);
+      EXPECT_EQ(id->epoch, 0);
+      EXPECT_TRUE(seen.insert(id->id.value).second) << id->id.value;
+    }
+  };
+  take(6); // crosses a block boundary
+  for (int restart = 0; restart < 3; ++restart) {
+    stop_metadata();
+    store_.reset();
+    open_store();
+    spawn_metadata(4);
+    take(5);
+  }
+  EXPECT_EQ(seen.size(), 21u);
+}
+
+TEST_F(LocalMetadata, ProducerIdsAreReservedInBlocks) {
+  // One durable write per block: after 3 ids with block 1000 the stored
+  // limit is 1000, so a restart starts there.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(ask<producer_identity>(init_pid_atom_v));
+  auto limit = store_->get(local_metadata_format::counters_db,
+                           local_metadata_format::producer_id_limit_key);
+  ASSERT_TRUE(limit);
+  ASSERT_EQ(limit->size(), 8u);
+  stop_metadata();
+  spawn_metadata();
+  auto id = ask<producer_identity>(init_pid_atom_v);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(id->id.value, 1000);
+}
+
+// -- the node -------------------------------------------------------------------
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string small_batch(const std::string& value) {
+  record r;
+  r.timestamp = 1700000000000;
+  r.value = value;
+  auto b = encode_batch(batch_meta{}, {r});
+  return b ? *b : std::string{};
+}
+
+class Node : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = make_temp_dir();
+    open_store();
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
+    self_ = std::make_unique<caf::scoped_actor>(*sys_, true);
+  }
+
+  void TearDown() override {
+    stop_node();
+    self_.reset();
+    sched_->run();
+    sys_.reset();
+    store_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void open_store() {
+    lmdb::env_options opts;
+    opts.no_sync = true;
+    auto st = metadata_store::open(dir_ / "meta", opts);
+    ASSERT_TRUE(st) << describe(st.error());
+    store_ = std::shared_ptr<metadata_store>{std::move(*st)};
+  }
+
+  node_config make_config() {
+    node_config nc;
+    nc.node_id = 1;
+    nc.data_dir = dir_;
+    nc.store = store_;
+    nc.cluster_id = "test";
+    nc.replica_defaults.tick_interval = std::chrono::milliseconds{0};
+    nc.group_defaults.initial_rebalance_delay = caf::timespan{0};
+    return nc;
+  }
+
+  void spawn_node(bool run = true) {
+    node_ = sys_->spawn(node, make_config());
+    if (run)
+      sched_->run();
+  }
+
+  void stop_node() {
+    if (!node_)
+      return;
+    caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+    sched_->run();
+    node_ = nullptr;
+    sched_->run();
+  }
+
+  template <class T, class... Ts>
+  caf::expected<T> ask(Ts&&... xs) {
+    std::optional<caf::expected<T>> out;
+    auto rh = (*self_)->request(node_, caf::infinite, std::forward<Ts>(xs)...);
+    sched_->run();
+    rh.receive([&](T& x) { out = std::move(x); },
+               [&](caf::error& err) { out = std::move(err); });
+    if (!out)
+      return caf::make_error(caf::sec::request_timeout);
+    return std::move(*out);
+  }
+
+  caf::expected<topic_metadata> create(const std::string& name,
+                                       int32_t partitions = 1) {
+    topic_config tc;
+    tc.partitions = partitions;
+    return ask<topic_metadata>(create_atom_v, topic_atom_v, name, tc);
+  }
+
+  caf::expected<produce_response> produce(const std::string& topic,
+                                          int32_t p, const std::string& v) {
+    produce_request req;
+    req.topic = topic;
+    req.partition = partition_id{p};
+    req.batch = small_batch(v);
+    return ask<produce_response>(produce_atom_v, std::move(req));
+  }
+
+  caf::expected<topic_description> describe_topic(const std::string& name) {
+    return ask<topic_description>(describe_atom_v, topic_atom_v, name);
+  }
+
+  /// Lets virtual time pass so backoff timers fire.
+  void advance(caf::timespan d) {
+    sched_->advance_time(d);
+    sched_->run();
+  }
+
+  test_config cfg_;
+  fs::path dir_;
+  std::shared_ptr<metadata_store> store_;
+  std::unique_ptr<caf::actor_system> sys_;
+  caf::scheduler::test_coordinator* sched_ = nullptr;
+  std::unique_ptr<caf::scoped_actor> self_;
+  broker_actor node_;
+};
+
+} // namespace
+
+TEST_F(Node, CreateProduceFetchDescribe) {
+  spawn_node();
+  auto md = create("t", 2);
+  ASSERT_TRUE(md) << describe(md.error());
+  EXPECT_TRUE(fs::is_directory(replica_dir(dir_, "t", partition_id{0})));
+  EXPECT_TRUE(fs::is_directory(replica_dir(dir_, "t", partition_id{1})));
+  auto r = produce("t", 1, "hello");
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->base_offset, offset{0});
+  fetch_request fr;
+  fr.topic = "t";
+  fr.partition = partition_id{1};
+  auto f = ask<fetch_response>(fetch_atom_v, fr);
+  ASSERT_TRUE(f) << describe(f.error());
+  EXPECT_FALSE(f->data.empty());
+  auto td = describe_topic("t");
+  ASSERT_TRUE(td) << describe(td.error());
+  ASSERT_EQ(td->partitions.size(), 2u);
+  EXPECT_TRUE(td->partitions[1].online);
+  EXPECT_EQ(td->partitions[1].log_end, offset{1});
+  EXPECT_EQ(td->partitions[1].leader, 1);
+  auto unknown = produce("nope", 0, "x");
+  EXPECT_TRUE(is(unknown.error(), ec::unknown_topic));
+  auto bad_part = produce("t", 2, "x");
+  EXPECT_TRUE(is(bad_part.error(), ec::unknown_partition));
+  auto cd = ask<cluster_description>(cluster_atom_v);
+  ASSERT_TRUE(cd);
+  EXPECT_EQ(cd->controller, 1);
+  ASSERT_EQ(cd->topics.size(), 1u);
+}
+
+TEST_F(Node, RequestsBeforeTheFirstSnapshotAreHeldNotRefused) {
+  spawn_node();
+  ASSERT_TRUE(create("t"));
+  ASSERT_TRUE(produce("t", 0, "one"));
+  stop_node();
+  // A fresh node: the produce is in its mailbox before the topic list.
+  spawn_node(/*run=*/false);
+  auto r = produce("t", 0, "two");
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->base_offset, offset{1}); // the data survived the shutdown
+}
+
+TEST_F(Node, ACrashedReplicaIsRestarted) {
+  // A regular file where the replica's directory belongs makes its log fail
+  // to open: the replica terminates with an error.
+  auto blocked = replica_dir(dir_, "t", partition_id{0});
+  fs::create_directories(blocked.parent_path());
+  std::ofstream{blocked} << "in the way";
+  spawn_node();
+  ASSERT_TRUE(create("t"));
+  auto td = describe_topic("t");
+  ASSERT_TRUE(td);
+  EXPECT_FALSE(td->partitions[0].online);
+  auto refused = produce("t", 0, "x");
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(is(refused.error(), ec::not_leader)) << describe(refused.error());
+  fs::remove(blocked);
+  advance(1s); // past the restart backoff
+  auto r = produce("t", 0, "after restart");
+  ASSERT_TRUE(r) << describe(r.error());
+  td = describe_topic("t");
+  ASSERT_TRUE(td);
+  EXPECT_TRUE(td->partitions[0].online);
+}
+
+TEST_F(Node, AReplicaThatKeepsCrashingStaysOffline) {
+  auto blocked = replica_dir(dir_, "t", partition_id{0});
+  fs::create_directories(blocked.parent_path());
+  std::ofstream{blocked} << "in the way";
+  spawn_node();
+  ASSERT_TRUE(create("t", 2));
+  for (int i = 0; i < 20; ++i)
+    advance(10s); // backoff doubles; max_restarts (5) within the window
+  fs::remove(blocked);
+  advance(60s);
+  auto refused = produce("t", 0, "x");
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(is(refused.error(), ec::not_leader));
+  // The other partition is unaffected.
+  EXPECT_TRUE(produce("t", 1, "fine"));
+  auto td = describe_topic("t");
+  ASSERT_TRUE(td);
+  EXPECT_FALSE(td->partitions[0].online);
+  EXPECT_TRUE(td->partitions[1].online);
+}
+
+TEST_F(Node, DeleteRemovesDataAndRecreateStartsEmpty) {
+  spawn_node();
+  ASSERT_TRUE(create("t"));
+  ASSERT_TRUE(produce("t", 0, "old"));
+  auto dir = replica_dir(dir_, "t", partition_id{0});
+  ASSERT_TRUE(fs::exists(dir));
+  ASSERT_TRUE(ask<topic_metadata>(delete_atom_v, topic_atom_v,
+                                  std::string{"t"}));
+  sched_->run();
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_TRUE(is(produce("t", 0, "x").error(), ec::unknown_topic));
+  ASSERT_TRUE(create("t"));
+  auto r = produce("t", 0, "new");
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->base_offset, offset{0});
+}
+
+TEST_F(Node, AlterReachesTheReplicas) {
+  spawn_node();
+  ASSERT_TRUE(create("t"));
+  auto md = ask<topic_metadata>(
+    alter_atom_v, topic_atom_v, std::string{"t"},
+    std::map<std::string, std::string>{{"max.message.bytes", "100"}});
+  ASSERT_TRUE(md) << describe(md.error());
+  sched_->run();
+  auto big = produce("t", 0, std::string(500, 'x'));
+  ASSERT_FALSE(big);
+  EXPECT_TRUE(is(big.error(), ec::message_too_large)) << describe(big.error());
+}
+
+TEST_F(Node, GroupsAreUnknownUntilUsed) {
+  spawn_node();
+  auto d = ask<group_description>(describe_atom_v, group_atom_v,
+                                  std::string{"g"});
+  EXPECT_TRUE(is(d.error(), ec::unknown_group));
+  auto none = ask<std::vector<group_description>>(list_atom_v, group_atom_v);
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+  fetch_offsets_request fo;
+  fo.group = "g";
+  auto offs = ask<std::vector<partition_offset>>(offsets_atom_v, fo);
+  ASSERT_TRUE(offs) << describe(offs.error());
+  auto list = ask<std::vector<group_description>>(list_atom_v, group_atom_v);
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].group, "g");
+  fetch_offsets_request empty_name;
+  auto bad = ask<std::vector<partition_offset>>(offsets_atom_v, empty_name);
+  EXPECT_TRUE(is(bad.error(), ec::invalid_request));
+}
+
+TEST_F(Node, ProducerIdsComeFromTheMetadata) {
+  spawn_node();
+  auto a = ask<producer_identity>(init_pid_atom_v);
+  auto b = ask<producer_identity>(init_pid_atom_v);
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->id, b->id);
+}

@@ -1,1 +1,180 @@
-// (being written)
+// Topic names and per-topic config: validation tables and the round trip
+// between topic_config and its key/value form.
+
+#include "broker/topic_config.hpp"
+
+#include "actors/interfaces.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+using namespace ferry;
+
+namespace {
+
+std::string context_of(const caf::error& err) {
+  return describe(err);
+}
+
+} // namespace
+
+TEST(TopicName, AcceptsKafkaCharacterSet) {
+  for (const std::string& name : std::vector<std::string>{"a", "orders", "Orders.v2", "my_topic-1", "__consumer_state", "...",
+        "a.b", "0", std::string(249, 'x'), "A-Z_a-z.0-9"}) {
+    EXPECT_FALSE(validate_topic_name(name)) << name;
+  }
+}
+
+TEST(TopicName, RejectsBadNamesWithReason) {
+  struct row {
+    std::string name;
+    std::string reason_part;
+  };
+  std::vector<row> rows{
+    {"", "empty"},
+    {".", "not allowed"},
+    {"..", "not allowed"},
+    {std::string(250, 'x'), "250 characters"},
+    {"has space", "position 3"},
+    {"slash/name", "position 5"},
+    {"colon:x", "position 5"},
+    {"tab\tx", "\\x09"},
+    {"ümlaut", "position 0"},
+    {std::string("nul\0x", 5), "position 3"},
+  };
+  for (auto& r : rows) {
+    auto err = validate_topic_name(r.name);
+    ASSERT_TRUE(is(err, ec::invalid_topic_name)) << r.name;
+    EXPECT_NE(context_of(err).find(r.reason_part), std::string::npos)
+      << context_of(err);
+  }
+}
+
+TEST(TopicConfig, DefaultsAreValid) {
+  EXPECT_FALSE(validate_topic_config(topic_config{}));
+}
+
+TEST(TopicConfig, PartitionBounds) {
+  EXPECT_FALSE(validate_partition_count(1));
+  EXPECT_FALSE(validate_partition_count(10000));
+  EXPECT_TRUE(is(validate_partition_count(0), ec::invalid_config));
+  EXPECT_TRUE(is(validate_partition_count(-3), ec::invalid_config));
+  EXPECT_TRUE(is(validate_partition_count(10001), ec::invalid_config));
+  topic_config cfg;
+  cfg.partitions = 0;
+  auto err = validate_topic_config(cfg);
+  EXPECT_TRUE(is(err, ec::invalid_config));
+  EXPECT_NE(context_of(err).find("partitions=0"), std::string::npos);
+}
+
+TEST(TopicConfig, ReplicationFactorAboveOneIsAPolicyViolation) {
+  EXPECT_FALSE(validate_replication_factor(1));
+  EXPECT_TRUE(is(validate_replication_factor(0), ec::invalid_config));
+  auto err = validate_replication_factor(3);
+  ASSERT_TRUE(is(err, ec::policy_violation));
+  EXPECT_NE(context_of(err).find("replication factor 3 needs replication, "
+                                 "which this single-node build does not "
+                                 "have yet"),
+            std::string::npos)
+    << context_of(err);
+  // A cluster that can place three replicas accepts it.
+  EXPECT_FALSE(validate_replication_factor(3, 3));
+  topic_config cfg;
+  cfg.replication_factor = 2;
+  EXPECT_TRUE(is(validate_topic_config(cfg), ec::policy_violation));
+}
+
+TEST(TopicConfig, ParsesEveryKey) {
+  std::map<std::string, std::string> kv{
+    {"retention.ms", "3600000"},     {"retention.bytes", "1073741824"},
+    {"segment.bytes", "1048576"},    {"segment.ms", "60000"},
+    {"max.message.bytes", "2000"},   {"min.insync.replicas", "1"},
+  };
+  auto cfg = apply_topic_config(topic_config{}, kv);
+  ASSERT_TRUE(cfg) << describe(cfg.error());
+  EXPECT_EQ(cfg->retention_ms, 3600000);
+  EXPECT_EQ(cfg->retention_bytes, 1073741824);
+  EXPECT_EQ(cfg->segment_bytes, 1048576);
+  EXPECT_EQ(cfg->segment_ms, 60000);
+  EXPECT_EQ(cfg->max_message_bytes, 2000);
+  EXPECT_EQ(cfg->min_insync_replicas, 1);
+}
+
+TEST(TopicConfig, MinusOneMeansUnlimitedForRetention) {
+  auto cfg = apply_topic_config(topic_config{}, {{"retention.ms", "-1"},
+                                                 {"retention.bytes", "-1"}});
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->retention_ms, -1);
+  EXPECT_EQ(cfg->retention_bytes, -1);
+}
+
+TEST(TopicConfig, BadValuesNameKeyAndValue) {
+  struct row {
+    std::string key;
+    std::string value;
+  };
+  std::vector<row> rows{
+    {"retention.ms", "abc"},           {"retention.ms", ""},
+    {"retention.ms", "-2"},            {"retention.ms", "0"},
+    {"retention.ms", "10 "},           {"retention.ms", " 10"},
+    {"retention.ms", "1e3"},           {"retention.ms", "0x10"},
+    {"retention.ms", "99999999999999999999"},
+    {"retention.bytes", "-5"},         {"retention.bytes", "1.5"},
+    {"segment.bytes", "1048575"},      {"segment.bytes", "2147483648"},
+    {"segment.bytes", "-1"},           {"segment.ms", "0"},
+    {"segment.ms", "-1"},              {"max.message.bytes", "60"},
+    {"max.message.bytes", "67108865"}, {"max.message.bytes", "-1"},
+    {"min.insync.replicas", "0"},      {"min.insync.replicas", "2"},
+    {"min.insync.replicas", "x"},
+  };
+  for (auto& r : rows) {
+    auto cfg = apply_topic_config(topic_config{}, {{r.key, r.value}});
+    ASSERT_FALSE(cfg) << r.key << "=" << r.value;
+    EXPECT_TRUE(is(cfg.error(), ec::invalid_config))
+      << describe(cfg.error());
+    auto text = context_of(cfg.error());
+    EXPECT_NE(text.find(r.key), std::string::npos) << text;
+  }
+}
+
+TEST(TopicConfig, UnknownKeyIsNamed) {
+  auto cfg = apply_topic_config(topic_config{},
+                                {{"cleanup.policy", "compact"}});
+  ASSERT_FALSE(cfg);
+  EXPECT_TRUE(is(cfg.error(), ec::invalid_config));
+  auto text = context_of(cfg.error());
+  EXPECT_NE(text.find("cleanup.policy"), std::string::npos) << text;
+  EXPECT_NE(text.find("compact"), std::string::npos) << text;
+}
+
+TEST(TopicConfig, FailedApplyChangesNothing) {
+  topic_config base;
+  base.retention_ms = 1234;
+  auto cfg = apply_topic_config(base, {{"retention.ms", "5000"},
+                                       {"segment.bytes", "1"}});
+  EXPECT_FALSE(cfg);
+  EXPECT_EQ(base.retention_ms, 1234);
+  topic_config copy = base;
+  EXPECT_TRUE(set_topic_config_value(copy, "segment.ms", "nope"));
+  EXPECT_EQ(copy, base);
+}
+
+TEST(TopicConfig, RenderRoundTrips) {
+  topic_config cfg;
+  cfg.retention_ms = -1;
+  cfg.retention_bytes = 5 << 20;
+  cfg.segment_bytes = 2 << 20;
+  cfg.segment_ms = 1000;
+  cfg.max_message_bytes = 4096;
+  auto kv = render_topic_config(cfg);
+  ASSERT_EQ(kv.size(), topic_config_keys().size());
+  for (auto& key : topic_config_keys())
+    EXPECT_TRUE(kv.count(key)) << key;
+  EXPECT_EQ(kv["retention.ms"], "-1");
+  EXPECT_EQ(kv["max.message.bytes"], "4096");
+  auto back = apply_topic_config(topic_config{}, kv);
+  ASSERT_TRUE(back) << describe(back.error());
+  EXPECT_EQ(*back, cfg);
+}

@@ -1,0 +1,163 @@
+#pragma once
+// node: the broker_actor of one ferryd process, the actor published on the
+// node's CAF port. It supervises the rest of the node and routes requests.
+//
+// Children (all monitored):
+// - the metadata actor: spawned here (local_metadata over the node's store)
+//   unless node_config::metadata names one; the node subscribes to it and
+//   reacts to each (update_atom, topics): it spawns a partition replica per
+//   hosted partition (data in <data-dir>/topics/<topic>-<partition>), stops
+//   the replicas of deleted topics with data deletion, and sends config
+//   changes to the replicas and the topic list to every group coordinator.
+// - partition replicas: a crashed replica is logged and restarted after a
+//   backoff (restart_backoff, doubling); after max_restarts crashes within
+//   restart_window it stays offline (describe shows online=false, produce
+//   and fetch get ec::not_leader) until the next restart of the node.
+// - group coordinators: one per group, spawned on first use and for every
+//   group in the offset store at start.
+//
+// Routing: produce, fetch and list-offsets go to the partition's replica by
+// delegation (the replica answers the client directly: no extra hop);
+// unknown topic -> ec::unknown_topic, partition out of range ->
+// ec::unknown_partition, a partition not hosted or offline -> ec::not_leader.
+// Topic admin goes to the metadata actor; create answers once the new
+// replicas exist and answered a status request (or create_timeout passed).
+// Describe asks every replica for its status with status_timeout; one that
+// does not answer shows online=false and the rest still shows.
+//
+// Requests that arrive before the first metadata snapshot are held and served
+// once it is in (so a fresh process never answers unknown_topic wrongly).
+//
+// Timers: the node sends itself (update_atom, {}) with delayed_send; an update
+// whose sender is the node itself means "re-check" (restart crashed replicas,
+// expire waits) and never replaces the topic list.
+//
+// Shutdown: an exit message (e.g. anon_send_exit(node, user_shutdown) from
+// ferryd on SIGTERM) makes the node stop every replica with (stop_atom,
+// false) (flush, checkpoint, close), end the coordinators and the metadata
+// actor it spawned, and quit once all replicas answered or shutdown_timeout
+// passed. Watch it with a monitor to know when the data is safe.
+
+#include "actors/group_coordinator.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/partition_replica.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_clock.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+
+class metadata_store;
+class offset_store;
+
+struct node_config {
+  /// This node's id (leader of every partition in a cluster of one).
+  int32_t node_id = 0;
+  /// Root of this node's data: meta/ (LMDB, opened by the caller) and
+  /// topics/<topic>-<partition>/ (one directory per replica).
+  std::filesystem::path data_dir = "data";
+  /// The node's store (ferryd opens it on <data-dir>/meta). Required: the
+  /// metadata, the replicas' checkpoints and the group offsets live there.
+  std::shared_ptr<metadata_store> store;
+  /// Where topics live. Null: the node spawns local_metadata over `store`.
+  metadata_actor metadata;
+  /// Cluster id shown by cluster describe.
+  std::string cluster_id;
+  /// Advertised endpoint for cluster describe. The port is shared because it
+  /// is known only after the node was spawned and published (--port 0).
+  std::string host = "127.0.0.1";
+  std::shared_ptr<std::atomic<uint16_t>> port
+    = std::make_shared<std::atomic<uint16_t>>(0);
+  uint16_t http_port = 0;
+  uint16_t metrics_port = 0;
+  /// Settings of every replica the node spawns; topic, partition, dir,
+  /// topic_cfg, node_id, epoch and store are filled in per partition.
+  partition_replica_config replica_defaults;
+  /// Settings of every group coordinator; group, offsets, broker and topics
+  /// are filled in per group.
+  group_config group_defaults;
+  /// Describe and cluster describe wait this long for each replica.
+  std::chrono::milliseconds status_timeout{2000};
+  /// Create waits at most this long for the new replicas to answer.
+  std::chrono::milliseconds create_timeout{10000};
+  /// Shutdown waits at most this long for the replicas to close.
+  std::chrono::milliseconds shutdown_timeout{20000};
+  /// First delay before restarting a crashed replica (doubles per crash).
+  std::chrono::milliseconds restart_backoff{200};
+  /// A replica crashing more often than this within restart_window stays
+  /// offline.
+  int max_restarts = 5;
+  std::chrono::milliseconds restart_window{60000};
+};
+
+/// One hosted partition replica as the node tracks it.
+struct hosted_replica {
+  partition_actor handle;  ///< null while offline or waiting for a restart
+  topic_config config;     ///< the config it was last given
+  leader_epoch epoch{0};
+  /// Recent crash times, for the restart limit.
+  std::vector<caf::actor_clock::time_point> crashes;
+  /// When a crashed replica may be spawned again.
+  caf::actor_clock::time_point restart_at{};
+  /// Crashed too often: not restarted any more.
+  bool given_up = false;
+};
+
+/// A create request waiting for its replicas.
+struct create_waiter {
+  topic_metadata topic;
+  caf::typed_response_promise<topic_metadata> promise;
+  caf::actor_clock::time_point deadline;
+};
+
+struct node_state {
+  node_config cfg;
+  /// The latest topic list from the metadata actor, by name.
+  std::map<std::string, topic_metadata> topics;
+  /// True once the first topic list arrived.
+  bool ready = false;
+  /// Requests that arrived before `ready`, replayed in order.
+  std::vector<std::function<void()>> deferred;
+  /// Replicas hosted here, by (topic, partition).
+  std::map<topic_partition, hosted_replica> replicas;
+  /// Replicas told to stop with data deletion that have not answered yet;
+  /// a topic re-created meanwhile waits for them.
+  std::map<topic_partition, partition_actor> stopping;
+  /// Group coordinators by group.
+  std::map<std::string, group_coordinator_actor> groups;
+  std::shared_ptr<offset_store> offsets;
+  std::vector<create_waiter> create_waiters;
+  /// Whether the metadata actor is ours (ended on shutdown).
+  bool own_metadata = false;
+  /// Shutdown in progress: replicas still closing.
+  bool shutting_down = false;
+  size_t replicas_closing = 0;
+  caf::error exit_reason;
+  /// A re-check (update_atom to self) is already scheduled for this time.
+  caf::actor_clock::time_point recheck_at{};
+
+  static inline const char* name = "node";
+};
+
+/// The broker node. @pre cfg.store != nullptr
+broker_actor::behavior_type
+node(broker_actor::stateful_pointer<node_state> self, node_config cfg);
+
+/// The directory of a replica: <data-dir>/topics/<topic>-<partition>.
+std::filesystem::path replica_dir(const std::filesystem::path& data_dir,
+                                  const std::string& topic, partition_id p);
+
+} // namespace ferry
