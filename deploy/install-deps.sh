@@ -13,7 +13,7 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # tools used by tests, demos and benchmark comparisons
-  curl fio xvfb
+  curl fio xvfb python3 prometheus
 )
 
 missing=()
