@@ -891,6 +891,8 @@ int main(int argc, char** argv) {
   options opt;
   CLI::App app{"ferryctl: command-line client for Ferry"};
   app.require_subcommand(1);
+  // Global options (--broker, --json, ...) may also follow the subcommand.
+  app.fallthrough();
   app.add_option("--broker", opt.broker, "broker HOST:PORT (env FERRY_BROKER)")
     ->capture_default_str();
   app.add_flag("--json", opt.json, "print JSON instead of tables");
