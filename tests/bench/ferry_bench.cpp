@@ -2,13 +2,19 @@
 // latency percentiles.
 //
 //   produce  send N messages through the producer actor; latency is send ->
-//            delivery report
+//            delivery report. With --rate R the load is open-loop: message i
+//            is due at start + i/R, whatever happened to earlier messages,
+//            and its latency runs from that intended send time (so a stall
+//            is charged to every message it delayed: no coordinated
+//            omission). --window still caps the messages in flight; a
+//            message held back by it is late, and its latency says so.
 //   consume  read N messages from the earliest offsets; throughput only
 //   e2e      produce and consume at once; latency is the producer's
 //            timestamp (in the payload) -> the consumer's poll returning it
 //
-// The producer is kept pipelined: a driver actor keeps --window messages in
-// flight and never waits for one round trip per message.
+// Without --rate the producer is kept pipelined (closed loop): a driver actor
+// keeps --window messages in flight and never waits for one round trip per
+// message; latency then runs from the actual send.
 
 #include "actors/client_connection.hpp"
 #include "actors/consumer.hpp"
@@ -59,6 +65,8 @@ struct bench_options {
   std::string compression = "none";
   size_t window = 1000; // CAF 0.17 keeps pending responses in a flat map: O(n) each
   int64_t timeout_ms = 120000;
+  double rate = 0; ///< messages/s; 0: closed loop, as fast as --window allows
+  int64_t tick_us = 250; ///< pacing timer period with --rate
   bool json = false;
 };
 
@@ -88,6 +96,8 @@ struct run_result {
   int64_t failed = 0;
   double seconds = 0;
   std::vector<int64_t> latencies_ns;
+  /// With --rate: actual send time minus intended send time, per message.
+  std::vector<int64_t> send_lag_ns;
   std::string first_error;
 };
 
@@ -109,6 +119,13 @@ struct produce_driver_state {
   run_result res;
   steady::time_point start;
   std::shared_ptr<std::promise<run_result>> done;
+  bool tick_pending = false;
+
+  /// With --rate: when message i is due.
+  steady::time_point intended(int64_t i) const {
+    auto ns = static_cast<double>(i) * 1e9 / opt.rate;
+    return start + std::chrono::nanoseconds{static_cast<int64_t>(ns)};
+  }
 };
 
 caf::behavior produce_driver(caf::stateful_actor<produce_driver_state>* self,
@@ -124,6 +141,8 @@ caf::behavior produce_driver(caf::stateful_actor<produce_driver_state>* self,
   for (auto& c : st.payload)
     c = static_cast<char>('a' + rng() % 26);
   st.res.latencies_ns.reserve(static_cast<size_t>(opt.messages));
+  if (opt.rate > 0)
+    st.res.send_lag_ns.reserve(static_cast<size_t>(opt.messages));
   st.start = steady::now();
   auto finish = [self] {
     auto& st = self->state;
@@ -134,8 +153,22 @@ caf::behavior produce_driver(caf::stateful_actor<produce_driver_state>* self,
   auto pump = std::make_shared<std::function<void()>>();
   *pump = [self, pump, finish] {
     auto& st = self->state;
+    auto paced = st.opt.rate > 0;
+    auto now = paced ? steady::now() : steady::time_point{};
     while (st.sent < st.opt.messages
            && static_cast<size_t>(st.sent - st.answered) < st.opt.window) {
+      // Open loop: send what is due by now, all of it, then wait for the
+      // pacing tick (or an answer freeing window space).
+      auto due = paced ? st.intended(st.sent) : steady::time_point{};
+      if (paced && due > now) {
+        if (!st.tick_pending) {
+          st.tick_pending = true;
+          auto wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(due - now),
+                               std::chrono::microseconds{st.opt.tick_us});
+          self->delayed_send(self, wait, tick_atom_v);
+        }
+        break;
+      }
       client_message m;
       m.topic = st.opt.topic;
       if (st.opt.keys > 0) {
@@ -148,6 +181,13 @@ caf::behavior produce_driver(caf::stateful_actor<produce_driver_state>* self,
       std::memcpy(m.value.data(), &ts, sizeof(ts));
       std::memcpy(m.value.data() + 8, &st.run_id, sizeof(st.run_id));
       auto t0 = steady::now();
+      if (paced) {
+        // Charge the time the message spent waiting to be sent.
+        st.res.send_lag_ns.push_back(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - due).count());
+        t0 = due;
+        now = steady::now();
+      }
       ++st.sent;
       self->request(st.prod, caf::infinite, produce_atom_v, std::move(m))
         .then(
@@ -176,7 +216,11 @@ caf::behavior produce_driver(caf::stateful_actor<produce_driver_state>* self,
     }
   };
   (*pump)();
-  return {[](int32_t) {}}; // all work happens in response handlers
+  // All work happens in response handlers and, with --rate, pacing ticks.
+  return {[self, pump](tick_atom) {
+    self->state.tick_pending = false;
+    (*pump)();
+  }};
 }
 
 // -- consume driver ---------------------------------------------------------------
@@ -297,6 +341,11 @@ void print_line(const std::string& what, const run_result& r, const bench_option
     os << std::setprecision(3) << "; latency ms p50 " << l.p50 << " p99 " << l.p99
        << " p99.9 " << l.p999 << " max " << l.max;
   }
+  if (!r.send_lag_ns.empty()) {
+    auto l = summarize(r.send_lag_ns);
+    os << std::setprecision(0) << "; target " << opt.rate << " msgs/s"
+       << std::setprecision(3) << ", send lag ms p99 " << l.p99 << " max " << l.max;
+  }
   if (r.failed > 0)
     os << "; failed " << r.failed << " (" << r.first_error << ")";
   else if (!r.first_error.empty())
@@ -314,6 +363,11 @@ json to_json(const run_result& r, const bench_options& opt, bool with_latency) {
   if (with_latency) {
     auto l = summarize(r.latencies_ns);
     out["latency_ms"] = json{{"p50", l.p50}, {"p99", l.p99}, {"p99.9", l.p999}, {"max", l.max}};
+  }
+  if (!r.send_lag_ns.empty()) {
+    auto l = summarize(r.send_lag_ns);
+    out["target_msgs_per_sec"] = opt.rate;
+    out["send_lag_ms"] = json{{"p50", l.p50}, {"p99", l.p99}, {"p99.9", l.p999}, {"max", l.max}};
   }
   if (!r.first_error.empty())
     out["error"] = r.first_error;
@@ -340,6 +394,14 @@ int main(int argc, char** argv) {
   app.add_option("--linger-ms", opt.linger_ms)->capture_default_str();
   app.add_option("--compression", opt.compression)->capture_default_str();
   app.add_option("--window", opt.window, "messages in flight")->capture_default_str();
+  app.add_option("--rate", opt.rate,
+                 "produce/e2e: target msgs/s, paced open-loop; latency from the intended "
+                 "send time (0: closed loop, as fast as --window allows)")
+    ->capture_default_str()
+    ->check(CLI::NonNegativeNumber);
+  app.add_option("--tick-us", opt.tick_us, "shortest pacing timer period with --rate")
+    ->capture_default_str()
+    ->check(CLI::Range(int64_t{10}, int64_t{100000}));
   app.add_option("--timeout", opt.timeout_ms, "ms without progress before giving up")
     ->capture_default_str();
   app.add_flag("--json", opt.json);
@@ -393,7 +455,8 @@ int main(int argc, char** argv) {
   json report{{"mode", opt.mode},     {"topic", opt.topic},   {"messages", opt.messages},
               {"size", opt.size},     {"keys", opt.keys},     {"partitions", *parts},
               {"acks", opt.acks},     {"batch_bytes", opt.batch_bytes},
-              {"linger_ms", opt.linger_ms}, {"compression", opt.compression}};
+              {"linger_ms", opt.linger_ms}, {"compression", opt.compression},
+              {"rate", opt.rate}};
 
   std::vector<topic_partition> tps;
   for (int32_t p = 0; p < *parts; ++p)
