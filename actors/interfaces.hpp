@@ -443,7 +443,7 @@ typename Inspector::result_type inspect(Inspector& f, partition_lag& x) {
 
 struct group_description {
   std::string group;
-  std::string mode;  ///< "stream" (queue mode comes later)
+  std::string mode;  ///< "stream" or "queue"
   std::string state; ///< Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
   std::string assignor;
   int32_t generation = 0;
@@ -523,6 +523,141 @@ typename Inspector::result_type inspect(Inspector& f, consumed_message& x) {
            x.value, x.headers);
 }
 
+// -- queue mode (issue 4; actors/queue_coordinator.hpp) ------------------------
+
+/// Settings of a queue-mode group, fixed when the group is created.
+struct queue_group_config {
+  std::string mode = "queue"; ///< only "queue" (stream groups exist by joining)
+  int32_t max_attempts = 5;   ///< failed attempts before the DLQ; >= 1
+  int64_t initial_backoff_ms = 1000;
+  int64_t max_backoff_ms = 60000;
+  double backoff_multiplier = 2.0;
+  double jitter = 1.0;                ///< share of the backoff drawn at random
+  int64_t visibility_timeout_ms = 30000;
+  std::string ordering = "none";      ///< "none" or "key"
+  std::string dlq_topic;              ///< "" = "<topic>.<group>.dlq"
+  bool operator==(const queue_group_config&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_group_config& x) {
+  return f(caf::meta::type_name("ferry::queue_group_config"), x.mode,
+           x.max_attempts, x.initial_backoff_ms, x.max_backoff_ms,
+           x.backoff_multiplier, x.jitter, x.visibility_timeout_ms, x.ordering,
+           x.dlq_topic);
+}
+
+/// Leases up to max_records records of `topic` to a member.
+struct queue_receive_request {
+  std::string group;
+  std::string topic;
+  std::string member_id;      ///< non-empty; acks must name the same member
+  int32_t max_records = 100;
+  int64_t visibility_ms = 0;  ///< 0 = the group's visibility timeout
+  int64_t wait_ms = 0;        ///< long poll when nothing is available
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        queue_receive_request& x) {
+  return f(caf::meta::type_name("ferry::queue_receive_request"), x.group,
+           x.topic, x.member_id, x.max_records, x.visibility_ms, x.wait_ms);
+}
+
+/// A record leased to a member until `deadline` (unless extended).
+struct leased_message {
+  consumed_message message;
+  uint64_t lease_id = 0;
+  int32_t attempt = 1; ///< 1 + the failed attempts before this delivery
+  timestamp_ms deadline = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, leased_message& x) {
+  return f(caf::meta::type_name("ferry::leased_message"), x.message,
+           x.lease_id, x.attempt, x.deadline);
+}
+
+/// What a member says about a leased record.
+enum class queue_ack_kind : uint8_t {
+  ack = 0,    ///< done
+  nack = 1,   ///< failed: retry after max(delay_ms, backoff)
+  reject = 2, ///< failed: dead-letter now
+  extend = 3, ///< still working: keep the lease extend_ms longer
+};
+
+struct queue_ack_request {
+  std::string group;
+  std::string member_id;
+  std::string topic;
+  partition_id partition{0};
+  offset off{0};
+  uint64_t lease_id = 0;
+  queue_ack_kind kind = queue_ack_kind::ack;
+  int64_t delay_ms = 0;  ///< nack
+  int64_t extend_ms = 0; ///< extend
+  std::string error;     ///< nack, reject: the reason (ferry-error)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_ack_request& x) {
+  return f(caf::meta::type_name("ferry::queue_ack_request"), x.group,
+           x.member_id, x.topic, x.partition, x.off, x.lease_id, x.kind,
+           x.delay_ms, x.extend_ms, x.error);
+}
+
+struct queue_ack_response {
+  timestamp_ms deadline = 0;  ///< extend: the lease's deadline now
+  int32_t attempts = 0;       ///< nack, reject: failed attempts so far
+  bool dead_letter = false;   ///< nack, reject: the record goes to the DLQ
+  timestamp_ms retry_at = 0;  ///< nack: delivered again from then on
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_ack_response& x) {
+  return f(caf::meta::type_name("ferry::queue_ack_response"), x.deadline,
+           x.attempts, x.dead_letter, x.retry_at);
+}
+
+/// One partition of a queue-mode group.
+struct queue_partition_description {
+  std::string topic;
+  partition_id partition{0};
+  offset committed{0};       ///< end of the contiguous done prefix
+  offset read_end{0};        ///< one past the last record read
+  offset high_watermark{-1}; ///< as of the last fetch; -1 = unknown
+  int64_t available = 0;
+  int64_t delayed = 0;       ///< waiting for a retry
+  int64_t leased = 0;
+  int64_t dead_letter_pending = 0;
+  int64_t done = 0;          ///< done above committed
+  std::string dlq_topic;
+  int64_t dead_lettered = 0; ///< written to the DLQ since the coordinator started
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        queue_partition_description& x) {
+  return f(caf::meta::type_name("ferry::queue_partition_description"),
+           x.topic, x.partition, x.committed, x.read_end, x.high_watermark,
+           x.available, x.delayed, x.leased, x.dead_letter_pending, x.done,
+           x.dlq_topic, x.dead_lettered);
+}
+
+struct queue_group_description {
+  std::string group;
+  queue_group_config config;
+  std::vector<queue_partition_description> partitions;
+  int32_t waiting_receives = 0; ///< long polls parked now
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        queue_group_description& x) {
+  return f(caf::meta::type_name("ferry::queue_group_description"), x.group,
+           x.config, x.partitions, x.waiting_receives);
+}
+
 } // namespace ferry
 
 // -- type IDs and atoms ---------------------------------------------------------
@@ -570,6 +705,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::delivery_report))
   CAF_ADD_TYPE_ID(ferry, (ferry::consumed_message))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::consumed_message>))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::client_message>))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::delivery_report>))
 
   // Atoms: at most 10 characters (CAF 0.17 atom_value).
   CAF_ADD_ATOM(ferry, ferry, produce_atom, "produce")
@@ -602,6 +739,20 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry, seek_atom, "seek")
   CAF_ADD_ATOM(ferry, ferry, assign_atom, "assign")
   CAF_ADD_ATOM(ferry, ferry, connect_atom, "connect")
+
+  // Queue mode (appended: the IDs above do not move).
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_group_config))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_receive_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::leased_message))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::leased_message>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_ack_kind))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_ack_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_ack_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_partition_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_group_description))
+  CAF_ADD_ATOM(ferry, ferry, receive_atom, "receive")
+  CAF_ADD_ATOM(ferry, ferry, ack_atom, "ack")
+  CAF_ADD_ATOM(ferry, ferry, queue_atom, "queue")
 CAF_END_TYPE_ID_BLOCK(ferry)
 
 // -- typed actor interfaces -----------------------------------------------------
@@ -703,14 +854,51 @@ using broker_actor = caf::typed_actor<
   caf::replies_to<describe_atom, group_atom, std::string>::with<group_description>,
   caf::replies_to<reset_atom, reset_offsets_request>::with<std::vector<partition_offset>>,
   caf::reacts_to<delete_atom, group_atom, std::string>,
+  /// Queue mode: creates a queue-mode group (idempotent for the same
+  /// config); answers the stored config. invalid_config, invalid_request
+  /// (a stream group of that name exists, or another config).
+  caf::replies_to<create_atom, group_atom, std::string, queue_group_config>::with<queue_group_config>,
+  /// Queue mode: leases records (creates the group with defaults on first
+  /// use); long polls up to wait_ms when none is available.
+  caf::replies_to<receive_atom, queue_receive_request>::with<std::vector<leased_message>>,
+  /// Queue mode: ack, nack, reject or extend one lease.
+  caf::replies_to<ack_atom, queue_ack_request>::with<queue_ack_response>,
+  /// Queue mode: positions, record counts and DLQ per partition.
+  caf::replies_to<describe_atom, queue_atom, std::string>::with<queue_group_description>,
   /// Internal: the metadata changed; start, stop or reconfigure replicas.
   caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
+
+/// Coordinator of one queue-mode group (issue 4): leases records of the
+/// partitions it reads, counts attempts, retries with backoff and writes
+/// exhausted or rejected records to the group's DLQ topic.
+using queue_coordinator_actor = caf::typed_actor<
+  caf::replies_to<receive_atom, queue_receive_request>::with<std::vector<leased_message>>,
+  /// lease_not_found, lease_expired, not_lease_owner, invalid_request.
+  caf::replies_to<ack_atom, queue_ack_request>::with<queue_ack_response>,
+  caf::replies_to<describe_atom, queue_atom>::with<queue_group_description>,
+  /// The stream-mode view (mode "queue") for group list and describe.
+  caf::replies_to<describe_atom, group_atom>::with<group_description>,
+  /// Erases the group's state; group_not_empty while leases or receives
+  /// are outstanding.
+  caf::reacts_to<delete_atom, group_atom>,
+  /// The topic list changed.
+  caf::reacts_to<update_atom, std::vector<topic_metadata>>,
+  /// Internal: persist the changes of the requests handled so far.
+  caf::reacts_to<flush_atom>,
+  /// Internal: the timer (lease expiry, retries, long polls) with its token.
+  caf::reacts_to<tick_atom, uint64_t>>;
 
 /// A CAF-native producer (client library): partitioner, batching, linger,
 /// compression, acks, retries, idempotence, reconnects.
 using producer_actor = caf::typed_actor<
   /// Answers once the message is acknowledged per acks (or failed).
   caf::replies_to<produce_atom, client_message>::with<delivery_report>,
+  /// Many messages in one request (the data path for bulk producers): one
+  /// answer once all are acknowledged, reports[i] for messages[i]. The
+  /// first failure fails the whole request with that error; messages of it
+  /// that were acknowledged before stay written (like N single produces of
+  /// which one failed), so retry per idempotence rules or check offsets.
+  caf::replies_to<produce_atom, std::vector<client_message>>::with<std::vector<delivery_report>>,
   /// Answers once everything sent so far is acknowledged or failed.
   caf::replies_to<flush_atom>::with<bool>,
   /// Internal: the linger timer of a partition's open batch fired.
@@ -740,6 +928,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry_actors, caf::id_block::ferry::end)
   CAF_ADD_TYPE_ID(ferry_actors, (ferry::partition_actor))
   CAF_ADD_TYPE_ID(ferry_actors, (ferry::group_coordinator_actor))
   CAF_ADD_TYPE_ID(ferry_actors, (ferry::broker_actor))
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::queue_coordinator_actor))
 CAF_END_TYPE_ID_BLOCK(ferry_actors)
 
 namespace ferry {

@@ -5,6 +5,9 @@
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
+#include "metrics/group_probe.hpp"
+#include "metrics/node_probe.hpp"
+#include "metrics/partition_probe.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -55,6 +58,65 @@ void when_ready(self_ptr self, F f) {
     f();
   else
     self->state.deferred.emplace_back(std::move(f));
+}
+
+/// Counts `err` as a failed client request (ferry_request_errors_total) and
+/// returns it: wrap every error the node answers to a client.
+caf::error failed(self_ptr self, caf::error err) {
+  if (err && self->state.probe)
+    self->state.probe->request_failed(err);
+  return err;
+}
+
+/// Forwards a request to `dest` and relays its answer to `rp`, counting an
+/// error answer. Used instead of delegation for admin and group requests
+/// only (see the header): the data path keeps delegating.
+template <class T, class Dest, class... Ts>
+void relay(self_ptr self, caf::typed_response_promise<T> rp, const Dest& dest,
+           Ts&&... xs) {
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+/// relay() for requests without a reply value.
+template <class Dest, class... Ts>
+void relay_void(self_ptr self, caf::response_promise rp, const Dest& dest,
+                Ts&&... xs) {
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .then([rp]() mutable { rp.deliver(caf::unit); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+/// Samples the data dir's disk into `probe` now and every `interval` until
+/// `node` is gone or it gets an exit message.
+caf::behavior disk_sampler(caf::event_based_actor* self,
+                           std::shared_ptr<metrics::node_probe> probe,
+                           std::filesystem::path dir, caf::timespan interval,
+                           caf::actor_addr node) {
+  auto failing = std::make_shared<bool>(false);
+  auto sample = [probe, dir, failing] {
+    auto err = probe->sample_disk(dir);
+    if (err && !*failing)
+      log::warn("node: cannot sample the disk of {}: {}", dir.string(), err);
+    else if (!err && *failing)
+      log::info("node: sampling the disk of {} works again", dir.string());
+    *failing = static_cast<bool>(err);
+  };
+  sample();
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  self->monitor(node);
+  self->delayed_send(self, interval, tick_atom_v);
+  return {
+    [self, sample, interval](tick_atom) {
+      sample();
+      self->delayed_send(self, interval, tick_atom_v);
+    },
+  };
 }
 
 /// Sends the node a re-check after `delay`.
@@ -136,7 +198,15 @@ void spawn_replica(self_ptr self, const topic_partition& key,
   rc.node_id = st.cfg.node_id;
   rc.epoch = pa.epoch;
   rc.store = st.cfg.store;
-  r.handle = self->spawn(partition_replica, std::move(rc));
+  // A fresh probe per spawn: never shared through replica_defaults.
+  rc.probe = st.cfg.metrics ? std::make_shared<metrics::partition_probe>(
+                                st.cfg.metrics, key.topic, key.partition)
+                            : nullptr;
+  rc.node_probe = st.probe;
+  // dedicated_thread: see partition_replica_config (fsync off the workers).
+  r.handle = rc.dedicated_thread
+               ? self->spawn<caf::detached>(partition_replica, std::move(rc))
+               : self->spawn(partition_replica, std::move(rc));
   r.config = md.config;
   r.epoch = pa.epoch;
   self->monitor(r.handle);
@@ -368,6 +438,10 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
   gc.offsets = st.offsets;
   gc.broker = caf::actor_cast<broker_actor>(self);
   gc.topics = topic_list(st);
+  // A fresh probe per coordinator: never shared through group_defaults.
+  gc.probe = st.cfg.metrics
+               ? std::make_shared<metrics::group_probe>(st.cfg.metrics, group)
+               : nullptr;
   auto h = self->spawn(group_coordinator, std::move(gc));
   self->monitor(h);
   st.groups.emplace(group, h);
@@ -385,6 +459,9 @@ coordinator(self_ptr self, const std::string& group, bool create) {
   auto i = st.groups.find(group);
   if (i != st.groups.end())
     return i->second;
+  if (st.queue_configs.count(group) > 0)
+    return make_error(ec::invalid_request,
+                      "group " + group + " is a queue-mode group");
   if (!create)
     return make_error(ec::unknown_group, "group " + group
                                            + " does not exist");
@@ -394,7 +471,91 @@ coordinator(self_ptr self, const std::string& group, bool create) {
   return spawn_coordinator(self, group);
 }
 
-/// Delegates a group request whose reply is `T`.
+// -- queue groups -----------------------------------------------------------------
+
+queue_coordinator_actor spawn_queue_coordinator(self_ptr self,
+                                                const std::string& group) {
+  auto& st = self->state;
+  auto qc = st.cfg.queue_defaults;
+  qc.group = group;
+  qc.settings = st.queue_configs.at(group);
+  qc.store = st.cfg.store;
+  qc.broker = caf::actor_cast<broker_actor>(self);
+  qc.topics = topic_list(st);
+  qc.topics_known = st.ready;
+  qc.probe = st.cfg.metrics
+               ? std::make_shared<metrics::group_probe>(st.cfg.metrics, group)
+               : nullptr;
+  auto h = self->spawn(queue_coordinator, std::move(qc));
+  self->monitor(h);
+  st.queue_groups.emplace(group, h);
+  log::debug("node: started queue coordinator of group {}", group);
+  return h;
+}
+
+/// The coordinator of queue group `group`. With `create` a missing group is
+/// created with `*create` (stored first); an existing one must have that
+/// config unless `create_default` (first use by receive). Errors:
+/// invalid_request (empty name, a stream group, another config),
+/// unknown_group, invalid_config.
+caf::expected<queue_coordinator_actor>
+queue_coordinator_for(self_ptr self, const std::string& group,
+                      const queue_group_config* create,
+                      bool create_default = false) {
+  auto& st = self->state;
+  if (group.empty())
+    return make_error(ec::invalid_request, "the group name is empty");
+  if (st.shutting_down)
+    return make_error(ec::coordinator_not_available,
+                      "the node is shutting down");
+  auto c = st.queue_configs.find(group);
+  if (c != st.queue_configs.end()) {
+    if (create && !create_default && !(*create == c->second))
+      return make_error(ec::invalid_request,
+                        "queue group " + group
+                          + " exists with another config");
+    auto i = st.queue_groups.find(group);
+    if (i != st.queue_groups.end())
+      return i->second;
+    return spawn_queue_coordinator(self, group); // after a crash
+  }
+  if (!create)
+    return make_error(ec::unknown_group, "group " + group
+                                           + " does not exist");
+  bool stream = st.groups.count(group) > 0;
+  if (auto rec = st.offsets->get_group(group); rec && *rec)
+    stream = true;
+  if (stream)
+    return make_error(ec::invalid_request,
+                      "group " + group + " is a stream-mode group");
+  if (auto err = validate(*create))
+    return err;
+  if (auto err = save_queue_group(*st.cfg.store, group, *create))
+    return err;
+  st.queue_configs.emplace(group, *create);
+  log::info("node: created queue group {}", group);
+  return spawn_queue_coordinator(self, group);
+}
+
+/// Relays a queue group request whose reply is `T`.
+template <class T, class... Ts>
+caf::result<T> to_queue(self_ptr self, const std::string& group,
+                        bool create_default, Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  when_ready(self, [self, rp, group, create_default, xs...]() mutable {
+    const auto& defaults = self->state.cfg.queue_defaults.settings;
+    auto c = queue_coordinator_for(self, group,
+                                   create_default ? &defaults : nullptr,
+                                   create_default);
+    if (!c)
+      rp.deliver(failed(self, std::move(c.error())));
+    else
+      relay(self, rp, *c, std::move(xs)...);
+  });
+  return rp;
+}
+
+/// Relays a group request whose reply is `T` to the group's coordinator.
 template <class T, class... Ts>
 caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
                         Ts... xs) {
@@ -402,14 +563,14 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
   when_ready(self, [self, rp, group, create, xs...]() mutable {
     auto c = coordinator(self, group, create);
     if (!c)
-      rp.deliver(std::move(c.error()));
+      rp.deliver(failed(self, std::move(c.error())));
     else
-      rp.delegate(*c, xs...);
+      relay(self, rp, *c, std::move(xs)...);
   });
   return rp;
 }
 
-/// Delegates a group request without a reply value.
+/// Relays a group request without a reply value.
 template <class... Ts>
 caf::result<void> to_group_void(self_ptr self, const std::string& group,
                                 bool create, Ts... xs) {
@@ -417,9 +578,9 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
   when_ready(self, [self, rp, group, create, xs...]() mutable {
     auto c = coordinator(self, group, create);
     if (!c)
-      rp.deliver(std::move(c.error()));
+      rp.deliver(failed(self, std::move(c.error())));
     else
-      rp.delegate(*c, xs...);
+      relay_void(self, rp, *c, std::move(xs)...);
   });
   return rp;
 }
@@ -429,12 +590,15 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
 void finish_shutdown(self_ptr self) {
   auto& st = self->state;
   for (auto& w : st.create_waiters)
-    w.promise.deliver(make_error(ec::request_timed_out,
-                                 "the node shut down while topic "
-                                   + w.topic.name + " was being created"));
+    w.promise.deliver(failed(self, make_error(ec::request_timed_out,
+                                              "the node shut down while topic "
+                                                + w.topic.name
+                                                + " was being created")));
   st.create_waiters.clear();
   if (st.own_metadata && st.cfg.metadata)
     self->send_exit(st.cfg.metadata, caf::exit_reason::user_shutdown);
+  if (st.disk_sampler)
+    self->send_exit(st.disk_sampler, caf::exit_reason::user_shutdown);
   log::info("node: shutdown complete");
   auto reason = st.exit_reason ? st.exit_reason
                                : caf::error{caf::exit_reason::user_shutdown};
@@ -451,6 +615,11 @@ void begin_shutdown(self_ptr self, caf::error reason) {
     self->demonitor(g.address());
     self->send_exit(g, caf::exit_reason::user_shutdown);
   }
+  for (auto& [name, q] : st.queue_groups) {
+    self->demonitor(q.address());
+    self->send_exit(q, caf::exit_reason::user_shutdown);
+  }
+  st.queue_groups.clear();
   st.groups.clear();
   std::vector<std::pair<topic_partition, partition_actor>> open;
   for (auto& [key, r] : st.replicas)
@@ -496,6 +665,15 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
                  "on the next request",
                  i->first, dm.reason);
       st.groups.erase(i);
+      return;
+    }
+  }
+  for (auto i = st.queue_groups.begin(); i != st.queue_groups.end(); ++i) {
+    if (caf::actor_cast<caf::actor_addr>(i->second) == dm.source) {
+      log::error("node: queue coordinator of group {} terminated: {}; it "
+                 "restarts on the next request",
+                 i->first, dm.reason);
+      st.queue_groups.erase(i);
       return;
     }
   }
@@ -561,6 +739,15 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     st.cfg.metadata = self->spawn(local_metadata, std::move(mc));
     st.own_metadata = true;
   }
+  if (st.cfg.metrics) {
+    st.probe = std::make_shared<metrics::node_probe>(st.cfg.metrics);
+    st.probe->standalone(); // until Raft exists
+    st.disk_sampler = self->spawn(
+      disk_sampler, st.probe, st.cfg.data_dir,
+      std::chrono::duration_cast<caf::timespan>(
+        std::max(st.cfg.disk_sample_interval, std::chrono::milliseconds{1})),
+      self->address());
+  }
   self->monitor(st.cfg.metadata);
   self->send(st.cfg.metadata, subscribe_atom_v,
              caf::actor_cast<caf::actor>(self));
@@ -571,6 +758,15 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       log::info("node: {} consumer groups recovered", groups->size());
   } else {
     log::error("node: cannot list consumer groups: {}", groups.error());
+  }
+  if (auto queues = load_queue_groups(*store)) {
+    st.queue_configs = std::move(*queues);
+    for (auto& [name, qc] : st.queue_configs)
+      spawn_queue_coordinator(self, name);
+    if (!st.queue_configs.empty())
+      log::info("node: {} queue groups recovered", st.queue_configs.size());
+  } else {
+    log::error("node: cannot list queue groups: {}", queues.error());
   }
   self->set_down_handler(
     [self](caf::down_msg& dm) { on_down(self, dm); });
@@ -584,7 +780,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       when_ready(self, [self, rp, req = std::move(req)]() mutable {
         auto r = route(self, req.topic, req.partition);
         if (!r)
-          rp.deliver(std::move(r.error()));
+          rp.deliver(failed(self, std::move(r.error())));
         else
           rp.delegate(*r, produce_atom_v, std::move(req));
       });
@@ -595,7 +791,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       when_ready(self, [self, rp, req = std::move(req)]() mutable {
         auto r = route(self, req.topic, req.partition);
         if (!r)
-          rp.deliver(std::move(r.error()));
+          rp.deliver(failed(self, std::move(r.error())));
         else
           rp.delegate(*r, fetch_atom_v, std::move(req));
       });
@@ -606,7 +802,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       when_ready(self, [self, rp, req = std::move(req)]() mutable {
         auto r = route(self, req.topic, req.partition);
         if (!r)
-          rp.deliver(std::move(r.error()));
+          rp.deliver(failed(self, std::move(r.error())));
         else
           rp.delegate(*r, offsets_atom_v, std::move(req));
       });
@@ -614,7 +810,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     },
     [self](init_pid_atom) -> caf::result<producer_identity> {
       auto rp = self->make_response_promise<producer_identity>();
-      rp.delegate(self->state.cfg.metadata, init_pid_atom_v);
+      relay(self, rp, self->state.cfg.metadata, init_pid_atom_v);
       return rp;
     },
     // -- topic admin: through the metadata actor ------------------------------
@@ -629,19 +825,21 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
           [self, rp](topic_metadata& md) mutable {
             await_replicas(self, std::move(md), rp);
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
       return rp;
     },
     [self](delete_atom, topic_atom,
            std::string& name) -> caf::result<topic_metadata> {
       auto rp = self->make_response_promise<topic_metadata>();
-      rp.delegate(self->state.cfg.metadata, delete_atom_v, topic_atom_v,
-                  std::move(name));
+      relay(self, rp, self->state.cfg.metadata, delete_atom_v, topic_atom_v,
+            std::move(name));
       return rp;
     },
     [self](list_atom, topic_atom) -> caf::result<std::vector<topic_metadata>> {
       auto rp = self->make_response_promise<std::vector<topic_metadata>>();
-      rp.delegate(self->state.cfg.metadata, list_atom_v, topic_atom_v);
+      relay(self, rp, self->state.cfg.metadata, list_atom_v, topic_atom_v);
       return rp;
     },
     [self](describe_atom, topic_atom,
@@ -659,15 +857,17 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
               });
             });
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
       return rp;
     },
     [self](alter_atom, topic_atom, std::string& name,
            std::map<std::string, std::string>& changes)
       -> caf::result<topic_metadata> {
       auto rp = self->make_response_promise<topic_metadata>();
-      rp.delegate(self->state.cfg.metadata, alter_atom_v, topic_atom_v,
-                  std::move(name), std::move(changes));
+      relay(self, rp, self->state.cfg.metadata, alter_atom_v, topic_atom_v,
+            std::move(name), std::move(changes));
       return rp;
     },
     [self](add_parts_atom, std::string& name,
@@ -681,7 +881,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
           [self, rp](topic_metadata& md) mutable {
             await_replicas(self, std::move(md), rp);
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
       return rp;
     },
     [self](cluster_atom) -> caf::result<cluster_description> {
@@ -695,7 +897,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
               describe_cluster(self, std::move(topics), rp);
             });
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
       return rp;
     },
     // -- consumer groups: one coordinator per group ---------------------------
@@ -736,12 +940,12 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       when_ready(self, [self, rp]() mutable {
         auto& st = self->state;
         auto out = std::make_shared<std::vector<group_description>>();
-        out->resize(st.groups.size());
-        if (st.groups.empty()) {
+        out->resize(st.groups.size() + st.queue_configs.size());
+        if (out->empty()) {
           rp.deliver(std::vector<group_description>{});
           return;
         }
-        auto pending = std::make_shared<size_t>(st.groups.size());
+        auto pending = std::make_shared<size_t>(out->size());
         size_t i = 0;
         for (auto& [name, g] : st.groups) {
           (*out)[i].group = name;
@@ -760,11 +964,38 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
               });
           ++i;
         }
+        for (auto& [name, qc] : st.queue_configs) {
+          (*out)[i].group = name;
+          (*out)[i].mode = "queue";
+          (*out)[i].state = "Unknown";
+          auto q = queue_coordinator_for(self, name, nullptr);
+          if (!q) {
+            if (--*pending == 0)
+              rp.deliver(std::move(*out));
+            ++i;
+            continue;
+          }
+          self->request(*q, st.cfg.status_timeout, describe_atom_v, group_atom_v)
+            .then(
+              [rp, out, pending, i](group_description& gd) mutable {
+                (*out)[i] = std::move(gd);
+                if (--*pending == 0)
+                  rp.deliver(std::move(*out));
+              },
+              [rp, out, pending](caf::error&) mutable {
+                if (--*pending == 0)
+                  rp.deliver(std::move(*out));
+              });
+          ++i;
+        }
       });
       return rp;
     },
     [self](describe_atom, group_atom,
            std::string& group) -> caf::result<group_description> {
+      if (self->state.queue_configs.count(group) > 0)
+        return to_queue<group_description>(self, group, false,
+                                           describe_atom_v, group_atom_v);
       return to_group<group_description>(self, group, false, describe_atom_v,
                                          group_atom_v);
     },
@@ -778,9 +1009,33 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](delete_atom, group_atom, std::string& group) -> caf::result<void> {
       auto rp = self->make_response_promise();
       when_ready(self, [self, rp, group]() mutable {
+        if (self->state.queue_configs.count(group) > 0) {
+          auto q = queue_coordinator_for(self, group, nullptr);
+          if (!q) {
+            rp.deliver(failed(self, std::move(q.error())));
+            return;
+          }
+          auto h = *q;
+          self->request(h, self->state.cfg.status_timeout, delete_atom_v,
+                        group_atom_v)
+            .then(
+              [self, rp, group, h]() mutable {
+                auto& st = self->state;
+                self->demonitor(h.address());
+                self->send_exit(h, caf::exit_reason::user_shutdown);
+                st.queue_groups.erase(group);
+                st.queue_configs.erase(group);
+                log::info("node: deleted queue group {}", group);
+                rp.deliver(caf::unit);
+              },
+              [self, rp](caf::error& err) mutable {
+                rp.deliver(failed(self, std::move(err)));
+              });
+          return;
+        }
         auto c = coordinator(self, group, false);
         if (!c) {
-          rp.deliver(std::move(c.error()));
+          rp.deliver(failed(self, std::move(c.error())));
           return;
         }
         auto h = *c;
@@ -798,9 +1053,41 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
               log::info("node: deleted group {}", group);
               rp.deliver(caf::unit);
             },
-            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+            [self, rp](caf::error& err) mutable {
+              rp.deliver(failed(self, std::move(err)));
+            });
       });
       return rp;
+    },
+    // -- queue groups: one queue coordinator per group ------------------------
+    [self](create_atom, group_atom, std::string& group,
+           queue_group_config& qc) -> caf::result<queue_group_config> {
+      auto rp = self->make_response_promise<queue_group_config>();
+      when_ready(self, [self, rp, group, qc]() mutable {
+        auto c = queue_coordinator_for(self, group, &qc);
+        if (!c)
+          rp.deliver(failed(self, std::move(c.error())));
+        else
+          rp.deliver(self->state.queue_configs.at(group));
+      });
+      return rp;
+    },
+    [self](receive_atom, queue_receive_request& req)
+      -> caf::result<std::vector<leased_message>> {
+      auto group = req.group;
+      return to_queue<std::vector<leased_message>>(self, group, true,
+                                                   receive_atom_v,
+                                                   std::move(req));
+    },
+    [self](ack_atom, queue_ack_request& req) -> caf::result<queue_ack_response> {
+      auto group = req.group;
+      return to_queue<queue_ack_response>(self, group, false, ack_atom_v,
+                                          std::move(req));
+    },
+    [self](describe_atom, queue_atom,
+           std::string& group) -> caf::result<queue_group_description> {
+      return to_queue<queue_group_description>(self, group, false,
+                                               describe_atom_v, queue_atom_v);
     },
     // -- metadata updates (and re-checks the node sends itself) ---------------
     [self](update_atom, std::vector<topic_metadata>& topics) {
@@ -824,6 +1111,8 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       auto list = topic_list(st);
       for (auto& [name, g] : st.groups)
         self->send(g, update_atom_v, list);
+      for (auto& [name, q] : st.queue_groups)
+        self->send(q, update_atom_v, list);
       reconcile(self);
       if (!st.ready) {
         st.ready = true;

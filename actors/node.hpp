@@ -15,6 +15,11 @@
 //   and fetch get ec::not_leader) until the next restart of the node.
 // - group coordinators: one per group, spawned on first use and for every
 //   group in the offset store at start.
+// - queue coordinators (queue-mode groups): one per queue group, spawned on
+//   create (config stored in "queue_groups") or first receive (defaults),
+//   and for every stored queue group at start; they get the topic list like
+//   the group coordinators. Stream requests (join, sync, ...) naming a queue
+//   group get invalid_request; group list, describe and delete cover both.
 //
 // Routing: produce, fetch and list-offsets go to the partition's replica by
 // delegation (the replica answers the client directly: no extra hop);
@@ -32,6 +37,20 @@
 // whose sender is the node itself means "re-check" (restart crashed replicas,
 // expire waits) and never replaces the topic list.
 //
+// Metrics (with node_config::metrics): the node owns a metrics::node_probe
+// (standalone Raft values until Raft exists; the data dir's disk sampled at
+// start and every disk_sample_interval by a small helper actor that watches
+// the node), gives every replica it spawns a fresh partition_probe and every
+// coordinator a fresh group_probe (so a restarted child never shares series
+// state with its predecessor). Failed client requests count in
+// ferry_request_errors_total: errors the node answers itself (unknown
+// topic, bad partition, empty group name, ...) here; admin and group
+// requests are relayed with request().then instead of delegation so their
+// errors are counted here too (one more hop, negligible at their rates);
+// produce, fetch and list-offsets keep delegating (no extra hop on the data
+// path) and the replica counts its own errors through the node_probe it is
+// given (partition_replica_config::node_probe).
+//
 // Shutdown: an exit message (e.g. anon_send_exit(node, user_shutdown) from
 // ferryd on SIGTERM) makes the node stop every replica with (stop_atom,
 // false) (flush, checkpoint, close), end the coordinators and the metadata
@@ -39,6 +58,7 @@
 // passed. Watch it with a monitor to know when the data is safe.
 
 #include "actors/group_coordinator.hpp"
+#include "actors/queue_coordinator.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/partition_replica.hpp"
 
@@ -63,6 +83,11 @@ namespace ferry {
 class metadata_store;
 class offset_store;
 
+namespace metrics {
+class registry;
+class node_probe;
+} // namespace metrics
+
 struct node_config {
   /// This node's id (leader of every partition in a cluster of one).
   int32_t node_id = 0;
@@ -83,12 +108,21 @@ struct node_config {
     = std::make_shared<std::atomic<uint16_t>>(0);
   uint16_t http_port = 0;
   uint16_t metrics_port = 0;
+  /// The node's metrics (ferryd serves it with a metrics::exposer); null:
+  /// no metrics. Probes from replica_defaults / group_defaults are ignored:
+  /// the node creates one per spawned replica and coordinator.
+  std::shared_ptr<metrics::registry> metrics;
+  /// How often the data dir's disk is sampled (ferry_disk_*_bytes).
+  std::chrono::milliseconds disk_sample_interval{10000};
   /// Settings of every replica the node spawns; topic, partition, dir,
   /// topic_cfg, node_id, epoch and store are filled in per partition.
   partition_replica_config replica_defaults;
   /// Settings of every group coordinator; group, offsets, broker and topics
   /// are filled in per group.
   group_config group_defaults;
+  /// Settings of every queue coordinator; group, settings, store, broker,
+  /// topics, topics_known and probe are filled in per group.
+  queue_coordinator_config queue_defaults;
   /// Describe and cluster describe wait this long for each replica.
   std::chrono::milliseconds status_timeout{2000};
   /// Create waits at most this long for the new replicas to answer.
@@ -138,6 +172,10 @@ struct node_state {
   std::map<topic_partition, partition_actor> stopping;
   /// Group coordinators by group.
   std::map<std::string, group_coordinator_actor> groups;
+  /// Queue-mode coordinators by group, and their stored configs (a name is
+  /// either a stream group or a queue group).
+  std::map<std::string, queue_coordinator_actor> queue_groups;
+  std::map<std::string, queue_group_config> queue_configs;
   std::shared_ptr<offset_store> offsets;
   std::vector<create_waiter> create_waiters;
   /// Whether the metadata actor is ours (ended on shutdown).
@@ -148,6 +186,10 @@ struct node_state {
   caf::error exit_reason;
   /// A re-check (update_atom to self) is already scheduled for this time.
   caf::actor_clock::time_point recheck_at{};
+  /// Node-wide metrics (disk, Raft, request errors); null without metrics.
+  std::shared_ptr<metrics::node_probe> probe;
+  /// Samples the disk into `probe` periodically; ended on shutdown.
+  caf::actor disk_sampler;
 
   static inline const char* name = "node";
 };

@@ -4,6 +4,7 @@
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "metrics/node_probe.hpp"
 #include "metrics/partition_probe.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -59,6 +60,27 @@ void observe_produce(const partition_replica_state& st, uint64_t records,
                      uint64_t bytes, steady_clock::time_point arrived) {
   if (st.cfg.probe)
     st.cfg.probe->produced(records, bytes, steady_clock::now() - arrived);
+}
+
+// An error answered to a client request (see cfg.node_probe).
+void count_failure(const partition_replica_state& st, const caf::error& err) {
+  if (st.cfg.node_probe && err)
+    st.cfg.node_probe->request_failed(err);
+}
+
+// Fetch errors count for consumers only, like fetch traffic.
+void count_fetch_failure(const partition_replica_state& st,
+                         const fetch_request& req, const caf::error& err) {
+  if (req.replica_id == -1)
+    count_failure(st, err);
+}
+
+// Counts `res` if it is an error answered right away.
+template <class T>
+caf::result<T> counted(const partition_replica_state& st, caf::result<T> res) {
+  if (res.flag == caf::rt_error)
+    count_failure(st, res.err);
+  return res;
 }
 
 void report_log(const partition_replica_state& st) {
@@ -129,6 +151,7 @@ void wake_waiters(replica_ptr self, bool all) {
     auto& w = i->second;
     auto resp = read_fetch(st, w.request);
     if (!resp) {
+      count_fetch_failure(st, w.request, resp.error());
       w.promise.deliver(std::move(resp.error()));
     } else if (all
                || resp->data.size()
@@ -175,8 +198,10 @@ void advance(replica_ptr self) {
 
 void fail_pending(partition_replica_state& st, const caf::error& err) {
   for (auto& p : st.pending)
-    if (p.promise.pending())
+    if (p.promise.pending()) {
+      count_failure(st, err);
       p.promise.deliver(err);
+    }
   st.pending.clear();
   st.pending_bytes = 0;
 }
@@ -187,8 +212,10 @@ void fence(replica_ptr self, caf::error err) {
              name_of(st), err);
   st.fenced = err;
   fail_pending(st, err);
-  for (auto& [id, w] : st.waiters)
+  for (auto& [id, w] : st.waiters) {
+    count_fetch_failure(st, w.request, err);
     w.promise.deliver(err);
+  }
   st.waiters.clear();
 }
 
@@ -479,8 +506,11 @@ void tick(replica_ptr self) {
 partition_replica_state::~partition_replica_state() {
   // The exit paths normally closed the log already; this is the last resort
   // (e.g. the actor system shutting down).
-  for (auto& [id, w] : waiters)
-    w.promise.deliver(make_error(ec::log_closed, "partition replica stopped"));
+  for (auto& [id, w] : waiters) {
+    auto err = make_error(ec::log_closed, "partition replica stopped");
+    count_fetch_failure(*this, w.request, err);
+    w.promise.deliver(std::move(err));
+  }
   fail_pending(*this, make_error(ec::log_closed, "partition replica stopped"));
   if (log) {
     if (auto err = log->close())
@@ -553,13 +583,16 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
   return {
     [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
-      return produce(self, req);
+      return counted(self->state, produce(self, req));
     },
     [self](fetch_atom, fetch_request& req) -> caf::result<fetch_response> {
-      return fetch(self, req);
+      auto res = fetch(self, req);
+      if (res.flag == caf::rt_error)
+        count_fetch_failure(self->state, req, res.err);
+      return res;
     },
     [self](offsets_atom, const list_offsets_request& req) -> caf::result<offset> {
-      return list_offsets(self, req);
+      return counted(self->state, list_offsets(self, req));
     },
     [self](status_atom) -> caf::result<partition_status> {
       auto& st = self->state;
@@ -596,8 +629,10 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
         observe_fetch(st, i->second.request, *resp, i->second.arrived);
         i->second.promise.deliver(std::move(*resp));
       }
-      else
+      else {
+        count_fetch_failure(st, i->second.request, resp.error());
         i->second.promise.deliver(std::move(resp.error()));
+      }
       st.waiters.erase(i);
     },
     [self](tick_atom) {

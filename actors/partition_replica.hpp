@@ -44,7 +44,8 @@
 // size after every commit and retention pass. Fetches by followers
 // (replica_id >= 0) and internal readers (replica_id -2: the group
 // coordinator reading record timestamps for lag seconds) are not consumer
-// traffic and are not counted.
+// traffic and are not counted. With cfg.node_probe, every error answered
+// to a produce, a consumer fetch or a list offsets is counted by code.
 //
 // Lifecycle: spawn -> opens the log (failure: the actor quits with the
 // error) -> serves -> stop_atom (flush, checkpoint, snapshot, close, maybe
@@ -73,6 +74,7 @@ class file_system;
 class metadata_store;
 
 namespace metrics {
+class node_probe;
 class partition_probe;
 } // namespace metrics
 
@@ -116,6 +118,17 @@ struct partition_replica_config {
   /// defaults): its series live as long as the probe, so the replica drops
   /// it when it stops.
   std::shared_ptr<metrics::partition_probe> probe;
+  /// The node's probe: every error this replica answers to a client
+  /// (produce, consumer fetch, list offsets; the node delegates those, so
+  /// the error never passes through it) counts in ferry_request_errors_total.
+  /// Null: not counted. Shared by every replica of the node.
+  std::shared_ptr<metrics::node_probe> node_probe;
+  /// Read by the node when it spawns the replica: true runs it on its own
+  /// thread (caf::detached), so its group-commit fdatasync (milliseconds)
+  /// blocks only this replica, not a scheduler worker that the node, the
+  /// other replicas and the groups need. ferryd sets it; false (the
+  /// default) keeps replicas on the scheduler, as deterministic tests need.
+  bool dedicated_thread = false;
 };
 
 /// Counters for tests and metrics.

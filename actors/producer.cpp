@@ -89,9 +89,55 @@ int32_t increment_sequence(int32_t seq, int32_t n) {
   return seq + n;
 }
 
+/// One (produce_atom, std::vector<client_message>) request: a single
+/// promise, answered once every message is acknowledged (reports[i] for
+/// messages[i]) or at the first failure (with that error).
+struct multi_request {
+  caf::typed_response_promise<std::vector<delivery_report>> rp;
+  std::vector<delivery_report> reports;
+  size_t remaining = 0;
+  bool answered = false;
+};
+
+/// Where one message's answer goes: its own promise (single produce) or its
+/// slot in a batch request.
+struct reply_to {
+  caf::typed_response_promise<delivery_report> rp;
+  std::shared_ptr<multi_request> multi;
+  uint32_t index = 0;
+
+  void deliver(delivery_report&& r) {
+    if (!multi) {
+      rp.deliver(std::move(r));
+      return;
+    }
+    auto& m = *multi;
+    m.reports[index] = std::move(r);
+    if (--m.remaining == 0 && !m.answered) {
+      m.answered = true;
+      m.rp.deliver(std::move(m.reports));
+    }
+    multi.reset();
+  }
+
+  void fail(const caf::error& err) {
+    if (!multi) {
+      rp.deliver(err);
+      return;
+    }
+    auto& m = *multi;
+    --m.remaining;
+    if (!m.answered) {
+      m.answered = true;
+      m.rp.deliver(err);
+    }
+    multi.reset();
+  }
+};
+
 /// Where one message's answer goes.
 struct sink {
-  caf::typed_response_promise<delivery_report> rp;
+  reply_to to;
   timestamp_ms timestamp = 0;
   uint64_t epoch = 0; ///< flush epoch
 };
@@ -99,9 +145,11 @@ struct sink {
 /// One partition's batch, from the first record until the broker's answer.
 struct batch {
   uint64_t id = 0;
-  std::vector<record> records; ///< until encoded
+  /// Kept until the batch is answered: a resend encodes them again, so the
+  /// encoded bytes can move into the request instead of being copied.
+  std::vector<record> records;
   std::vector<sink> sinks;
-  std::string data; ///< the encoded RecordBatch v2
+  std::string data; ///< the encoded RecordBatch v2, until sent
   size_t bytes = 0; ///< counted against buffer.memory
   int32_t base_sequence = -1; ///< -1: not sequenced (yet, or again)
   int32_t attempts = 0;
@@ -117,6 +165,12 @@ using batch_ptr = std::unique_ptr<batch>;
 struct partition_queue {
   topic_partition tp;
   batch_ptr open;
+  /// The open batch's linger expired while the partition could not send
+  /// (max_in_flight reached): it stays open, taking more records up to
+  /// batch.size, and closes as soon as a request slot frees (Kafka's
+  /// sender drains a ready batch only then, too). Under load batches grow
+  /// towards batch.size whatever linger.ms is; at low rates linger decides.
+  bool open_due = false;
   std::deque<batch_ptr> ready;
   std::deque<batch_ptr> in_flight;
   int32_t next_sequence = 0;
@@ -127,7 +181,7 @@ struct partition_queue {
 /// A message accepted but not yet in a batch.
 struct pending {
   client_message msg;
-  caf::typed_response_promise<delivery_report> rp;
+  reply_to to;
   clock::time_point accepted;
   uint64_t epoch = 0;
   size_t bytes = 0;
@@ -232,13 +286,13 @@ void done(producer_state& st, uint64_t epoch, bool failed) {
 }
 
 void fail_pending(producer_state& st, pending& p, const caf::error& err) {
-  p.rp.deliver(err);
+  p.to.fail(err);
   done(st, p.epoch, true);
 }
 
 void fail_batch(producer_state& st, batch& b, const caf::error& err) {
   for (auto& s : b.sinks) {
-    s.rp.deliver(err);
+    s.to.fail(err);
     done(st, s.epoch, true);
   }
   b.sinks.clear();
@@ -251,7 +305,7 @@ void complete_batch(producer_state& st, const partition_queue& q, batch& b,
   for (size_t k = 0; k < b.sinks.size(); ++k) {
     auto& s = b.sinks[k];
     auto off = base.value < 0 ? offset{-1} : base + static_cast<int64_t>(k);
-    s.rp.deliver(delivery_report{q.tp.topic, q.tp.partition, off, s.timestamp});
+    s.to.deliver(delivery_report{q.tp.topic, q.tp.partition, off, s.timestamp});
     done(st, s.epoch, false);
   }
   b.sinks.clear();
@@ -307,8 +361,6 @@ caf::error prepare(producer_state& st, partition_queue& q, batch& b) {
       return std::move(enc.error());
     }
     b.data = std::move(*enc);
-    b.records.clear();
-    b.records.shrink_to_fit();
   }
   if (assigned)
     q.next_sequence = increment_sequence(q.next_sequence,
@@ -321,6 +373,7 @@ void on_produced(producer_pointer self, const topic_partition& tp, uint64_t id,
 void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
                uint64_t send_no, caf::error err);
 void admit_blocked(producer_pointer self);
+void close_open(producer_pointer self, partition_queue& q);
 
 void send_ready(producer_pointer self, partition_queue& q) {
   auto& st = self->state;
@@ -334,7 +387,10 @@ void send_ready(producer_pointer self, partition_queue& q) {
       fail_batch(st, *b, err);
       continue;
     }
-    produce_request req{q.tp.topic, q.tp.partition, st.cfg.acks, b->data};
+    // The bytes move into the request (no copy of up to batch.size per
+    // send); a retry encodes the kept records again, identically.
+    produce_request req{q.tp.topic, q.tp.partition, st.cfg.acks, std::move(b->data)};
+    b->data.clear();
     if (st.cfg.acks == acks_mode::none) {
       // Fire and forget: no reply is wanted, so none is asked for.
       caf::anon_send(st.broker, produce_atom_v, std::move(req));
@@ -354,6 +410,10 @@ void send_ready(producer_pointer self, partition_queue& q) {
           on_failed(self, tp, id, sn, std::move(err));
         });
   }
+  // A lingered batch that waited for a slot goes now (close_open sends it).
+  if (q.open && q.open_due && q.ready.empty()
+      && static_cast<int32_t>(q.in_flight.size()) < st.max_in_flight)
+    close_open(self, q);
 }
 
 void send_all(producer_pointer self) {
@@ -448,6 +508,7 @@ void close_open(producer_pointer self, partition_queue& q) {
   if (!q.open)
     return;
   auto b = std::move(q.open);
+  q.open_due = false;
   st.open_batches.erase(b->id);
   if (auto n = st.partitions.find(q.tp.topic); n != st.partitions.end())
     st.part.batch_closed(q.tp.topic, q.tp.partition.value, n->second);
@@ -489,7 +550,7 @@ void append(producer_pointer self, pending& p, int32_t partitions) {
   r.headers.reserve(m.headers.size());
   for (auto& h : m.headers)
     r.headers.push_back(record_header{std::move(h.key), std::move(h.value)});
-  b.sinks.push_back(sink{std::move(p.rp), r.timestamp, p.epoch});
+  b.sinks.push_back(sink{std::move(p.to), r.timestamp, p.epoch});
   b.records.push_back(std::move(r));
   b.bytes += p.bytes;
   st.buffered += p.bytes;
@@ -835,11 +896,47 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
       pending p;
       p.bytes = record_bytes(msg);
       p.msg = std::move(msg);
-      p.rp = rp;
+      p.to.rp = rp;
       p.accepted = clock::now();
       p.epoch = st.epoch;
       ++st.outstanding[st.epoch];
       submit(self, std::move(p));
+      ensure_housekeeping(self);
+      return rp;
+    },
+    [self](produce_atom, std::vector<client_message>& msgs)
+      -> caf::result<std::vector<delivery_report>> {
+      // No actor message or promise per message: each one goes straight
+      // into its partition's open batch (as a single produce does), and the
+      // request's one promise is answered when its last report is in.
+      auto& st = self->state;
+      if (st.stopping)
+        return make_error(ec::invalid_request, "producer is stopping");
+      for (auto& m : msgs)
+        if (m.topic.empty())
+          return make_error(ec::invalid_topic_name, "empty topic name");
+      if (msgs.empty())
+        return std::vector<delivery_report>{};
+      auto rp = self->make_response_promise<std::vector<delivery_report>>();
+      auto multi = std::make_shared<multi_request>();
+      multi->rp = rp;
+      multi->reports.resize(msgs.size());
+      multi->remaining = msgs.size();
+      auto now = clock::now();
+      auto wall = wall_clock_ms(); // "the producer's clock at send time"
+      st.outstanding[st.epoch] += msgs.size();
+      for (size_t i = 0; i < msgs.size(); ++i) {
+        if (msgs[i].timestamp == 0)
+          msgs[i].timestamp = wall;
+        pending p;
+        p.bytes = record_bytes(msgs[i]);
+        p.msg = std::move(msgs[i]);
+        p.to.multi = multi;
+        p.to.index = static_cast<uint32_t>(i);
+        p.accepted = now;
+        p.epoch = st.epoch;
+        submit(self, std::move(p));
+      }
       ensure_housekeeping(self);
       return rp;
     },
@@ -864,8 +961,20 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
       if (i == st.open_batches.end())
         return;
       auto qi = st.queues.find(i->second);
-      if (qi != st.queues.end() && qi->second.open && qi->second.open->id == id)
-        close_open(self, qi->second);
+      if (qi == st.queues.end() || !qi->second.open || qi->second.open->id != id)
+        return;
+      auto& q = qi->second;
+      // Only waiting for a request slot: keep filling it (see open_due).
+      // Anything else (no connection, no producer id, backoff) closes it as
+      // before, so the delivery timeout covers it.
+      bool slots_full = static_cast<int32_t>(q.in_flight.size()) >= st.max_in_flight
+                        || !q.ready.empty();
+      if (slots_full && st.broker && (!st.idempotent || st.pid_ready)
+          && clock::now() >= q.resume_at) {
+        q.open_due = true;
+        return;
+      }
+      close_open(self, q);
     },
     [self](stop_atom) {
       auto& st = self->state;

@@ -4,6 +4,14 @@
 // once the broker acknowledged the message per `acks`, or with an error once
 // retries and the delivery timeout ran out.
 //
+// Bulk producers send (produce_atom, std::vector<client_message>) instead:
+// one request and one answer for many messages, a std::vector of reports
+// in message order once all are acknowledged. The messages go into the same
+// partition batches as single ones (no actor message or promise per
+// message); the first failure of any of them fails the whole request with
+// that error (others may have been written: compare offsets or rely on
+// idempotence when retrying). An empty vector is answered at once.
+//
 // Inside: the partitioner (murmur2 for keys, sticky for null keys), one open
 // batch per partition closed by size (batch_size) or time (linger), one
 // RecordBatch v2 per produce request, up to max_in_flight requests per

@@ -1,26 +1,40 @@
 // ferryd: one Ferry broker node.
 //
-//   ferryd [--data-dir DIR] [--host H] [--port P] [--node-id N]
-//          [--config FILE] [--log-level L] [--log-file F] ...
+//   ferryd [--data-dir DIR] [--host H] [--port P] [--metrics-port M]
+//          [--http-port A] [--node-id N] [--config FILE] [--log-level L]
+//          [--log-file F] ...
 //
 // The node's broker_actor is published on H:P (CAF port, default 9092; 0
-// picks a free port). Once the stored topics are recovered and the port is
-// open, ferryd prints exactly one line to stdout and flushes it:
+// picks a free port). Prometheus metrics are served at
+// http://H:M/metrics (default 9464; 0 picks a free port; -1 disables them);
+// the metrics port is opened first, so a taken one fails before recovery.
+// The HTTP API (actors/http_gateway.hpp) listens on H:A (default 8080; 0
+// picks a free port; -1 disables it); it is bound before recovery too and
+// serves once the node is published.
+// Once the stored topics are recovered and the port is open, ferryd prints
+// to stdout and flushes:
 //
 //   listening on HOST:PORT
+//   metrics on HOST:METRICS_PORT      (only with metrics enabled)
+//   http on HOST:HTTP_PORT            (only with the HTTP API enabled)
 //
-// Tests and scripts wait for that line to learn the port. Logs go to stderr.
+// Tests and scripts wait for those lines to learn the ports. Logs go to
+// stderr.
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
 // (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
 // Exit codes: 0 clean shutdown, 1 runtime failure (port taken, data dir in
-// use or unusable), CLI11's codes (>= 100) for bad options.
+// use or unusable, metrics port taken), CLI11's codes (>= 100) for bad
+// options.
 
+#include "actors/http_gateway.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/node.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
+#include "metrics/exposer.hpp"
+#include "metrics/metrics.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -32,9 +46,11 @@
 #include <CLI/CLI.hpp>
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -106,6 +122,53 @@ const char* signal_name(int sig) {
   }
 }
 
+// -- metrics -------------------------------------------------------------------
+
+/// Opens and closes a connection to host:port (best effort, never blocks):
+/// wakes civetweb's listener, which otherwise notices a stop only at the end
+/// of its 2 s poll quantum.
+void poke(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  auto target = host == "0.0.0.0" ? std::string{"127.0.0.1"}
+                : host == "::"    ? std::string{"::1"}
+                                  : host;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints,
+                    &res)
+      != 0)
+    return;
+  for (auto* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family,
+                      ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                      ai->ai_protocol);
+    if (fd < 0)
+      continue;
+    auto r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    (void) r;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+}
+
+/// Destroys the exposer, poking its listener until it is gone (see poke()).
+void stop_exposer(std::unique_ptr<ferry::metrics::exposer> ex,
+                  const std::string& host) {
+  using namespace std::chrono_literals;
+  auto port = ex->port();
+  std::atomic<bool> done{false};
+  std::thread waker{[&] {
+    while (!done.load()) {
+      poke(host, port);
+      std::this_thread::sleep_for(50ms);
+    }
+  }};
+  ex.reset();
+  done = true;
+  waker.join();
+}
+
 // -- the data dir --------------------------------------------------------------
 
 /// Holds an exclusive flock on <data-dir>/ferryd.lock for the process's
@@ -163,6 +226,10 @@ struct options {
   std::string data_dir = "./data";
   std::string host = "127.0.0.1";
   uint16_t port = 9092;
+  /// -1: no metrics.
+  int metrics_port = 9464;
+  /// -1: no HTTP API.
+  int http_port = 8080;
   int32_t node_id = 0;
   std::string log_level = "info";
   std::string log_file;
@@ -177,7 +244,8 @@ int main(int argc, char** argv) {
   using namespace std::chrono_literals;
   options opt;
   CLI::App app{"ferryd: one Ferry broker node (a cluster of one without "
-               "peers).\nPrints \"listening on HOST:PORT\" to stdout once "
+               "peers).\nPrints \"listening on HOST:PORT\" (then \"metrics "
+               "on HOST:METRICS_PORT\" unless metrics are off) to stdout once "
                "ready; SIGTERM/SIGINT shut it down cleanly.",
                "ferryd"};
   app.option_defaults()->always_capture_default();
@@ -191,6 +259,14 @@ int main(int argc, char** argv) {
   app.add_option("--port,-p", opt.port,
                  "CAF port for clients (0 picks a free one)")
     ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-port", opt.metrics_port,
+                 "HTTP port of the Prometheus metrics (/metrics) on --host "
+                 "(0 picks a free one, -1 disables metrics)")
+    ->check(CLI::Range(-1, 65535));
+  app.add_option("--http-port", opt.http_port,
+                 "port of the HTTP API (/v1/...) on --host (0 picks a free "
+                 "one, -1 disables it)")
+    ->check(CLI::Range(-1, 65535));
   app.add_option("--node-id", opt.node_id, "this node's id")
     ->check(CLI::NonNegativeNumber);
   app.add_option("--log-level", opt.log_level,
@@ -265,6 +341,55 @@ int main(int argc, char** argv) {
     ferry::log::critical("cannot read the cluster id: {}", cid.error());
     return 1;
   }
+  // Metrics first: a taken port fails before any recovery work.
+  std::shared_ptr<ferry::metrics::registry> metrics_registry;
+  std::unique_ptr<ferry::metrics::exposer> metrics_exposer;
+  if (opt.metrics_port >= 0) {
+    metrics_registry = std::make_shared<ferry::metrics::registry>();
+    auto host = opt.host.find(':') != std::string::npos
+                  ? "[" + opt.host + "]" // IPv6
+                  : opt.host;
+    auto ex = ferry::metrics::exposer::start(
+      host + ":" + std::to_string(opt.metrics_port), metrics_registry);
+    if (!ex) {
+      auto msg = ferry::describe(ex.error());
+      ferry::log::critical("cannot serve metrics on {}:{}: {}", opt.host,
+                           opt.metrics_port, msg);
+      std::fprintf(stderr, "ferryd: cannot serve metrics on %s:%d: %s\n",
+                   opt.host.c_str(), opt.metrics_port, msg.c_str());
+      ferry::log::flush();
+      return 1;
+    }
+    metrics_exposer = std::move(*ex);
+  }
+  // The HTTP API binds now (a taken port fails before recovery) and serves
+  // once the node is published. It must end before the actor system.
+  std::unique_ptr<ferry::http_gateway> http;
+  if (opt.http_port >= 0) {
+    ferry::http_gateway_config hc;
+    hc.host = opt.host;
+    hc.port = static_cast<uint16_t>(opt.http_port);
+    auto gw = ferry::http_gateway::listen(std::move(hc));
+    if (!gw) {
+      auto msg = ferry::describe(gw.error());
+      ferry::log::critical("cannot serve the HTTP API: {}", msg);
+      std::fprintf(stderr, "ferryd: cannot serve the HTTP API: %s\n",
+                   msg.c_str());
+      ferry::log::flush();
+      return 1;
+    }
+    http = std::move(*gw);
+  }
+  // Destroying the exposer can take up to 2 s (civetweb): it runs on its
+  // own thread while the node shuts down, and is joined at the end.
+  std::thread metrics_stopper;
+  auto stop_metrics = [&] {
+    if (metrics_exposer && !metrics_stopper.joinable())
+      metrics_stopper = std::thread{
+        [ex = std::move(metrics_exposer), host = opt.host]() mutable {
+          stop_exposer(std::move(ex), host);
+        }};
+  };
   int exit_code = 0;
   {
     caf::actor_system_config cfg;
@@ -273,6 +398,15 @@ int main(int argc, char** argv) {
     // Without heartbeats a silent peer is never noticed (see STACK.md).
     cfg.set("middleman.heartbeat-interval", caf::timespan{1s});
     cfg.set("middleman.connection-timeout", caf::timespan{3s});
+    // CAF's scheduler defaults to at least 4 workers, each polling 500 times
+    // 50 us apart before it sleeps: on 2 cores that idle polling took ~40%
+    // of the broker's CPU under produce load. Replicas run on their own
+    // threads (dedicated_thread below), so workers only route and
+    // coordinate: one per core, and a short poll phase (a sleeping worker
+    // is woken when work is enqueued to it).
+    cfg.set("scheduler.max-threads",
+            static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    cfg.set("work-stealing.moderate-poll-attempts", 10);
     caf::actor_system sys{cfg};
     ferry::node_config nc;
     nc.node_id = opt.node_id;
@@ -281,6 +415,11 @@ int main(int argc, char** argv) {
     nc.cluster_id = *cid;
     nc.host = opt.host;
     nc.shutdown_timeout = std::chrono::seconds{opt.shutdown_timeout_s};
+    nc.metrics = metrics_registry;
+    nc.metrics_port = metrics_exposer ? metrics_exposer->port() : 0;
+    nc.http_port = http ? http->port() : 0;
+    // Each replica fsyncs on its own thread, not on a scheduler worker.
+    nc.replica_defaults.dedicated_thread = true;
     auto port_slot = nc.port;
     auto node = sys.spawn(ferry::node, std::move(nc));
     node->attach_functor([](const caf::error&) {
@@ -289,6 +428,9 @@ int main(int argc, char** argv) {
       (void) n;
     });
     auto stop_node = [&](std::chrono::seconds timeout) {
+      stop_metrics();
+      if (http)
+        http->stop();
       caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
       auto deadline = std::chrono::steady_clock::now() + timeout;
       for (;;) {
@@ -354,6 +496,19 @@ int main(int argc, char** argv) {
         // The stable line tests and scripts wait for.
         std::printf("listening on %s:%u\n", opt.host.c_str(),
                     static_cast<unsigned>(*actual));
+        if (metrics_exposer) {
+          ferry::log::info("metrics at http://{}:{}/metrics", opt.host,
+                           metrics_exposer->port());
+          std::printf("metrics on %s:%u\n", opt.host.c_str(),
+                      static_cast<unsigned>(metrics_exposer->port()));
+        }
+        if (http) {
+          http->serve(sys, node);
+          ferry::log::info("HTTP API at http://{}:{}/v1", opt.host,
+                           http->port());
+          std::printf("http on %s:%u\n", opt.host.c_str(),
+                      static_cast<unsigned>(http->port()));
+        }
         std::fflush(stdout);
         char ev = 0;
         while ((ev = wait_event(1h)) == 0) {
@@ -382,8 +537,13 @@ int main(int argc, char** argv) {
       std::_Exit(1);
     }};
     watchdog.detach();
+    http.reset(); // before the actor system: it holds the node's handle
     node = nullptr;
   }
+  stop_metrics();
+  if (metrics_stopper.joinable())
+    metrics_stopper.join();
+  metrics_registry.reset();
   shared_store.reset();
   ferry::log::info("ferryd stopped");
   ferry::log::flush();

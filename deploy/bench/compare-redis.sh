@@ -103,10 +103,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# -- ferryd: --port 0 picks a free port; it prints "listening on HOST:PORT" ---
+# -- ferryd: port 0 picks a free port; it prints "listening on HOST:PORT" ----
 mkdir -p "$WORK/ferry"
+# Metrics and the HTTP API stay on (as deployed), on free ports too.
 "$FERRYD" --data-dir "$WORK/ferry/data" --host 127.0.0.1 --port 0 \
-  >"$WORK/ferry/ferryd.log" 2>&1 &
+  --metrics-port 0 --http-port 0 >"$WORK/ferry/ferryd.log" 2>&1 &
 FERRYD_PID=$!
 FERRY_ADDR=""
 for _ in $(seq 1 300); do

@@ -565,6 +565,146 @@ TEST(ClientLibrary, ARejectedBatchFailsAloneAndLaterOnesStillLand) {
   EXPECT_EQ(broker.stop(20s), 0);
 }
 
+TEST(ClientLibrary, BatchProduceReportsTheOffsetsAConsumerReads) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  ASSERT_EQ(run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "topic", "create",
+                                        "batched", "--partitions", "3"})
+              .exit_code,
+            0);
+  client_system cs;
+  ferry::producer_config pcfg;
+  pcfg.bootstrap = broker.endpoint();
+  pcfg.batch_size = 8192; // several broker batches per request
+  auto prod = ferry::spawn_producer(*cs.sys, pcfg);
+  ASSERT_TRUE(prod);
+  caf::scoped_actor self{*cs.sys};
+
+  // 40 requests of 500 messages, 8 in flight: null keys (sticky), keys and
+  // explicit partitions mixed within each request.
+  constexpr int per_request = 500;
+  constexpr int requests = 40;
+  constexpr int total = per_request * requests;
+  auto value_of = [](int i) { return "batch-value-" + std::to_string(i); };
+  using handle = decltype(self->request(*prod, caf::infinite, ferry::produce_atom_v,
+                                        std::vector<ferry::client_message>{}));
+  std::deque<std::pair<int, handle>> pending;
+  std::vector<ferry::delivery_report> reports(total);
+  std::string first_error;
+  auto wait_one = [&] {
+    auto [first, h] = std::move(pending.front());
+    pending.pop_front();
+    h.receive(
+      [&, first = first](std::vector<ferry::delivery_report>& rs) {
+        ASSERT_EQ(rs.size(), static_cast<size_t>(per_request));
+        for (size_t k = 0; k < rs.size(); ++k)
+          reports[static_cast<size_t>(first) + k] = rs[k];
+      },
+      [&](caf::error& e) {
+        if (first_error.empty())
+          first_error = ferry::error_text(e);
+      });
+  };
+  for (int r = 0; r < requests; ++r) {
+    std::vector<ferry::client_message> msgs;
+    for (int k = 0; k < per_request; ++k) {
+      auto i = r * per_request + k;
+      ferry::client_message m;
+      m.topic = "batched";
+      m.value = value_of(i);
+      if (i % 3 == 1) {
+        m.has_key = true;
+        m.key = "key-" + std::to_string(i % 17);
+      } else if (i % 3 == 2) {
+        m.partition = (i / 3) % 3;
+      }
+      msgs.push_back(std::move(m));
+    }
+    pending.emplace_back(r * per_request,
+                         self->request(*prod, 60s, ferry::produce_atom_v, std::move(msgs)));
+    if (pending.size() >= 8)
+      wait_one();
+  }
+  while (!pending.empty())
+    wait_one();
+  ASSERT_TRUE(first_error.empty()) << first_error;
+
+  // Reports: the right topic, explicit partitions kept, offsets dense per
+  // partition (each one once).
+  std::map<std::pair<int32_t, int64_t>, int> by_position;
+  std::map<int32_t, int64_t> per_partition;
+  for (int i = 0; i < total; ++i) {
+    auto& r = reports[static_cast<size_t>(i)];
+    ASSERT_EQ(r.topic, "batched") << i;
+    ASSERT_GE(r.off.value, 0) << i;
+    if (i % 3 == 2)
+      ASSERT_EQ(r.partition.value, (i / 3) % 3) << i;
+    ASSERT_TRUE(by_position.emplace(std::make_pair(r.partition.value, r.off.value), i).second)
+      << "offset reported twice: " << r.partition.value << "/" << r.off.value;
+    ++per_partition[r.partition.value];
+  }
+  for (auto& [p, n] : per_partition)
+    EXPECT_TRUE(p >= 0 && p < 3) << p;
+  // Distinct and below the count of their partition: 0..n-1 each.
+  for (auto& [pos, i] : by_position)
+    ASSERT_LT(pos.second, per_partition[pos.first]) << "offsets are not dense";
+
+  // A consumer reads every message at exactly the offset its report named.
+  ferry::consumer_config ccfg;
+  ccfg.bootstrap = broker.endpoint();
+  for (int32_t p = 0; p < 3; ++p)
+    ccfg.partitions.push_back(ferry::topic_partition{"batched", ferry::partition_id{p}});
+  ccfg.auto_offset_reset = "earliest";
+  ccfg.enable_auto_commit = false;
+  auto cons = ferry::spawn_consumer(*cs.sys, ccfg);
+  ASSERT_TRUE(cons);
+  size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (got < static_cast<size_t>(total) && std::chrono::steady_clock::now() < deadline) {
+    self->request(*cons, 10s, ferry::poll_atom_v, int32_t{500})
+      .receive(
+        [&](std::vector<ferry::consumed_message>& msgs) {
+          for (auto& m : msgs) {
+            auto it = by_position.find({m.partition.value, m.off.value});
+            ASSERT_NE(it, by_position.end())
+              << "read " << m.partition.value << "/" << m.off.value << " that no report named";
+            ASSERT_EQ(m.value, value_of(it->second))
+              << "at " << m.partition.value << "/" << m.off.value;
+            ++got;
+          }
+        },
+        [&](caf::error& e) { ADD_FAILURE() << ferry::error_text(e); });
+  }
+  EXPECT_EQ(got, static_cast<size_t>(total));
+
+  // Errors fail the whole request: a record over max.request.size, an
+  // unknown topic. An empty request is answered at once.
+  auto batch_error = [&](std::vector<ferry::client_message> msgs) {
+    caf::error err;
+    self->request(*prod, 60s, ferry::produce_atom_v, std::move(msgs))
+      .receive([](std::vector<ferry::delivery_report>&) {},
+               [&](caf::error& e) { err = std::move(e); });
+    return err;
+  };
+  std::vector<ferry::client_message> oversized(3);
+  for (auto& m : oversized)
+    m.topic = "batched";
+  oversized[1].value.assign(2u << 20, 'y');
+  EXPECT_EQ(ferry::code_of(batch_error(std::move(oversized))), ferry::ec::message_too_large);
+  std::vector<ferry::client_message> nowhere(2);
+  for (auto& m : nowhere)
+    m.topic = "nowhere";
+  EXPECT_EQ(ferry::code_of(batch_error(std::move(nowhere))), ferry::ec::unknown_topic);
+  size_t empty_reports = 99;
+  self->request(*prod, 60s, ferry::produce_atom_v, std::vector<ferry::client_message>{})
+    .receive([&](std::vector<ferry::delivery_report>& rs) { empty_reports = rs.size(); },
+             [&](caf::error& e) { ADD_FAILURE() << ferry::error_text(e); });
+  EXPECT_EQ(empty_reports, 0u);
+  caf::anon_send_exit(*prod, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(*cons, caf::exit_reason::user_shutdown);
+  EXPECT_EQ(broker.stop(20s), 0);
+}
+
 TEST(ClientLibrary, ProducerAndConsumerSurviveABrokerKillWithoutDuplicates) {
   ferryd_process broker;
   ASSERT_TRUE(broker.start()) << broker.output();

@@ -1,7 +1,9 @@
 #pragma once
 // Process harness for multi-process tests: start `ferryd` as a child with its
-// own temp data dir and `--port 0`, learn its port from the line
+// own temp data dir, `--port 0` and `--metrics-port 0` (unless the extra
+// arguments name --metrics-port), learn its ports from the lines
 //   listening on HOST:PORT
+//   metrics on HOST:METRICS_PORT
 // that ferryd prints (stdout, flushed) once its CAF port is open, stop it with
 // SIGTERM (bounded wait, then SIGKILL), kill -9 it, restart it on the same
 // data dir; and run a command (ferryctl) capturing exit code, stdout and
@@ -388,7 +390,10 @@ public:
 #endif
   }
 
-  /// `extra_args` are appended to `--data-dir D --port P --host 127.0.0.1`.
+  /// `extra_args` are appended to `--data-dir D --port P --host 127.0.0.1`
+  /// and, unless they contain --metrics-port / --http-port,
+  /// `--metrics-port 0` / `--http-port 0` (so parallel tests never fight
+  /// over the default metrics and HTTP ports).
   explicit ferryd_process(std::vector<std::string> extra_args = {},
                           std::string program = default_program())
     : program_(std::move(program)), extra_args_(std::move(extra_args)),
@@ -420,6 +425,24 @@ public:
                                   "--port",     std::to_string(port),
                                   "--host",     "127.0.0.1"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    bool metrics_port_given = false;
+    for (auto& a : extra_args_)
+      if (a == "--metrics-port" || a.rfind("--metrics-port=", 0) == 0)
+        metrics_port_given = true;
+    if (!metrics_port_given) {
+      args.push_back("--metrics-port");
+      args.push_back("0");
+    }
+    // Likewise the HTTP API's default port (8080).
+    bool http_port_given = false;
+    for (auto& a : extra_args_)
+      if (a == "--http-port" || a.rfind("--http-port=", 0) == 0)
+        http_port_given = true;
+    if (!http_port_given) {
+      args.push_back("--http-port");
+      args.push_back("0");
+    }
+    metrics_port_ = 0;
     if (child_)
       history_ += child_->combined();
     child_ = child_process::start(program_, args);
@@ -437,6 +460,11 @@ public:
     }
     host_ = (*m)[1];
     port_ = static_cast<uint16_t>(std::stoi((*m)[2]));
+    // Printed together with "listening on" (same flush) when metrics are on.
+    static const std::regex metrics_on{
+      R"(listening on [^\n]*\n(metrics on ([^\s:]+):([0-9]+)\r?\n)?)"};
+    if (auto mm = child_->wait_for(metrics_on, 1s); mm && !(*mm)[3].empty())
+      metrics_port_ = static_cast<uint16_t>(std::stoi((*mm)[3]));
     return true;
   }
 
@@ -470,6 +498,8 @@ public:
 
   bool running() { return child_ && child_->running(); }
   uint16_t port() const { return port_; }
+  /// The metrics port from "metrics on HOST:PORT"; 0 with metrics disabled.
+  uint16_t metrics_port() const { return metrics_port_; }
   const std::string& host() const { return host_; }
   /// "127.0.0.1:PORT", as ferryctl's --broker takes it.
   std::string endpoint() const { return host_ + ":" + std::to_string(port_); }
@@ -491,6 +521,7 @@ private:
   std::string history_;
   std::string host_ = "127.0.0.1";
   uint16_t port_ = 0;
+  uint16_t metrics_port_ = 0;
 };
 
 } // namespace ferry::test

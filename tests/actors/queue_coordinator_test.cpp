@@ -1,0 +1,1125 @@
+// The queue-mode coordinator on CAF's deterministic test scheduler (virtual
+// time): a fake broker serves fetch (with long poll), produce (with Kafka's
+// idempotence rules), create/describe topic and init_pid from memory; the
+// queue state lives in a real LMDB store in a temp dir. One test runs the
+// same flow through a real node (replicas on disk).
+
+#include "actors/queue_coordinator.hpp"
+
+#include "actors/interfaces.hpp"
+#include "actors/node.hpp"
+#include "broker/error.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/queue_state_store.hpp"
+#include "broker/record_batch.hpp"
+#include "metrics/group_probe.hpp"
+#include "metrics/metrics.hpp"
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace ferry {
+namespace {
+
+constexpr timestamp_ms t0 = 1'700'000'000'000;
+
+topic_metadata topic_md(std::string name, int32_t partitions) {
+  topic_metadata t;
+  t.name = std::move(name);
+  t.config.partitions = partitions;
+  for (int32_t p = 0; p < partitions; ++p)
+    t.partitions.push_back(partition_assignment{partition_id{p}, 1,
+                                                leader_epoch{0}, {1}, {1}});
+  return t;
+}
+
+// -- a fake broker -------------------------------------------------------------
+
+struct fake_partition {
+  struct batch {
+    int64_t base = 0;
+    int64_t last = 0;
+    std::string bytes;
+  };
+  struct producer {
+    int32_t last_seq = -1;
+    std::deque<std::pair<int32_t, int64_t>> seen; // first seq, base offset
+  };
+  int64_t start = 0;
+  int64_t end = 0;
+  std::vector<batch> batches;
+  std::map<int64_t, producer> producers;
+};
+
+struct produce_call {
+  std::string topic;
+  int32_t partition = 0;
+  int64_t pid = -1;
+  int16_t epoch = -1;
+  int32_t seq = -1;
+  bool duplicate = false;
+};
+
+struct fake_world {
+  std::map<std::string, std::vector<fake_partition>> topics;
+  std::map<std::string, topic_config> configs;
+  int64_t next_pid = 1000;
+  /// Appends produces but never answers them (a crash before the reply).
+  bool hold_produce_replies = false;
+  /// Idempotent produces (the coordinator's DLQ writes), in order.
+  std::vector<produce_call> produces;
+  int init_pids = 0;
+};
+
+caf::expected<fetch_response> fake_read(fake_world& w, const fetch_request& r) {
+  auto t = w.topics.find(r.topic);
+  if (t == w.topics.end())
+    return make_error(ec::unknown_topic, r.topic);
+  if (r.partition.value < 0
+      || static_cast<size_t>(r.partition.value) >= t->second.size())
+    return make_error(ec::unknown_partition, r.topic);
+  auto& p = t->second[static_cast<size_t>(r.partition.value)];
+  if (r.from.value < p.start || r.from.value > p.end)
+    return make_error(ec::offset_out_of_range, r.topic);
+  fetch_response resp;
+  resp.next_offset = r.from;
+  resp.high_watermark = offset{p.end};
+  resp.log_start = offset{p.start};
+  resp.log_end = offset{p.end};
+  for (auto& b : p.batches) {
+    if (b.last < r.from.value)
+      continue;
+    if (!resp.data.empty()
+        && resp.data.size() + b.bytes.size()
+             > static_cast<size_t>(r.max_bytes))
+      break;
+    resp.data += b.bytes;
+    resp.next_offset = offset{b.last + 1};
+  }
+  return resp;
+}
+
+struct fake_broker_state {
+  std::map<uint64_t, std::pair<fetch_request, caf::response_promise>> waiters;
+  uint64_t next_id = 1;
+};
+
+caf::behavior fake_broker(caf::stateful_actor<fake_broker_state>* self,
+                          std::shared_ptr<fake_world> w) {
+  auto wake = [self, w] {
+    auto& ws = self->state.waiters;
+    for (auto i = ws.begin(); i != ws.end();) {
+      auto resp = fake_read(*w, i->second.first);
+      if (!resp || !resp->data.empty()) {
+        if (resp)
+          i->second.second.deliver(std::move(*resp));
+        else
+          i->second.second.deliver(std::move(resp.error()));
+        i = ws.erase(i);
+      } else {
+        ++i;
+      }
+    }
+  };
+  return {
+    [self, w](fetch_atom, fetch_request& r) -> caf::response_promise {
+      auto rp = self->make_response_promise();
+      auto resp = fake_read(*w, r);
+      if (!resp)
+        rp.deliver(std::move(resp.error()));
+      else if (!resp->data.empty() || r.max_wait_ms <= 0)
+        rp.deliver(std::move(*resp));
+      else {
+        auto id = self->state.next_id++;
+        auto wait = std::chrono::milliseconds{r.max_wait_ms};
+        self->state.waiters.emplace(id, std::make_pair(std::move(r), rp));
+        self->delayed_send(self, wait, expire_atom_v, id);
+      }
+      return rp;
+    },
+    [self, w](expire_atom, uint64_t id) {
+      auto i = self->state.waiters.find(id);
+      if (i == self->state.waiters.end())
+        return;
+      auto resp = fake_read(*w, i->second.first);
+      if (resp)
+        i->second.second.deliver(std::move(*resp));
+      else
+        i->second.second.deliver(std::move(resp.error()));
+      self->state.waiters.erase(i);
+    },
+    [self, w, wake](produce_atom, produce_request& r) -> caf::response_promise {
+      auto rp = self->make_response_promise();
+      auto t = w->topics.find(r.topic);
+      if (t == w->topics.end()) {
+        rp.deliver(make_error(ec::unknown_topic, r.topic));
+        return rp;
+      }
+      if (r.partition.value < 0
+          || static_cast<size_t>(r.partition.value) >= t->second.size()) {
+        rp.deliver(make_error(ec::unknown_partition, r.topic));
+        return rp;
+      }
+      auto& p = t->second[static_cast<size_t>(r.partition.value)];
+      auto hdr = parse_batch_header(r.batch);
+      if (!hdr) {
+        rp.deliver(std::move(hdr.error()));
+        return rp;
+      }
+      produce_response resp;
+      resp.log_start = offset{p.start};
+      produce_call call{r.topic, r.partition.value, hdr->producer_id,
+                        hdr->producer_epoch, hdr->base_sequence, false};
+      if (hdr->producer_id >= 0) {
+        auto& pr = p.producers[hdr->producer_id];
+        for (auto& [seq, base] : pr.seen)
+          if (seq == hdr->base_sequence) {
+            resp.duplicate = true;
+            resp.base_offset = offset{base};
+            resp.last_offset = offset{base + hdr->last_offset_delta};
+          }
+        if (!resp.duplicate && hdr->base_sequence != pr.last_seq + 1) {
+          w->produces.push_back(call);
+          rp.deliver(make_error(ec::out_of_order_sequence, r.topic));
+          return rp;
+        }
+      }
+      call.duplicate = resp.duplicate;
+      if (hdr->producer_id >= 0)
+        w->produces.push_back(call);
+      if (!resp.duplicate) {
+        std::string bytes = r.batch;
+        set_base_offset(std::span<char>{bytes.data(), bytes.size()},
+                        offset{p.end});
+        auto last = p.end + hdr->last_offset_delta;
+        p.batches.push_back({p.end, last, std::move(bytes)});
+        resp.base_offset = offset{p.end};
+        resp.last_offset = offset{last};
+        if (hdr->producer_id >= 0) {
+          auto& pr = p.producers[hdr->producer_id];
+          pr.last_seq = hdr->base_sequence + hdr->last_offset_delta;
+          pr.seen.emplace_back(hdr->base_sequence, p.end);
+          if (pr.seen.size() > 5)
+            pr.seen.pop_front();
+        }
+        p.end = last + 1;
+        wake();
+      }
+      if (!w->hold_produce_replies)
+        rp.deliver(resp);
+      return rp;
+    },
+    [w](create_atom, topic_atom, std::string& name,
+        topic_config& tc) -> caf::result<topic_metadata> {
+      if (w->topics.count(name) > 0)
+        return make_error(ec::topic_exists, name);
+      w->topics[name].resize(static_cast<size_t>(tc.partitions));
+      w->configs[name] = tc;
+      return topic_md(name, tc.partitions);
+    },
+    [w](describe_atom, topic_atom,
+        std::string& name) -> caf::result<topic_description> {
+      auto t = w->topics.find(name);
+      if (t == w->topics.end())
+        return make_error(ec::unknown_topic, name);
+      topic_description td;
+      td.name = name;
+      for (size_t i = 0; i < t->second.size(); ++i) {
+        partition_status ps;
+        ps.partition = partition_id{static_cast<int32_t>(i)};
+        td.partitions.push_back(ps);
+      }
+      return td;
+    },
+    [w](init_pid_atom) {
+      ++w->init_pids;
+      return producer_identity{producer_id{w->next_pid++}, 0};
+    },
+    [w](offsets_atom, list_offsets_request& r) -> caf::result<offset> {
+      auto t = w->topics.find(r.topic);
+      if (t == w->topics.end())
+        return make_error(ec::unknown_topic, r.topic);
+      auto& p = t->second.at(static_cast<size_t>(r.partition.value));
+      return offset{r.timestamp == -2 ? p.start : p.end};
+    },
+  };
+}
+
+// -- decoding what landed in a topic -------------------------------------------
+
+struct stored_record {
+  int64_t off = 0;
+  record rec;
+};
+
+std::vector<stored_record> read_topic(const fake_world& w,
+                                      const std::string& topic,
+                                      int32_t partition = 0) {
+  std::vector<stored_record> out;
+  auto t = w.topics.find(topic);
+  if (t == w.topics.end())
+    return out;
+  for (auto& b : t->second.at(static_cast<size_t>(partition)).batches) {
+    auto dec = decode_batch(b.bytes);
+    EXPECT_TRUE(dec) << describe(dec.error());
+    if (!dec)
+      continue;
+    for (auto& r : dec->records)
+      out.push_back(stored_record{b.base + r.offset_delta, r});
+  }
+  return out;
+}
+
+std::map<std::string, std::string> headers_of(const record& r) {
+  std::map<std::string, std::string> out;
+  for (auto& h : r.headers)
+    out[h.key] = h.value.value_or("<null>");
+  return out;
+}
+
+// -- replies --------------------------------------------------------------------
+
+template <class T>
+struct reply {
+  bool done = false;
+  std::optional<T> value;
+  caf::error err;
+};
+
+struct void_reply {
+  bool done = false;
+  caf::error err;
+};
+
+struct kv {
+  std::optional<std::string> key;
+  std::string value;
+  std::vector<record_header> headers = {};
+};
+
+// -- fixture --------------------------------------------------------------------
+
+class QueueCoordinatorTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-qc-XXXXXX")
+                  .string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir = tmpl;
+    open_store();
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    register_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    world = std::make_shared<fake_world>();
+    world->topics["t"].resize(1);
+    broker = caf::actor_cast<broker_actor>(sys->spawn(fake_broker, world));
+    settings.max_attempts = 3;
+    settings.initial_backoff_ms = 1000;
+    settings.max_backoff_ms = 60000;
+    settings.backoff_multiplier = 2.0;
+    settings.jitter = 0.0;
+    settings.visibility_timeout_ms = 5000;
+  }
+
+  void TearDown() override {
+    for (auto& c : spawned)
+      caf::anon_send_exit(c, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(broker, caf::exit_reason::user_shutdown);
+    sched->run();
+    spawned.clear();
+    coord = nullptr;
+    broker = nullptr;
+    sys.reset();
+    store.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  void open_store() {
+    lmdb::env_options opts;
+    opts.no_sync = true;
+    opts.initial_map_size = size_t{8} << 20;
+    auto s = metadata_store::open(dir / "meta", opts);
+    ASSERT_TRUE(s) << describe(s.error());
+    store = std::shared_ptr<metadata_store>(std::move(*s));
+  }
+
+  timestamp_ms now() {
+    return t0
+           + std::chrono::duration_cast<std::chrono::milliseconds>(
+               sys->clock().now().time_since_epoch())
+               .count();
+  }
+
+  clock_fn test_clock() {
+    auto* s = sys.get();
+    return [s] {
+      return t0
+             + std::chrono::duration_cast<std::chrono::milliseconds>(
+                 s->clock().now().time_since_epoch())
+                 .count();
+    };
+  }
+
+  std::vector<topic_metadata> world_topics() {
+    std::vector<topic_metadata> out;
+    for (auto& [name, parts] : world->topics)
+      out.push_back(topic_md(name, static_cast<int32_t>(parts.size())));
+    return out;
+  }
+
+  queue_coordinator_actor start(uint64_t seed = 1) {
+    queue_coordinator_config qc;
+    qc.group = "g";
+    qc.settings = settings;
+    qc.store = store;
+    qc.broker = broker;
+    qc.topics = world_topics();
+    qc.fetch_wait = 500ms;
+    qc.broker_timeout = 1h;
+    qc.retry_backoff = 1s;
+    qc.seed = seed;
+    qc.clock = test_clock();
+    qc.probe = probe;
+    auto c = sys->spawn(queue_coordinator, std::move(qc));
+    sched->run();
+    spawned.push_back(c);
+    coord = c;
+    return c;
+  }
+
+  // Ends the coordinator: cleanly (exit handler saves) or as a crash.
+  void stop(bool crash) {
+    caf::anon_send_exit(coord, crash ? caf::exit_reason::kill
+                                     : caf::exit_reason::user_shutdown);
+    sched->run();
+    spawned.erase(std::remove(spawned.begin(), spawned.end(), coord),
+                  spawned.end());
+    coord = nullptr;
+  }
+
+  // Virtual time passes in steps, with every message handled in between.
+  void advance(caf::timespan d) {
+    while (d.count() > 0) {
+      auto step = std::min<caf::timespan>(d, 100ms);
+      sched->advance_time(step);
+      sched->run();
+      d -= step;
+    }
+  }
+
+  void produce(const std::string& topic, int32_t partition,
+               std::vector<kv> recs) {
+    std::vector<record> rs;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      record r;
+      r.offset_delta = static_cast<int32_t>(i);
+      r.timestamp = now();
+      r.key = recs[i].key;
+      r.value = recs[i].value;
+      r.headers = recs[i].headers;
+      rs.push_back(std::move(r));
+    }
+    auto b = encode_batch(batch_meta{}, rs);
+    ASSERT_TRUE(b) << describe(b.error());
+    caf::anon_send(broker, produce_atom_v,
+                   produce_request{topic, partition_id{partition},
+                                   acks_mode::all, *b});
+    sched->run();
+  }
+
+  template <class T, class Dest, class... Ts>
+  std::shared_ptr<reply<T>> ask_to(Dest dest, Ts... xs) {
+    auto r = std::make_shared<reply<T>>();
+    sys->spawn([r, dest, xs...](caf::event_based_actor* self) {
+      self->request(dest, caf::infinite, xs...)
+        .then(
+          [r](T& x) {
+            r->done = true;
+            r->value = std::move(x);
+          },
+          [r](caf::error& err) {
+            r->done = true;
+            r->err = std::move(err);
+          });
+    });
+    sched->run();
+    return r;
+  }
+
+  template <class T, class... Ts>
+  std::shared_ptr<reply<T>> ask(Ts... xs) {
+    return ask_to<T>(coord, xs...);
+  }
+
+  std::shared_ptr<reply<std::vector<leased_message>>>
+  receive_async(const std::string& member, int32_t max = 100,
+                int64_t wait_ms = 0, int64_t visibility_ms = 0,
+                const std::string& topic = "t") {
+    return ask<std::vector<leased_message>>(
+      receive_atom_v, queue_receive_request{"g", topic, member, max,
+                                            visibility_ms, wait_ms});
+  }
+
+  std::vector<leased_message> receive(const std::string& member,
+                                      int32_t max = 100,
+                                      int64_t visibility_ms = 0) {
+    auto r = receive_async(member, max, 0, visibility_ms);
+    EXPECT_TRUE(r->done);
+    EXPECT_FALSE(r->err) << describe(r->err);
+    return r->value.value_or(std::vector<leased_message>{});
+  }
+
+  std::shared_ptr<reply<queue_ack_response>>
+  send_ack(const std::string& member, const leased_message& m,
+           queue_ack_kind kind, std::string error = {}, int64_t delay_ms = 0,
+           int64_t extend_ms = 0) {
+    queue_ack_request req;
+    req.group = "g";
+    req.member_id = member;
+    req.topic = m.message.topic;
+    req.partition = m.message.partition;
+    req.off = m.message.off;
+    req.lease_id = m.lease_id;
+    req.kind = kind;
+    req.delay_ms = delay_ms;
+    req.extend_ms = extend_ms;
+    req.error = std::move(error);
+    return ask<queue_ack_response>(ack_atom_v, req);
+  }
+
+  queue_ack_response ack_ok(const std::string& member,
+                            const leased_message& m,
+                            queue_ack_kind kind = queue_ack_kind::ack,
+                            std::string error = {}, int64_t delay_ms = 0,
+                            int64_t extend_ms = 0) {
+    auto r = send_ack(member, m, kind, std::move(error), delay_ms, extend_ms);
+    EXPECT_TRUE(r->done);
+    EXPECT_FALSE(r->err) << describe(r->err);
+    return r->value.value_or(queue_ack_response{});
+  }
+
+  queue_partition_description describe_partition(int32_t p = 0,
+                                                 const std::string& t = "t") {
+    auto r = ask<queue_group_description>(describe_atom_v, queue_atom_v);
+    EXPECT_TRUE(r->done && r->value);
+    if (r->value)
+      for (auto& d : r->value->partitions)
+        if (d.topic == t && d.partition.value == p)
+          return d;
+    ADD_FAILURE() << "no partition " << t << "-" << p;
+    return {};
+  }
+
+  std::vector<int64_t> offsets_of(const std::vector<leased_message>& ms) {
+    std::vector<int64_t> out;
+    for (auto& m : ms)
+      out.push_back(m.message.off.value);
+    return out;
+  }
+
+  std::filesystem::path dir;
+  std::shared_ptr<metadata_store> store;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::shared_ptr<fake_world> world;
+  broker_actor broker;
+  queue_group_config settings;
+  std::shared_ptr<metrics::group_probe> probe;
+  queue_coordinator_actor coord;
+  std::vector<queue_coordinator_actor> spawned;
+};
+
+// -- leases and acks -------------------------------------------------------------
+
+TEST_F(QueueCoordinatorTest, LeaseAndAckAdvancesCommitted) {
+  start();
+  produce("t", 0, {{"k0", "a"}, {"k1", "b"}, {"k2", "c"}});
+  auto got = receive("m1");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0, 1, 2}));
+  for (auto& m : got) {
+    EXPECT_EQ(m.attempt, 1);
+    EXPECT_EQ(m.deadline, now() + 5000);
+  }
+  EXPECT_EQ(got[1].message.key, "k1");
+  EXPECT_EQ(got[1].message.value, "b");
+  ack_ok("m1", got[0]);
+  ack_ok("m1", got[2]);
+  EXPECT_EQ(describe_partition().committed, offset{1});
+  ack_ok("m1", got[1]);
+  EXPECT_EQ(describe_partition().committed, offset{3});
+  // Durable: the store has the position.
+  queue_state_store qs{*store};
+  auto snap = qs.load("g", "t", partition_id{0});
+  ASSERT_TRUE(snap && *snap);
+  EXPECT_EQ((*snap)->committed, offset{3});
+  // A second ack of the same lease finds nothing.
+  auto again = send_ack("m1", got[1], queue_ack_kind::ack);
+  EXPECT_TRUE(is(again->err, ec::lease_not_found)) << describe(again->err);
+}
+
+TEST_F(QueueCoordinatorTest, TwoMembersNeverGetTheSameRecord) {
+  start();
+  std::vector<kv> recs;
+  for (int i = 0; i < 10; ++i)
+    recs.push_back({std::nullopt, "v" + std::to_string(i)});
+  produce("t", 0, recs);
+  auto a = receive("m1", 4);
+  auto b = receive("m2", 100);
+  EXPECT_EQ(a.size(), 4u);
+  EXPECT_EQ(b.size(), 6u);
+  std::set<int64_t> seen;
+  for (auto& m : a)
+    EXPECT_TRUE(seen.insert(m.message.off.value).second);
+  for (auto& m : b)
+    EXPECT_TRUE(seen.insert(m.message.off.value).second);
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_TRUE(receive("m3").empty());
+  // Only the holder may settle a lease.
+  auto wrong = send_ack("m2", a[0], queue_ack_kind::ack);
+  EXPECT_TRUE(is(wrong->err, ec::not_lease_owner)) << describe(wrong->err);
+}
+
+TEST_F(QueueCoordinatorTest, NackRedeliversOnlyAfterExponentialBackoff) {
+  settings.max_attempts = 10;
+  settings.max_backoff_ms = 3000;
+  start();
+  produce("t", 0, {{"k", "v"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  // Failure 1: backoff 1 s.
+  auto r = ack_ok("m1", got[0], queue_ack_kind::nack, "oops");
+  EXPECT_FALSE(r.dead_letter);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_EQ(r.retry_at, now() + 1000);
+  advance(900ms);
+  EXPECT_TRUE(receive("m1").empty());
+  advance(100ms);
+  got = receive("m2");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].attempt, 2);
+  // Failure 2: 2 s; failure 3: 4 s capped at 3 s.
+  r = ack_ok("m2", got[0], queue_ack_kind::nack);
+  EXPECT_EQ(r.retry_at, now() + 2000);
+  advance(1900ms);
+  EXPECT_TRUE(receive("m1").empty());
+  advance(100ms);
+  got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].attempt, 3);
+  r = ack_ok("m1", got[0], queue_ack_kind::nack);
+  EXPECT_EQ(r.retry_at, now() + 3000);
+  advance(3000ms);
+  got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].attempt, 4);
+  // A requested delay longer than the backoff wins.
+  r = ack_ok("m1", got[0], queue_ack_kind::nack, "later", 10'000);
+  EXPECT_EQ(r.retry_at, now() + 10'000);
+  advance(9900ms);
+  EXPECT_TRUE(receive("m1").empty());
+  advance(100ms);
+  EXPECT_EQ(receive("m1").size(), 1u);
+}
+
+TEST_F(QueueCoordinatorTest, LeaseExpiryCountsAnAttemptAndRedelivers) {
+  start();
+  produce("t", 0, {{"k", "v"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  advance(5000ms); // the lease ends: failure 1, retry after 1 s
+  auto d = describe_partition();
+  EXPECT_EQ(d.leased, 0);
+  EXPECT_EQ(d.delayed, 1);
+  EXPECT_TRUE(receive("m2").empty());
+  advance(1000ms);
+  auto again = receive("m2");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);
+  EXPECT_NE(again[0].lease_id, got[0].lease_id);
+  // The first member's late ack is refused.
+  auto late = send_ack("m1", got[0], queue_ack_kind::ack);
+  EXPECT_TRUE(is(late->err, ec::lease_expired)) << describe(late->err);
+}
+
+TEST_F(QueueCoordinatorTest, LostAcksLetTheLeaseExpire) {
+  start();
+  produce("t", 0, {{"k", "v"}});
+  auto got = receive("m1", 100, 2000);
+  ASSERT_EQ(got.size(), 1u);
+  // m1 acks, but the message never arrives: the coordinator sees nothing.
+  // Just before the deadline the lease still holds...
+  advance(1900ms);
+  EXPECT_TRUE(receive("m2").empty());
+  // ...an ack that arrives after the deadline is refused...
+  advance(100ms);
+  auto late = send_ack("m1", got[0], queue_ack_kind::ack);
+  EXPECT_TRUE(is(late->err, ec::lease_expired)) << describe(late->err);
+  // ...and after the backoff the record is delivered again.
+  advance(1000ms);
+  auto again = receive("m2");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);
+  ack_ok("m2", again[0]);
+  EXPECT_EQ(describe_partition().committed, offset{1});
+}
+
+TEST_F(QueueCoordinatorTest, ExtendKeepsTheLeasePastTheOriginalTimeout) {
+  start();
+  produce("t", 0, {{"k", "v"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  advance(4000ms);
+  auto r = ack_ok("m1", got[0], queue_ack_kind::extend, {}, 0, 10'000);
+  EXPECT_EQ(r.deadline, now() + 10'000);
+  advance(6000ms); // past the original 5 s
+  auto d = describe_partition();
+  EXPECT_EQ(d.leased, 1);
+  EXPECT_TRUE(receive("m2").empty());
+  ack_ok("m1", got[0]);
+  EXPECT_EQ(describe_partition().committed, offset{1});
+}
+
+// -- dead letters ------------------------------------------------------------------
+
+TEST_F(QueueCoordinatorTest, MaxAttemptsWritesTheRecordToTheDlqWithHeaders) {
+  settings.max_attempts = 2;
+  start();
+  produce("t", 0,
+          {{"key-1", "payload", {record_header{"trace", "abc"}}},
+           {"key-2", "fine"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  ack_ok("m1", got[1]);
+  auto first_failure = now();
+  auto r = ack_ok("m1", got[0], queue_ack_kind::nack, "boom-1");
+  EXPECT_FALSE(r.dead_letter);
+  advance(1000ms);
+  got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  advance(250ms);
+  auto last_failure = now();
+  r = ack_ok("m1", got[0], queue_ack_kind::nack, "boom-2");
+  EXPECT_TRUE(r.dead_letter);
+  EXPECT_EQ(r.attempts, 2);
+  sched->run();
+  // The DLQ topic was created on demand, kept forever.
+  ASSERT_EQ(world->topics.count("t.g.dlq"), 1u);
+  EXPECT_EQ(world->configs["t.g.dlq"].retention_ms, -1);
+  auto dlq = read_topic(*world, "t.g.dlq");
+  ASSERT_EQ(dlq.size(), 1u);
+  auto& rec = dlq[0].rec;
+  EXPECT_EQ(rec.key, std::optional<std::string>{"key-1"});
+  EXPECT_EQ(rec.value, std::optional<std::string>{"payload"});
+  auto h = headers_of(rec);
+  EXPECT_EQ(h["trace"], "abc");
+  EXPECT_EQ(h["ferry-original-topic"], "t");
+  EXPECT_EQ(h["ferry-original-partition"], "0");
+  EXPECT_EQ(h["ferry-original-offset"], "0");
+  EXPECT_EQ(h["ferry-attempts"], "2");
+  EXPECT_EQ(h["ferry-error"], "boom-2");
+  EXPECT_EQ(h["ferry-group"], "g");
+  EXPECT_EQ(h["ferry-first-failure-ts"], std::to_string(first_failure));
+  EXPECT_EQ(h["ferry-last-failure-ts"], std::to_string(last_failure));
+  EXPECT_EQ(h.size(), 9u);
+  // Idempotent produce with the partition's own producer id.
+  ASSERT_EQ(world->produces.size(), 1u);
+  EXPECT_GE(world->produces[0].pid, 1000);
+  EXPECT_EQ(world->produces[0].seq, 0);
+  // Then the record is done and the position moves past it.
+  auto d = describe_partition();
+  EXPECT_EQ(d.dead_letter_pending, 0);
+  EXPECT_EQ(d.dead_lettered, 1);
+  EXPECT_EQ(d.committed, offset{2});
+  EXPECT_TRUE(receive("m1").empty());
+}
+
+TEST_F(QueueCoordinatorTest, RejectGoesToTheDlqAtOnce) {
+  settings.dlq_topic = "poison";
+  start();
+  produce("t", 0, {{"a", "1"}, {"b", "2"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  auto r = ack_ok("m1", got[0], queue_ack_kind::reject, "unparseable");
+  EXPECT_TRUE(r.dead_letter);
+  EXPECT_EQ(r.attempts, 1);
+  r = ack_ok("m1", got[1], queue_ack_kind::reject, "also bad");
+  sched->run();
+  auto dlq = read_topic(*world, "poison");
+  ASSERT_EQ(dlq.size(), 2u);
+  EXPECT_EQ(headers_of(dlq[0].rec)["ferry-error"], "unparseable");
+  EXPECT_EQ(headers_of(dlq[0].rec)["ferry-attempts"], "1");
+  EXPECT_EQ(headers_of(dlq[1].rec)["ferry-original-offset"], "1");
+  // One producer id, consecutive sequence numbers.
+  ASSERT_EQ(world->produces.size(), 2u);
+  EXPECT_EQ(world->produces[0].pid, world->produces[1].pid);
+  EXPECT_EQ(world->produces[0].seq, 0);
+  EXPECT_EQ(world->produces[1].seq, 1);
+  EXPECT_EQ(world->init_pids, 1);
+  EXPECT_EQ(describe_partition().committed, offset{2});
+}
+
+TEST_F(QueueCoordinatorTest, KeyOrderingHoldsLaterRecordsUntilDeadLettered) {
+  settings.ordering = "key";
+  settings.max_attempts = 2;
+  start();
+  produce("t", 0, {{"k1", "a"}, {"k1", "b"}, {"k2", "c"}, {"k1", "d"}});
+  auto got = receive("m1");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0, 2}));
+  ack_ok("m1", got[1]);
+  ack_ok("m1", got[0], queue_ack_kind::nack, "retry me");
+  // k1 waits for its first record's retry: nothing else of k1 goes out.
+  EXPECT_TRUE(receive("m2").empty());
+  advance(1000ms);
+  got = receive("m2");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0}));
+  EXPECT_EQ(got[0].attempt, 2);
+  auto r = ack_ok("m2", got[0], queue_ack_kind::nack, "still broken");
+  EXPECT_TRUE(r.dead_letter);
+  sched->run();
+  EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 1u);
+  // The dead letter released its key: the next k1 record, alone.
+  got = receive("m2");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{1}));
+  ack_ok("m2", got[0]);
+  got = receive("m2");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{3}));
+}
+
+// -- restarts ----------------------------------------------------------------------
+
+TEST_F(QueueCoordinatorTest, RestartKeepsAttemptsAndRedeliversInFlightLeases) {
+  start(1);
+  produce("t", 0, {{"k", "x"}, {"k", "y"}, {"k", "z"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 3u);
+  ack_ok("m1", got[0]);
+  ack_ok("m1", got[1], queue_ack_kind::nack, "first");
+  advance(1000ms);
+  auto again = receive("m1");
+  ASSERT_EQ(offsets_of(again), (std::vector<int64_t>{1}));
+  EXPECT_EQ(again[0].attempt, 2);
+  // Offsets 1 (attempt 2) and 2 (attempt 1) are leased when the
+  // coordinator goes away.
+  stop(false);
+  start(2);
+  auto d = describe_partition();
+  EXPECT_EQ(d.committed, offset{1});
+  got = receive("m2");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(got[0].attempt, 2); // the failure before the restart counts
+  EXPECT_EQ(got[1].attempt, 1); // a lease lost in a restart is no failure
+  EXPECT_EQ(got[0].message.value, "y");
+  ack_ok("m2", got[0]);
+  ack_ok("m2", got[1]);
+  EXPECT_EQ(describe_partition().committed, offset{3});
+}
+
+TEST_F(QueueCoordinatorTest, CrashBetweenDlqProduceAndDoneWritesOneCopy) {
+  start(1);
+  produce("t", 0, {{"k", "poison"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  world->hold_produce_replies = true;
+  ack_ok("m1", got[0], queue_ack_kind::reject, "bad");
+  sched->run();
+  // The broker appended the DLQ record, but the coordinator never heard.
+  ASSERT_EQ(read_topic(*world, "t.g.dlq").size(), 1u);
+  ASSERT_EQ(world->produces.size(), 1u);
+  EXPECT_EQ(describe_partition().dead_letter_pending, 1);
+  stop(true); // crash: no exit handler
+  world->hold_produce_replies = false;
+  start(2);
+  sched->run();
+  // The retry used the same producer id and sequence: a duplicate.
+  ASSERT_EQ(world->produces.size(), 2u);
+  EXPECT_EQ(world->produces[1].pid, world->produces[0].pid);
+  EXPECT_EQ(world->produces[1].seq, world->produces[0].seq);
+  EXPECT_TRUE(world->produces[1].duplicate);
+  EXPECT_EQ(world->init_pids, 1);
+  EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 1u);
+  auto d = describe_partition();
+  EXPECT_EQ(d.dead_letter_pending, 0);
+  EXPECT_EQ(d.committed, offset{1});
+  // The next dead letter takes the next sequence number.
+  produce("t", 0, {{"k", "poison-2"}});
+  got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  ack_ok("m1", got[0], queue_ack_kind::reject, "bad too");
+  sched->run();
+  ASSERT_EQ(world->produces.size(), 3u);
+  EXPECT_EQ(world->produces[2].seq, world->produces[0].seq + 1);
+  EXPECT_FALSE(world->produces[2].duplicate);
+  EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 2u);
+}
+
+TEST_F(QueueCoordinatorTest, CrashBeforeTheDlqProduceArrivedWritesIt) {
+  start(1);
+  produce("t", 0, {{"k", "poison"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  world->hold_produce_replies = true;
+  ack_ok("m1", got[0], queue_ack_kind::reject, "bad");
+  sched->run();
+  ASSERT_EQ(world->produces.size(), 1u);
+  // The produce never reached the broker: forget what it appended.
+  world->topics["t.g.dlq"][0] = fake_partition{};
+  stop(true);
+  world->hold_produce_replies = false;
+  start(2);
+  sched->run();
+  ASSERT_EQ(world->produces.size(), 2u);
+  EXPECT_EQ(world->produces[1].pid, world->produces[0].pid);
+  EXPECT_EQ(world->produces[1].seq, world->produces[0].seq);
+  EXPECT_FALSE(world->produces[1].duplicate);
+  EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 1u);
+  EXPECT_EQ(describe_partition().committed, offset{1});
+}
+
+// -- metrics ---------------------------------------------------------------------
+
+// The value of `name`{..., topic="t"} in the exposition text, or -1.
+double metric(const std::string& text, const std::string& name) {
+  size_t pos = 0;
+  while ((pos = text.find(name + "{", pos)) != std::string::npos) {
+    auto eol = text.find('\n', pos);
+    auto line = text.substr(pos, eol - pos);
+    pos = eol;
+    if (line.find("topic=\"t\"") == std::string::npos)
+      continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+TEST_F(QueueCoordinatorTest, ProbeCountsExpiriesRedeliveriesAndDeadLetters) {
+  auto reg = std::make_shared<metrics::registry>();
+  probe = std::make_shared<metrics::group_probe>(reg, "g");
+  start();
+  produce("t", 0, {{"k", "v"}, {"k2", "w"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  ack_ok("m1", got[1]);
+  advance(6000ms); // expired, then due again
+  got = receive("m1");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].attempt, 2);
+  ack_ok("m1", got[0], queue_ack_kind::reject, "no");
+  sched->run();
+  auto text = reg->text();
+  EXPECT_EQ(metric(text, "ferry_lease_expiries_total"), 1) << text;
+  EXPECT_EQ(metric(text, "ferry_redeliveries_total"), 1) << text;
+  EXPECT_EQ(metric(text, "ferry_dlq_messages_total"), 1) << text;
+  EXPECT_EQ(metric(text, "ferry_dlq_depth"), 1) << text;
+}
+
+// -- long poll ---------------------------------------------------------------------
+
+TEST_F(QueueCoordinatorTest, LongPollReceiveIsWokenByNewData) {
+  start();
+  auto r = receive_async("m1", 100, 10'000);
+  EXPECT_FALSE(r->done);
+  produce("t", 0, {{"k", "fresh"}});
+  ASSERT_TRUE(r->done);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  ASSERT_EQ(r->value->size(), 1u);
+  EXPECT_EQ((*r->value)[0].message.value, "fresh");
+  // Nothing more: a long poll ends empty after its wait.
+  auto empty = receive_async("m1", 100, 2000);
+  EXPECT_FALSE(empty->done);
+  advance(1900ms);
+  EXPECT_FALSE(empty->done);
+  advance(100ms);
+  ASSERT_TRUE(empty->done);
+  ASSERT_TRUE(empty->value);
+  EXPECT_TRUE(empty->value->empty());
+}
+
+TEST_F(QueueCoordinatorTest, LongPollIsWokenByARetryComingDue) {
+  start();
+  produce("t", 0, {{"k", "v"}});
+  auto got = receive("m1");
+  ack_ok("m1", got[0], queue_ack_kind::nack);
+  auto r = receive_async("m2", 100, 10'000);
+  EXPECT_FALSE(r->done);
+  advance(1000ms);
+  ASSERT_TRUE(r->done);
+  ASSERT_EQ(r->value->size(), 1u);
+  EXPECT_EQ((*r->value)[0].attempt, 2);
+}
+
+TEST_F(QueueCoordinatorTest, BadRequestsAreRefused) {
+  start();
+  auto r = ask<std::vector<leased_message>>(
+    receive_atom_v, queue_receive_request{"g", "nope", "m1", 10, 0, 0});
+  EXPECT_TRUE(is(r->err, ec::unknown_topic)) << describe(r->err);
+  r = ask<std::vector<leased_message>>(
+    receive_atom_v, queue_receive_request{"g", "t", "", 10, 0, 0});
+  EXPECT_TRUE(is(r->err, ec::invalid_request)) << describe(r->err);
+  r = ask<std::vector<leased_message>>(
+    receive_atom_v, queue_receive_request{"other", "t", "m", 10, 0, 0});
+  EXPECT_TRUE(is(r->err, ec::invalid_request)) << describe(r->err);
+}
+
+TEST_F(QueueCoordinatorTest, GroupConfigRoundTripsAndValidates) {
+  queue_group_config x;
+  x.max_attempts = 7;
+  x.backoff_multiplier = 1.5;
+  x.jitter = 0.25;
+  x.ordering = "key";
+  x.dlq_topic = "dead";
+  auto enc = queue_group_format::encode_group_value(x);
+  auto dec = queue_group_format::decode_group_value(enc);
+  ASSERT_TRUE(dec) << describe(dec.error());
+  EXPECT_EQ(*dec, x);
+  EXPECT_FALSE(queue_group_format::decode_group_value(enc.substr(1)));
+  EXPECT_FALSE(validate(x));
+  auto bad = x;
+  bad.ordering = "random";
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
+  bad = x;
+  bad.max_attempts = 0;
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
+  bad = x;
+  bad.mode = "stream";
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
+  ASSERT_FALSE(save_queue_group(*store, "g1", x));
+  auto all = load_queue_groups(*store);
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ(all->at("g1"), x);
+  ASSERT_FALSE(erase_queue_group(*store, "g1"));
+  EXPECT_TRUE(load_queue_groups(*store)->empty());
+}
+
+// -- through a real node -------------------------------------------------------------
+
+TEST_F(QueueCoordinatorTest, QueueGroupThroughTheNode) {
+  node_config nc;
+  nc.node_id = 1;
+  nc.data_dir = dir / "node";
+  nc.store = store;
+  nc.cluster_id = "test";
+  nc.queue_defaults.fetch_wait = 500ms;
+  nc.queue_defaults.broker_timeout = 1h;
+  nc.queue_defaults.clock = test_clock();
+  auto n = sys->spawn(node, nc);
+  sched->run();
+  auto created = ask_to<topic_metadata>(n, create_atom_v, topic_atom_v,
+                                        std::string{"orders"}, topic_config{});
+  ASSERT_TRUE(created->done && created->value) << describe(created->err);
+  settings.max_attempts = 1;
+  auto qg = ask_to<queue_group_config>(n, create_atom_v, group_atom_v,
+                                       std::string{"workers"}, settings);
+  ASSERT_TRUE(qg->done && qg->value) << describe(qg->err);
+  EXPECT_EQ(*qg->value, settings);
+  // The same config again is fine; another one is not.
+  auto other = settings;
+  other.max_attempts = 4;
+  auto clash = ask_to<queue_group_config>(n, create_atom_v, group_atom_v,
+                                          std::string{"workers"}, other);
+  EXPECT_TRUE(is(clash->err, ec::invalid_request)) << describe(clash->err);
+  // Stream requests for a queue group are refused.
+  join_group_request jr;
+  jr.group = "workers";
+  jr.topics = {"orders"};
+  jr.assignors = {"range"};
+  auto join = ask_to<join_group_response>(n, join_atom_v, jr);
+  EXPECT_TRUE(is(join->err, ec::invalid_request)) << describe(join->err);
+  // Produce two records through the node.
+  std::vector<record> rs(2);
+  rs[0].key = "a";
+  rs[0].value = "ok";
+  rs[1].offset_delta = 1;
+  rs[1].key = "b";
+  rs[1].value = "poison";
+  auto b = encode_batch(batch_meta{}, rs);
+  ASSERT_TRUE(b);
+  auto pr = ask_to<produce_response>(
+    n, produce_atom_v,
+    produce_request{"orders", partition_id{0}, acks_mode::all, *b});
+  ASSERT_TRUE(pr->done && pr->value) << describe(pr->err);
+  auto got = ask_to<std::vector<leased_message>>(
+    n, receive_atom_v,
+    queue_receive_request{"workers", "orders", "w1", 10, 0, 5000});
+  ASSERT_TRUE(got->done && got->value) << describe(got->err);
+  ASSERT_EQ(got->value->size(), 2u);
+  auto settle = [&](const leased_message& m, queue_ack_kind k,
+                    std::string err) {
+    queue_ack_request req{"workers", "w1", "orders", m.message.partition,
+                          m.message.off, m.lease_id, k, 0, 0, err};
+    auto r = ask_to<queue_ack_response>(n, ack_atom_v, req);
+    EXPECT_TRUE(r->done && r->value) << describe(r->err);
+  };
+  settle((*got->value)[0], queue_ack_kind::ack, "");
+  settle((*got->value)[1], queue_ack_kind::nack, "cannot parse");
+  advance(1000ms);
+  // max_attempts 1: the nack dead-lettered it into a real replica.
+  auto fr = ask_to<fetch_response>(
+    n, fetch_atom_v,
+    fetch_request{"orders.workers.dlq", partition_id{0}, offset{0}, 1 << 20, 1,
+                  0, -1});
+  ASSERT_TRUE(fr->done && fr->value) << describe(fr->err);
+  auto dec = decode_batch(fr->value->data);
+  ASSERT_TRUE(dec) << describe(dec.error());
+  ASSERT_EQ(dec->records.size(), 1u);
+  EXPECT_EQ(dec->records[0].value, std::optional<std::string>{"poison"});
+  EXPECT_EQ(headers_of(dec->records[0])["ferry-error"], "cannot parse");
+  EXPECT_EQ(headers_of(dec->records[0])["ferry-group"], "workers");
+  auto qd = ask_to<queue_group_description>(n, describe_atom_v, queue_atom_v,
+                                            std::string{"workers"});
+  ASSERT_TRUE(qd->done && qd->value) << describe(qd->err);
+  ASSERT_EQ(qd->value->partitions.size(), 1u);
+  EXPECT_EQ(qd->value->partitions[0].committed, offset{2});
+  auto groups = ask_to<std::vector<group_description>>(n, list_atom_v,
+                                                       group_atom_v);
+  ASSERT_TRUE(groups->done && groups->value);
+  ASSERT_EQ(groups->value->size(), 1u);
+  EXPECT_EQ((*groups->value)[0].mode, "queue");
+  // The group survives a node restart with its config.
+  caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
+  advance(1000ms);
+  auto n2 = sys->spawn(node, nc);
+  sched->run();
+  auto qd2 = ask_to<queue_group_description>(n2, describe_atom_v, queue_atom_v,
+                                             std::string{"workers"});
+  ASSERT_TRUE(qd2->done && qd2->value) << describe(qd2->err);
+  EXPECT_EQ(qd2->value->config, settings);
+  // Deleting it removes the config.
+  auto del = std::make_shared<void_reply>();
+  sys->spawn([del, n2](caf::event_based_actor* self) {
+    self->request(n2, caf::infinite, delete_atom_v, group_atom_v,
+                  std::string{"workers"})
+      .then([del]() { del->done = true; },
+            [del](caf::error& err) {
+              del->done = true;
+              del->err = std::move(err);
+            });
+  });
+  sched->run();
+  EXPECT_TRUE(del->done);
+  EXPECT_FALSE(del->err) << describe(del->err);
+  EXPECT_TRUE(load_queue_groups(*store)->empty());
+  caf::anon_send_exit(n2, caf::exit_reason::user_shutdown);
+  advance(1000ms);
+}
+
+} // namespace
+} // namespace ferry
