@@ -658,6 +658,150 @@ typename Inspector::result_type inspect(Inspector& f,
            x.config, x.partitions, x.waiting_receives);
 }
 
+// -- DLQ operations (issue 4; ferryctl dlq, the console, HTTP /v1/dlq) --------
+
+/// One dead-letter topic: a topic some queue group dead-letters into, or
+/// any topic whose name ends in ".dlq" (stream-mode DLQs written by the
+/// consumer helper).
+struct dlq_info {
+  std::string topic;
+  std::vector<std::string> groups;  ///< queue groups writing to it
+  std::string source_topic;         ///< "" when unknown
+  int32_t partitions = 0;
+  int64_t depth = 0;       ///< records present and not yet redriven
+  int64_t redriven = 0;    ///< present records already redriven
+  int64_t total = 0;       ///< records present (log end - log start)
+  timestamp_ms oldest_timestamp = 0; ///< oldest present record; 0 = empty
+  double rate_per_second = 0;        ///< appended over the last minute
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_info& x) {
+  return f(caf::meta::type_name("ferry::dlq_info"), x.topic, x.groups,
+           x.source_topic, x.partitions, x.depth, x.redriven, x.total,
+           x.oldest_timestamp, x.rate_per_second);
+}
+
+/// A DLQ record with its ferry-* headers decoded.
+struct dlq_record {
+  consumed_message message;        ///< as stored (all headers included)
+  std::string original_topic;
+  int32_t original_partition = -1;
+  int64_t original_offset = -1;
+  int32_t attempts = 0;
+  std::string error;
+  std::string group;
+  timestamp_ms first_failure_ts = 0;
+  timestamp_ms last_failure_ts = 0;
+  int32_t redrive_count = 0;       ///< ferry-redrive-count of the record
+  bool redriven = false;           ///< moved by a redrive already
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_record& x) {
+  return f(caf::meta::type_name("ferry::dlq_record"), x.message,
+           x.original_topic, x.original_partition, x.original_offset,
+           x.attempts, x.error, x.group, x.first_failure_ts,
+           x.last_failure_ts, x.redrive_count, x.redriven);
+}
+
+/// Reads a DLQ with filters. The filters run over every record from
+/// `from_offset` on until `max_records` match or `max_scan` records were
+/// scanned; `next_offset` in the answer continues the scan (nothing missed).
+struct dlq_show_request {
+  std::string topic;
+  int32_t partition = -1;     ///< -1: all partitions, merged by offset
+  int64_t from_offset = 0;    ///< per partition; below log start = log start
+  int32_t max_records = 100;
+  int64_t max_scan = 100000;
+  std::string grep;           ///< substring of key, value or a header value
+  std::string error_contains; ///< substring of ferry-error
+  bool include_redriven = true;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_show_request& x) {
+  return f(caf::meta::type_name("ferry::dlq_show_request"), x.topic,
+           x.partition, x.from_offset, x.max_records, x.max_scan, x.grep,
+           x.error_contains, x.include_redriven);
+}
+
+struct dlq_show_response {
+  std::vector<dlq_record> records;
+  int64_t scanned = 0;
+  /// Per partition: where a follow-up request continues (in `committed`).
+  std::vector<partition_offset> next_offsets;
+  bool end_reached = false;   ///< every partition scanned to its end
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_show_response& x) {
+  return f(caf::meta::type_name("ferry::dlq_show_response"), x.records,
+           x.scanned, x.next_offsets, x.end_reached);
+}
+
+/// Re-produces DLQ records to their original topic (or `to_topic`) with
+/// ferry-redriven-from and ferry-redrive-count headers, idempotently, and
+/// marks them redriven. Selection: `offsets` if non-empty, else the range
+/// [from_offset, to_offset] (to_offset -1 = the end) of `partition` (-1 =
+/// every partition). Already redriven records are skipped.
+struct dlq_redrive_request {
+  std::string topic;
+  std::string to_topic;       ///< "" = each record's ferry-original-topic
+  int32_t partition = -1;
+  int64_t from_offset = 0;
+  int64_t to_offset = -1;
+  std::vector<partition_offset> offsets;
+  int32_t rate_per_second = 0; ///< 0 = unlimited
+  int32_t max_records = 0;     ///< 0 = unlimited; the console redrives in chunks
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_redrive_request& x) {
+  return f(caf::meta::type_name("ferry::dlq_redrive_request"), x.topic,
+           x.to_topic, x.partition, x.from_offset, x.to_offset, x.offsets,
+           x.rate_per_second, x.max_records);
+}
+
+struct dlq_redrive_response {
+  int64_t redriven = 0;
+  int64_t skipped = 0;        ///< already redriven
+  std::vector<delivery_report> reports; ///< where each redriven record went
+  std::vector<partition_offset> next_offsets; ///< to continue a chunked redrive
+  bool end_reached = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_redrive_response& x) {
+  return f(caf::meta::type_name("ferry::dlq_redrive_response"), x.redriven,
+           x.skipped, x.reports, x.next_offsets, x.end_reached);
+}
+
+/// Deletes DLQ records below `before_offset` (-1 = all) in `partition`
+/// (-1 = every partition) by moving the log start.
+struct dlq_purge_request {
+  std::string topic;
+  int32_t partition = -1;
+  int64_t before_offset = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_purge_request& x) {
+  return f(caf::meta::type_name("ferry::dlq_purge_request"), x.topic,
+           x.partition, x.before_offset);
+}
+
+struct dlq_purge_response {
+  int64_t purged = 0;
+  std::vector<partition_offset> log_starts; ///< per partition after the purge
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_purge_response& x) {
+  return f(caf::meta::type_name("ferry::dlq_purge_response"), x.purged,
+           x.log_starts);
+}
+
 } // namespace ferry
 
 // -- type IDs and atoms ---------------------------------------------------------
@@ -753,6 +897,21 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry, receive_atom, "receive")
   CAF_ADD_ATOM(ferry, ferry, ack_atom, "ack")
   CAF_ADD_ATOM(ferry, ferry, queue_atom, "queue")
+
+  // DLQ operations (appended).
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_info))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::dlq_info>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_record))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_show_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_show_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_redrive_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_redrive_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_purge_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_purge_response))
+  CAF_ADD_ATOM(ferry, ferry, dlq_atom, "dlq")
+  CAF_ADD_ATOM(ferry, ferry, show_atom, "show")
+  CAF_ADD_ATOM(ferry, ferry, redrive_atom, "redrive")
+  CAF_ADD_ATOM(ferry, ferry, purge_atom, "purge")
 CAF_END_TYPE_ID_BLOCK(ferry)
 
 // -- typed actor interfaces -----------------------------------------------------

@@ -533,6 +533,11 @@ void append(producer_pointer self, pending& p, int32_t partitions) {
     q.open = std::make_unique<batch>();
     q.open->id = st.next_batch_id++;
     q.open->created = p.accepted;
+    // Room for a full batch of records like this one (no regrowth on the
+    // way to batch.size; capped for tiny records).
+    auto expect = std::min<size_t>(st.cfg.batch_size / std::max<size_t>(p.bytes, 1) + 1, 1024);
+    q.open->records.reserve(expect);
+    q.open->sinks.reserve(expect);
     st.open_batches.emplace(q.open->id, q.tp);
     if (st.cfg.linger.count() == 0)
       self->send(self, tick_atom_v, q.open->id); // after this burst

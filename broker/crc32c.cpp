@@ -41,6 +41,41 @@ inline uint64_t load_le64(const unsigned char* p) {
 }
 
 #ifdef FERRY_CRC32C_X86
+// Long inputs run as three interleaved lanes: one crc32 instruction has a
+// latency of 3 cycles but a throughput of 1, so a single dependency chain
+// uses a third of the unit. Each round takes 3 * lane_bytes: lane 0 starts
+// from the running CRC, lanes 1 and 2 from 0, and the lanes are joined by
+// linearity, crc(s, A || B) = shift(crc(s, A), |B|) ^ crc(0, B), where
+// shift(x, n) advances a CRC state over n zero bytes (a table lookup for
+// the fixed n = lane_bytes). About 3x the single-chain speed on batches of
+// kilobytes and up, which every produce computes twice (client, broker).
+constexpr size_t lane_bytes = 1024; // a multiple of 8
+
+/// shift(x, lane_bytes) by bytes of x: it is linear in x over GF(2).
+struct lane_shift {
+  std::array<std::array<uint32_t, 256>, 4> t;
+
+  uint32_t operator()(uint32_t x) const {
+    return t[0][x & 0xFF] ^ t[1][(x >> 8) & 0xFF] ^ t[2][(x >> 16) & 0xFF]
+           ^ t[3][x >> 24];
+  }
+};
+
+const lane_shift& lane_shift_table() {
+  static const lane_shift table = [] {
+    lane_shift s;
+    for (uint32_t k = 0; k < 4; ++k)
+      for (uint32_t b = 0; b < 256; ++b) {
+        uint64_t c = b << (8 * k);
+        for (size_t i = 0; i < lane_bytes / 8; ++i)
+          c = _mm_crc32_u64(c, 0);
+        s.t[k][b] = static_cast<uint32_t>(c);
+      }
+    return s;
+  }();
+  return table;
+}
+
 uint32_t crc32c_sse42(const void* data, size_t n, uint32_t crc) {
   auto p = static_cast<const unsigned char*>(data);
   uint64_t c = ~crc;
@@ -49,7 +84,26 @@ uint32_t crc32c_sse42(const void* data, size_t n, uint32_t crc) {
     c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
     --n;
   }
-  // Four independent-ish words per iteration keep the crc32 unit busy.
+  if (n >= 3 * lane_bytes) {
+    const auto& shift = lane_shift_table();
+    while (n >= 3 * lane_bytes) {
+      uint64_t c0 = c, c1 = 0, c2 = 0;
+      for (size_t i = 0; i < lane_bytes; i += 8) {
+        uint64_t a, b, d;
+        std::memcpy(&a, p + i, 8);
+        std::memcpy(&b, p + lane_bytes + i, 8);
+        std::memcpy(&d, p + 2 * lane_bytes + i, 8);
+        c0 = _mm_crc32_u64(c0, a);
+        c1 = _mm_crc32_u64(c1, b);
+        c2 = _mm_crc32_u64(c2, d);
+      }
+      uint32_t r = shift(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
+      c = shift(r) ^ static_cast<uint32_t>(c2);
+      p += 3 * lane_bytes;
+      n -= 3 * lane_bytes;
+    }
+  }
+  // Four words per iteration (one dependency chain) for the rest.
   while (n >= 32) {
     uint64_t a, b, d, e;
     std::memcpy(&a, p, 8);

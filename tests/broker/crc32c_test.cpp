@@ -68,6 +68,24 @@ TEST(Crc32c, HardwareMatchesPortableOnRandomData) {
   }
 }
 
+TEST(Crc32c, HardwareMatchesPortableOnLongInputs) {
+  // Inputs of 3 KiB and more take the three-lane path (several rounds here),
+  // at every alignment and with tails of every length below a round.
+  auto buf = random_bytes((1u << 20) + 64, 99);
+  for (size_t align : {0u, 1u, 3u, 8u}) {
+    for (size_t len : {3071u, 3072u, 3073u, 6144u, 9215u, 65536u, 262144u + 13u,
+                       (1u << 20) + 1u}) {
+      const unsigned char* p = buf.data() + align;
+      ASSERT_EQ(crc32c(p, len), crc32c_portable(p, len))
+        << "align " << align << " len " << len;
+      // Chained from a non-zero CRC, split inside a round.
+      uint32_t head = crc32c(p, 1000);
+      ASSERT_EQ(crc32c(p + 1000, len - 1000, head), crc32c_portable(p, len))
+        << "align " << align << " len " << len;
+    }
+  }
+}
+
 TEST(Crc32c, ChainingEqualsOneShot) {
   auto buf = random_bytes(2000, 7);
   uint32_t whole = crc32c(buf.data(), buf.size());
