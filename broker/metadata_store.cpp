@@ -1,26 +1,15 @@
 #include "broker/metadata_store.hpp"
 
+#include "broker/key_codec.hpp"
+
 #include <set>
 
 namespace ferry {
 
 namespace metadata_format {
 
-namespace {
-
-void put_be(std::string& out, uint64_t x, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i)
-    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
-}
-
-uint64_t get_be(std::string_view in, size_t pos, int bytes) {
-  uint64_t x = 0;
-  for (int i = 0; i < bytes; ++i)
-    x = (x << 8) | static_cast<uint8_t>(in[pos + i]);
-  return x;
-}
-
-} // namespace
+using key_codec::get_be;
+using key_codec::put_be;
 
 caf::expected<std::string> encode_partition_key(std::string_view topic,
                                                 partition_id p) {

@@ -1,6 +1,7 @@
 #include "broker/queue_state_store.hpp"
 
 #include "broker/metadata_store.hpp"
+#include "broker/key_codec.hpp"
 
 #include <algorithm>
 #include <set>
@@ -10,29 +11,7 @@ namespace ferry {
 
 namespace queue_state_format {
 
-namespace {
-
-void put_be(std::string& out, uint64_t x, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i)
-    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
-}
-
-uint64_t get_be(std::string_view in, size_t pos, int bytes) {
-  uint64_t x = 0;
-  for (int i = 0; i < bytes; ++i)
-    x = (x << 8) | static_cast<uint8_t>(in[pos + i]);
-  return x;
-}
-
-bool valid_name(std::string_view x) {
-  return !x.empty() && x.find('\0') == std::string_view::npos;
-}
-
-caf::error corrupt(std::string what) {
-  return make_error(ec::corrupt_segment, std::move(what));
-}
-
-} // namespace
+using namespace key_codec;
 
 caf::expected<std::string> encode_partition_prefix(std::string_view group,
                                                    std::string_view topic,
