@@ -1,0 +1,176 @@
+#pragma once
+// Plain values the console's models and views work on. The client object
+// (ferry_client) builds them from broker replies; nothing here knows CAF or
+// the network, so models are tested with hand-made values.
+
+#include <QByteArray>
+#include <QList>
+#include <QMap>
+#include <QPair>
+#include <QString>
+#include <QStringList>
+
+namespace ferry::console {
+
+/// One node of the cluster as cluster_description reports it.
+struct node_row {
+  int id = 0;
+  QString host;
+  int port = 0;
+  int http_port = 0;
+  int metrics_port = 0;
+  bool alive = false;
+  bool controller = false;
+};
+
+/// Live state of one partition.
+struct partition_row {
+  int partition = 0;
+  int leader = -1; ///< -1 = no leader (offline)
+  int epoch = 0;
+  QList<int> replicas;
+  QList<int> isr;
+  qint64 log_start = 0;
+  qint64 log_end = 0;
+  qint64 high_watermark = 0;
+  qint64 size_bytes = 0;
+  bool online = false; ///< false when the broker could not reach the replica
+  /// Under-replicated: fewer in-sync replicas than replicas.
+  bool under_replicated() const { return online && isr.size() < replicas.size(); }
+};
+
+/// One topic with its partitions.
+struct topic_row {
+  QString name;
+  int replication_factor = 1;
+  QMap<QString, QString> config; ///< Kafka key -> value
+  QList<partition_row> partitions;
+  /// Messages appended per second from /metrics; negative = not known yet.
+  double messages_in_per_sec = -1;
+
+  qint64 size_bytes() const;
+  qint64 messages() const; ///< sum of (high watermark - log start)
+  int offline_partitions() const;
+  int under_replicated_partitions() const;
+};
+
+/// What the cluster view shows.
+struct cluster_snapshot {
+  QString cluster_id;
+  int controller = -1;
+  qint64 raft_term = 0;
+  QList<node_row> nodes;
+  QList<topic_row> topics;
+};
+
+/// One partition of a consumer group.
+struct group_partition_row {
+  QString topic;
+  int partition = 0;
+  QString member; ///< "" = unassigned
+  qint64 committed = -1; ///< -1 = nothing committed
+  qint64 log_start = 0;
+  qint64 log_end = 0;
+  qint64 lag = 0;
+  double lag_seconds = -1; ///< from /metrics; negative = not known
+};
+
+/// A consumer group (stream or queue mode).
+struct group_row {
+  QString name;
+  QString mode;
+  QString state;
+  QString assignor;
+  int generation = 0;
+  QStringList members;
+  QList<group_partition_row> partitions;
+  qint64 total_lag() const;
+};
+
+/// One header of a message (values are bytes).
+struct header_row {
+  QString key;
+  QByteArray value;
+};
+
+/// One record read from a partition.
+struct message_row {
+  QString topic;
+  int partition = 0;
+  qint64 offset = 0;
+  qint64 timestamp_ms = 0;
+  bool has_key = false;
+  QByteArray key;
+  bool has_value = true;
+  QByteArray value;
+  QList<header_row> headers;
+};
+
+/// One dead-letter topic.
+struct dlq_row {
+  QString topic;
+  QStringList groups;
+  QString source_topic;
+  int partitions = 0;
+  qint64 depth = 0;
+  qint64 redriven = 0;
+  qint64 total = 0;
+  qint64 oldest_timestamp_ms = 0;
+  double rate_per_second = 0;
+};
+
+/// One dead-lettered record with its ferry-* headers decoded.
+struct dlq_record_row {
+  message_row message;
+  QString original_topic;
+  int original_partition = -1;
+  qint64 original_offset = -1;
+  int attempts = 0;
+  QString error;
+  QString group;
+  qint64 first_failure_ms = 0;
+  qint64 last_failure_ms = 0;
+  int redrive_count = 0;
+  bool redriven = false;
+};
+
+/// What the message browser reads and how it filters. Every record of the
+/// range is looked at; the filters only decide which ones are shown.
+struct browse_request {
+  QString topic;
+  int partition = 0;
+  qint64 from_offset = -2;      ///< -2 = log start; used when from_timestamp < 0
+  qint64 from_timestamp_ms = -1; ///< >= 0: start at the first record at/after it
+  qint64 max_records = 10000;   ///< records to scan (the range's length)
+  int max_matches = 1000;       ///< stop once this many matched
+  QString key_contains;
+  QString header_contains;      ///< substring of "key=value" of any header
+  QString payload_contains;
+};
+
+/// Selection for a DLQ redrive.
+struct redrive_selection {
+  QString dlq_topic;
+  QString to_topic;           ///< "" = each record's original topic
+  QList<QPair<int, qint64>> records; ///< (partition, offset); empty = range
+  int partition = -1;         ///< range: -1 = every partition
+  int partition_count = 1;    ///< the DLQ's partitions (for partition -1)
+  qint64 from_offset = 0;
+  qint64 to_offset = -1;      ///< -1 = the end
+  int rate_per_second = 0;    ///< 0 = unlimited
+};
+
+/// Text of a payload in the chosen rendering.
+enum class payload_format { text, json, hex };
+QString render_payload(const QByteArray& bytes, payload_format fmt);
+
+/// Milliseconds since the epoch as "yyyy-MM-dd HH:mm:ss.zzz" (UTC); "" for 0.
+QString format_timestamp(qint64 ms);
+
+/// Bytes as "12.3 MiB".
+QString format_bytes(qint64 bytes);
+
+/// True if `m` passes the browse filters of `req` (case-insensitive).
+bool matches(const message_row& m, const browse_request& req);
+
+} // namespace ferry::console

@@ -1,0 +1,45 @@
+#pragma once
+// Scrapes ferryd's /metrics every interval with QNetworkAccessManager and
+// adds each scrape to a metrics_history. The URL comes from --metrics, or
+// from the node's metrics port in the cluster description.
+
+#include "gui/metrics_history.hpp"
+
+#include <QObject>
+#include <QTimer>
+#include <QUrl>
+
+QT_BEGIN_NAMESPACE
+class QNetworkAccessManager;
+QT_END_NAMESPACE
+
+namespace ferry::console {
+
+class metrics_sampler : public QObject {
+  Q_OBJECT
+public:
+  explicit metrics_sampler(QObject* parent = nullptr);
+
+  void set_url(const QUrl& url);
+  QUrl url() const { return url_; }
+  /// Starts scraping (at once, then every interval_ms).
+  void start(int interval_ms = 2000);
+  void stop();
+  /// Scrapes once now.
+  void scrape();
+
+  const metrics_history& history() const { return history_; }
+
+signals:
+  void sampled();
+  void failed(const QString& error);
+
+private:
+  QNetworkAccessManager* net_;
+  QTimer timer_;
+  QUrl url_;
+  metrics_history history_;
+  bool in_flight_ = false;
+};
+
+} // namespace ferry::console
