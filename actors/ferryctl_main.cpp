@@ -7,6 +7,8 @@
 
 #include "actors/client_connection.hpp"
 #include "actors/consumer.hpp"
+#include "actors/ferryctl_dlq.hpp"
+#include "actors/ferryctl_work.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/producer.hpp"
 #include "broker/error.hpp"
@@ -993,6 +995,18 @@ int main(int argc, char** argv) {
   cluster->require_subcommand(1);
   auto c_describe = cluster->add_subcommand("describe", "nodes, controller, topics");
   c_describe->callback([&] { run = cluster_describe; });
+
+  // work (actors/ferryctl_work.cpp)
+  ferry::ctl::add_work_command(app, [&] {
+    run = [](context& ctx) { return ferry::ctl::run_work(ctx.sys, ctx.conn, ctx.broker); };
+  });
+
+  // dlq (actors/ferryctl_dlq.cpp)
+  ferry::ctl::add_dlq_command(app, [&] {
+    run = [](context& ctx) {
+      return ferry::ctl::run_dlq(ctx.sys, ctx.broker, ctx.opt.json, ctx.timeout);
+    };
+  });
 
   try {
     app.parse(argc, argv);

@@ -1029,6 +1029,151 @@ void commit_group(call& c) {
   });
 }
 
+// -- handlers: queue mode ---------------------------------------------------------
+
+/// POST /v1/groups/{g}/queue/{topic}/receive: leases records (long poll).
+void queue_receive(call& c) {
+  const auto& cfg = c.core.cfg;
+  auto enc = http_api::value_encoding::automatic;
+  if (auto q = c.req.param("encoding")) {
+    auto e = http_api::parse_encoding(*q);
+    if (!e)
+      return bad_request(c, "encoding must be auto, json, string or base64, "
+                            "not '" + *q + "'");
+    enc = *e;
+  }
+  auto body = body_of(c);
+  if (!body)
+    return;
+  auto req = http_api::parse_queue_receive(*body, c.params[0], c.params[1],
+                                           cfg.max_limit, cfg.max_wait.count());
+  if (!req)
+    return c.sink->post_error(req.error());
+  caf::timespan timeout = std::chrono::milliseconds{req->wait_ms}
+                          + timeout_of(c.core);
+  ask<std::vector<leased_message>>(
+    c, timeout,
+    [enc](std::vector<leased_message>& xs) {
+      return reply(200, http_api::to_json(xs, enc));
+    },
+    receive_atom_v, *req);
+}
+
+template <queue_ack_kind Kind>
+void queue_settle(call& c) {
+  auto body = body_of(c);
+  if (!body)
+    return;
+  auto req = http_api::parse_queue_ack(*body, c.params[0], c.params[1], Kind);
+  if (!req)
+    return c.sink->post_error(req.error());
+  ask<queue_ack_response>(
+    c, timeout_of(c.core),
+    [](queue_ack_response& x) { return reply(200, http_api::to_json(x, Kind)); },
+    ack_atom_v, *req);
+}
+
+// -- handlers: DLQ operations (actors/dlq_manager.hpp) ----------------------------
+
+void list_dlqs(call& c) {
+  ask<std::vector<dlq_info>>(
+    c, timeout_of(c.core),
+    [](std::vector<dlq_info>& xs) {
+      json out = json::array();
+      for (auto& x : xs)
+        out.push_back(http_api::to_json(x));
+      return reply(200, json{{"dlqs", std::move(out)}});
+    },
+    list_atom_v, dlq_atom_v);
+}
+
+/// GET /v1/dlq/{topic}?offset=&max=&grep=&error=&partition=&maxScan=
+///   &includeRedriven=&encoding=
+void show_dlq(call& c) {
+  dlq_show_request req;
+  req.topic = c.params[0];
+  struct int_param {
+    const char* name;
+    int64_t lo;
+    int64_t hi;
+  };
+  auto get = [&](int_param p, auto& out) -> bool {
+    auto q = c.req.param(p.name);
+    if (!q)
+      return true;
+    auto v = http_api::parse_int(*q, p.lo, p.hi, p.name);
+    if (!v) {
+      c.sink->post_error(v.error());
+      return false;
+    }
+    out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
+    return true;
+  };
+  constexpr auto i32 = std::numeric_limits<int32_t>::max();
+  constexpr auto i64 = std::numeric_limits<int64_t>::max();
+  if (!get({"offset", 0, i64}, req.from_offset)
+      || !get({"max", 1, c.core.cfg.max_limit}, req.max_records)
+      || !get({"partition", 0, i32}, req.partition)
+      || !get({"maxScan", 1, i64}, req.max_scan))
+    return;
+  if (auto q = c.req.param("grep"))
+    req.grep = *q;
+  if (auto q = c.req.param("error"))
+    req.error_contains = *q;
+  if (auto q = c.req.param("includeRedriven")) {
+    if (*q != "true" && *q != "false")
+      return bad_request(c, "includeRedriven must be true or false");
+    req.include_redriven = *q == "true";
+  }
+  auto enc = http_api::value_encoding::automatic;
+  if (auto q = c.req.param("encoding")) {
+    auto e = http_api::parse_encoding(*q);
+    if (!e)
+      return bad_request(c, "encoding must be auto, json, string or base64, "
+                            "not '" + *q + "'");
+    enc = *e;
+  }
+  ask<dlq_show_response>(
+    c, timeout_of(c.core),
+    [enc](dlq_show_response& r) {
+      return reply(200, http_api::to_json(r, enc));
+    },
+    show_atom_v, std::move(req));
+}
+
+/// POST /v1/dlq/{topic}/redrive: answers when done (use maxRecords to
+/// chunk long or paced redrives).
+void redrive_dlq(call& c) {
+  auto body = body_of(c);
+  if (!body)
+    return;
+  auto req = http_api::parse_dlq_redrive(*body, c.params[0]);
+  if (!req)
+    return c.sink->post_error(req.error());
+  ask<dlq_redrive_response>(
+    c, std::chrono::hours{1},
+    [](dlq_redrive_response& r) { return reply(200, http_api::to_json(r)); },
+    redrive_atom_v, std::move(*req));
+}
+
+/// POST /v1/dlq/{topic}/purge; an empty body purges everything.
+void purge_dlq(call& c) {
+  json body = json::object();
+  if (!c.req.body.empty()) {
+    auto b = body_of(c);
+    if (!b)
+      return;
+    body = std::move(*b);
+  }
+  auto req = http_api::parse_dlq_purge(body, c.params[0]);
+  if (!req)
+    return c.sink->post_error(req.error());
+  ask<dlq_purge_response>(
+    c, timeout_of(c.core),
+    [](dlq_purge_response& r) { return reply(200, http_api::to_json(r)); },
+    purge_atom_v, std::move(*req));
+}
+
 // -- the router ------------------------------------------------------------------
 
 using handler_fn = void (*)(call&);
@@ -1052,12 +1197,19 @@ const std::vector<route_entry>& routes() {
     {{"v1", "groups", "{}"}, {{v::get, describe_group}, {v::delete_, delete_group}}},
     {{"v1", "groups", "{}", "offsets"}, {{v::post, commit_group}}},
     {{"v1", "groups", "{}", "reset"}, {{v::post, reset_group}}},
-    // Queue mode and the DLQ add their routes here, e.g.
-    //   /v1/groups/{g}/queue/{topic}/receive        POST (lease records)
-    //   /v1/groups/{g}/queue/{topic}/ack|nack|reject|extend  POST
-    //   /v1/groups/{g}/dlq                          GET (list)
-    //   /v1/groups/{g}/dlq/{offset}                 GET (show)
-    //   /v1/groups/{g}/dlq/redrive, /purge          POST
+    {{"v1", "groups", "{}", "queue", "{}", "receive"}, {{v::post, queue_receive}}},
+    {{"v1", "groups", "{}", "queue", "{}", "ack"},
+     {{v::post, queue_settle<queue_ack_kind::ack>}}},
+    {{"v1", "groups", "{}", "queue", "{}", "nack"},
+     {{v::post, queue_settle<queue_ack_kind::nack>}}},
+    {{"v1", "groups", "{}", "queue", "{}", "reject"},
+     {{v::post, queue_settle<queue_ack_kind::reject>}}},
+    {{"v1", "groups", "{}", "queue", "{}", "extend"},
+     {{v::post, queue_settle<queue_ack_kind::extend>}}},
+    {{"v1", "dlq"}, {{v::get, list_dlqs}}},
+    {{"v1", "dlq", "{}"}, {{v::get, show_dlq}}},
+    {{"v1", "dlq", "{}", "redrive"}, {{v::post, redrive_dlq}}},
+    {{"v1", "dlq", "{}", "purge"}, {{v::post, purge_dlq}}},
   };
   return table;
 }

@@ -16,6 +16,10 @@
 //   DELETE /v1/groups/{group}                          only while empty
 //   POST   /v1/groups/{group}/offsets                  standalone commit
 //   POST   /v1/groups/{group}/reset                    reset offsets
+//   POST   /v1/groups/{group}/queue/{topic}/receive    queue mode: lease records
+//          {"member","max","visibilityMs","waitMs"} (long poll) ?encoding=
+//   POST   /v1/groups/{group}/queue/{topic}/ack|nack|reject|extend
+//          {"member","partition","offset","leaseId","delayMs","extendMs","error"}
 //   GET    /v1/cluster
 //   GET    /healthz
 // Errors: {"error":{"code","message"}}; the code is a ferry ec name. An

@@ -817,6 +817,154 @@ caf::expected<std::vector<partition_offset>> parse_commit(const json& body) {
   return out;
 }
 
+// -- queue mode -----------------------------------------------------------------
+
+caf::expected<queue_receive_request>
+parse_queue_receive(const json& body, const std::string& group,
+                    const std::string& topic, int32_t max_records,
+                    int64_t max_wait_ms) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object {\"member\",\"max\","
+               "\"visibilityMs\",\"waitMs\"}");
+  queue_receive_request req;
+  req.group = group;
+  req.topic = topic;
+  std::optional<std::string> member;
+  std::optional<int64_t> max, vis, wait;
+  if (auto err = string_field(body, "member", member))
+    return err;
+  if (!member || member->empty())
+    return bad("\"member\" is required (a non-empty string)");
+  if (auto err = int_field(body, "max", 1, max_records, max))
+    return err;
+  if (auto err = int_field(body, "visibilityMs", 0,
+                           std::numeric_limits<int32_t>::max(), vis))
+    return err;
+  if (auto err = int_field(body, "waitMs", 0, max_wait_ms, wait))
+    return err;
+  req.member_id = std::move(*member);
+  req.max_records = static_cast<int32_t>(max.value_or(100));
+  req.visibility_ms = vis.value_or(0);
+  req.wait_ms = wait.value_or(0);
+  return req;
+}
+
+caf::expected<queue_ack_request> parse_queue_ack(const json& body,
+                                                 const std::string& group,
+                                                 const std::string& topic,
+                                                 queue_ack_kind kind) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object {\"member\",\"partition\","
+               "\"offset\",\"leaseId\",...}");
+  queue_ack_request req;
+  req.group = group;
+  req.topic = topic;
+  req.kind = kind;
+  std::optional<std::string> member, error;
+  std::optional<int64_t> p, off, delay, extend;
+  if (auto err = string_field(body, "member", member))
+    return err;
+  if (auto err = int_field(body, "partition", 0,
+                           std::numeric_limits<int32_t>::max(), p))
+    return err;
+  if (auto err = int_field(body, "offset", 0,
+                           std::numeric_limits<int64_t>::max(), off))
+    return err;
+  if (auto err = int_field(body, "delayMs", 0,
+                           std::numeric_limits<int32_t>::max(), delay))
+    return err;
+  if (auto err = int_field(body, "extendMs", 1,
+                           std::numeric_limits<int32_t>::max(), extend))
+    return err;
+  if (auto err = string_field(body, "error", error))
+    return err;
+  std::optional<uint64_t> lease;
+  if (auto i = body.find("leaseId"); i != body.end() && !i->is_null()) {
+    if (i->is_number_unsigned()) {
+      lease = i->get<uint64_t>();
+    } else if (i->is_number_integer() && i->get<int64_t>() > 0) {
+      lease = static_cast<uint64_t>(i->get<int64_t>());
+    } else if (i->is_string()) {
+      auto s = i->get<std::string>();
+      uint64_t v = 0;
+      bool ok = !s.empty() && s.size() <= 20;
+      for (char c : s) {
+        if (c < '0' || c > '9') {
+          ok = false;
+          break;
+        }
+        auto d = static_cast<uint64_t>(c - '0');
+        if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) {
+          ok = false;
+          break;
+        }
+        v = v * 10 + d;
+      }
+      if (ok)
+        lease = v;
+    }
+    if (!lease || *lease == 0)
+      return bad("\"leaseId\" must be a positive integer or a decimal string");
+  }
+  if (!member || member->empty() || !p || !off || !lease)
+    return bad("\"member\", \"partition\", \"offset\" and \"leaseId\" are "
+               "required");
+  if (kind == queue_ack_kind::extend && !extend)
+    return bad("\"extendMs\" is required for extend");
+  req.member_id = std::move(*member);
+  req.partition = partition_id{static_cast<int32_t>(*p)};
+  req.off = offset{*off};
+  req.lease_id = *lease;
+  req.delay_ms = delay.value_or(0);
+  req.extend_ms = extend.value_or(0);
+  req.error = error.value_or("");
+  return req;
+}
+
+json to_json(const std::vector<leased_message>& xs, value_encoding enc) {
+  json out = json::array();
+  for (auto& x : xs) {
+    auto& m = x.message;
+    record rec;
+    rec.timestamp = m.timestamp;
+    if (m.has_key)
+      rec.key = m.key;
+    if (m.has_value)
+      rec.value = m.value;
+    for (auto& h : m.headers)
+      rec.headers.push_back(record_header{h.key, h.value});
+    auto j = render_message(m.off, rec, enc);
+    j["topic"] = m.topic;
+    j["partition"] = m.partition.value;
+    j["leaseId"] = std::to_string(x.lease_id);
+    j["attempt"] = x.attempt;
+    j["deadline"] = x.deadline;
+    out.push_back(std::move(j));
+  }
+  return json{{"records", std::move(out)}};
+}
+
+json to_json(const queue_ack_response& x, queue_ack_kind kind) {
+  switch (kind) {
+    case queue_ack_kind::ack:
+      return json{{"result", "ack"}};
+    case queue_ack_kind::extend:
+      return json{{"result", "extend"}, {"deadline", x.deadline}};
+    case queue_ack_kind::reject:
+      return json{{"result", "reject"},
+                  {"attempts", x.attempts},
+                  {"deadLetter", x.dead_letter}};
+    default:
+      break;
+  }
+  json j{{"result", "nack"},
+         {"attempts", x.attempts},
+         {"deadLetter", x.dead_letter}};
+  if (!x.dead_letter)
+    j["retryAt"] = x.retry_at;
+  return j;
+}
+
 caf::expected<reset_offsets_request> parse_reset(const json& body,
                                                  const std::string& group) {
   if (!body.is_object())
@@ -956,6 +1104,158 @@ json to_json(const std::vector<partition_offset>& x) {
                        {"partition", po.partition.value},
                        {"offset", po.committed.value}});
   return out;
+}
+
+// -- DLQ operations -------------------------------------------------------------
+
+json to_json(const dlq_info& x) {
+  return json{{"topic", x.topic},
+              {"groups", x.groups},
+              {"sourceTopic", x.source_topic},
+              {"partitions", x.partitions},
+              {"depth", x.depth},
+              {"redriven", x.redriven},
+              {"total", x.total},
+              {"oldestTimestamp", x.oldest_timestamp},
+              {"ratePerSecond", x.rate_per_second}};
+}
+
+json to_json(const dlq_record& x, value_encoding enc) {
+  record rec;
+  rec.timestamp = x.message.timestamp;
+  if (x.message.has_key)
+    rec.key = x.message.key;
+  if (x.message.has_value)
+    rec.value = x.message.value;
+  for (auto& h : x.message.headers)
+    rec.headers.push_back(record_header{h.key, h.value});
+  auto m = render_message(x.message.off, rec, enc);
+  m["partition"] = x.message.partition.value;
+  m["originalTopic"] = x.original_topic;
+  m["originalPartition"] = x.original_partition;
+  m["originalOffset"] = x.original_offset;
+  m["attempts"] = x.attempts;
+  m["error"] = x.error;
+  m["group"] = x.group;
+  m["firstFailureTimestamp"] = x.first_failure_ts;
+  m["lastFailureTimestamp"] = x.last_failure_ts;
+  m["redriveCount"] = x.redrive_count;
+  m["redriven"] = x.redriven;
+  return m;
+}
+
+json to_json(const dlq_show_response& x, value_encoding enc) {
+  json records = json::array();
+  for (auto& r : x.records)
+    records.push_back(to_json(r, enc));
+  return json{{"records", std::move(records)},
+              {"scanned", x.scanned},
+              {"nextOffsets", to_json(x.next_offsets)},
+              {"endReached", x.end_reached}};
+}
+
+json to_json(const dlq_redrive_response& x) {
+  json reports = json::array();
+  for (auto& r : x.reports)
+    reports.push_back(json{{"topic", r.topic},
+                           {"partition", r.partition.value},
+                           {"offset", r.off.value},
+                           {"timestamp", r.timestamp}});
+  return json{{"redriven", x.redriven},
+              {"skipped", x.skipped},
+              {"reports", std::move(reports)},
+              {"nextOffsets", to_json(x.next_offsets)},
+              {"endReached", x.end_reached}};
+}
+
+json to_json(const dlq_purge_response& x) {
+  return json{{"purged", x.purged}, {"logStarts", to_json(x.log_starts)}};
+}
+
+caf::expected<dlq_redrive_request> parse_dlq_redrive(const json& body,
+                                                     const std::string& topic) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object {\"to\",\"partition\","
+               "\"fromOffset\",\"toOffset\",\"offsets\",\"ratePerSecond\","
+               "\"maxRecords\",\"all\"}");
+  constexpr auto i32 = std::numeric_limits<int32_t>::max();
+  constexpr auto i64 = std::numeric_limits<int64_t>::max();
+  dlq_redrive_request req;
+  req.topic = topic;
+  std::optional<std::string> to;
+  if (auto err = string_field(body, "to", to))
+    return err;
+  req.to_topic = to.value_or("");
+  std::optional<int64_t> partition, from, upto, rate, max;
+  if (auto err = int_field(body, "partition", 0, i32, partition))
+    return err;
+  if (auto err = int_field(body, "fromOffset", 0, i64, from))
+    return err;
+  if (auto err = int_field(body, "toOffset", 0, i64, upto))
+    return err;
+  if (auto err = int_field(body, "ratePerSecond", 0, i32, rate))
+    return err;
+  if (auto err = int_field(body, "maxRecords", 0, i32, max))
+    return err;
+  bool all = false;
+  if (auto a = body.find("all"); a != body.end() && !a->is_null()) {
+    if (!a->is_boolean())
+      return bad("\"all\" must be true or false");
+    all = a->get<bool>();
+  }
+  if (auto os = body.find("offsets"); os != body.end() && !os->is_null()) {
+    if (!os->is_array())
+      return bad("\"offsets\" must be an array of {\"partition\",\"offset\"}");
+    for (auto& o : *os) {
+      if (!o.is_object())
+        return bad("\"offsets\" must be an array of {\"partition\",\"offset\"}");
+      std::optional<int64_t> p, off;
+      if (auto err = int_field(o, "partition", 0, i32, p, "offsets: "))
+        return err;
+      if (auto err = int_field(o, "offset", 0, i64, off, "offsets: "))
+        return err;
+      if (!off)
+        return bad("offsets: \"offset\" is missing");
+      req.offsets.push_back(partition_offset{
+        topic, partition_id{static_cast<int32_t>(p.value_or(0))},
+        offset{*off}, ""});
+    }
+  }
+  bool range = from || upto;
+  if (all && (range || !req.offsets.empty()))
+    return bad("\"all\" excludes \"fromOffset\", \"toOffset\" and \"offsets\"");
+  if (range && !req.offsets.empty())
+    return bad("\"offsets\" excludes \"fromOffset\" and \"toOffset\"");
+  if (!all && !range && req.offsets.empty())
+    return bad("say which records: \"all\":true, \"fromOffset\"/\"toOffset\" "
+               "or \"offsets\"");
+  if (from && upto && *upto < *from)
+    return bad("\"toOffset\" must not be below \"fromOffset\"");
+  req.partition = partition ? static_cast<int32_t>(*partition) : -1;
+  req.from_offset = from.value_or(0);
+  req.to_offset = upto.value_or(-1);
+  req.rate_per_second = static_cast<int32_t>(rate.value_or(0));
+  req.max_records = static_cast<int32_t>(max.value_or(0));
+  return req;
+}
+
+caf::expected<dlq_purge_request> parse_dlq_purge(const json& body,
+                                                 const std::string& topic) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object {\"beforeOffset\","
+               "\"partition\"}");
+  dlq_purge_request req;
+  req.topic = topic;
+  std::optional<int64_t> before, partition;
+  if (auto err = int_field(body, "beforeOffset", 0,
+                           std::numeric_limits<int64_t>::max(), before))
+    return err;
+  if (auto err = int_field(body, "partition", 0,
+                           std::numeric_limits<int32_t>::max(), partition))
+    return err;
+  req.before_offset = before.value_or(-1);
+  req.partition = partition ? static_cast<int32_t>(*partition) : -1;
+  return req;
 }
 
 } // namespace ferry::http_api

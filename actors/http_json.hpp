@@ -177,6 +177,32 @@ caf::expected<topic_patch> parse_topic_patch(const json& body);
 /// {"offsets":[...]} of those.
 caf::expected<std::vector<partition_offset>> parse_commit(const json& body);
 
+// -- queue mode -------------------------------------------------------------
+
+/// A queue receive body {"member","max","visibilityMs","waitMs"}: member
+/// required; max in [1, max_records] (default 100); visibilityMs >= 0 (0 =
+/// the group's); waitMs in [0, max_wait_ms] (default 0).
+caf::expected<queue_receive_request>
+parse_queue_receive(const json& body, const std::string& group,
+                    const std::string& topic, int32_t max_records,
+                    int64_t max_wait_ms);
+
+/// An ack/nack/reject/extend body {"member","partition","offset","leaseId",
+/// "delayMs","extendMs","error"}: member, partition, offset and leaseId
+/// (a number or a decimal string) required; extendMs > 0 for extend.
+caf::expected<queue_ack_request> parse_queue_ack(const json& body,
+                                                 const std::string& group,
+                                                 const std::string& topic,
+                                                 queue_ack_kind kind);
+
+/// {"records":[...]}: each a message (render_message) plus "topic",
+/// "partition", "leaseId" (a decimal string: it may exceed 2^53),
+/// "attempt" and "deadline" (ms since the epoch).
+json to_json(const std::vector<leased_message>& xs, value_encoding enc);
+
+/// The answer to an ack family request; fields as the kind has them.
+json to_json(const queue_ack_response& x, queue_ack_kind kind);
+
 /// {"topic" or "topics":[...], "to", "value", "dryRun"}; "to" is earliest,
 /// latest, timestamp or offset (the last two need "value").
 caf::expected<reset_offsets_request> parse_reset(const json& body,
@@ -188,5 +214,27 @@ json to_json(const topic_description& x);
 json to_json(const cluster_description& x);
 json to_json(const group_description& x);
 json to_json(const std::vector<partition_offset>& x);
+
+// -- DLQ operations (GET/POST /v1/dlq...) ------------------------------------
+
+json to_json(const dlq_info& x);
+/// A DLQ record: render_message's fields plus "partition", "originalTopic",
+/// "originalPartition", "originalOffset", "attempts", "error", "group",
+/// "firstFailureTimestamp", "lastFailureTimestamp", "redriveCount",
+/// "redriven".
+json to_json(const dlq_record& x, value_encoding enc);
+json to_json(const dlq_show_response& x, value_encoding enc);
+json to_json(const dlq_redrive_response& x);
+json to_json(const dlq_purge_response& x);
+
+/// A redrive body {"to","partition","fromOffset","toOffset","offsets":
+/// [{"partition","offset"}],"ratePerSecond","maxRecords","all"}: exactly
+/// one of "all":true, a range (fromOffset/toOffset) or offsets.
+caf::expected<dlq_redrive_request> parse_dlq_redrive(const json& body,
+                                                     const std::string& topic);
+
+/// A purge body {"beforeOffset","partition"} (both optional: everything).
+caf::expected<dlq_purge_request> parse_dlq_purge(const json& body,
+                                                 const std::string& topic);
 
 } // namespace ferry::http_api

@@ -9,6 +9,7 @@
 // (broker/record_batch.hpp), never one actor message per record.
 
 #include "broker/model.hpp"
+#include "broker/raft_types.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
@@ -912,6 +913,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry, show_atom, "show")
   CAF_ADD_ATOM(ferry, ferry, redrive_atom, "redrive")
   CAF_ADD_ATOM(ferry, ferry, purge_atom, "purge")
+
+  // Raft metadata quorum core (appended).
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_message))
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_status))
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_applied))
+  CAF_ADD_ATOM(ferry, ferry, raft_atom, "raft")
+  CAF_ADD_ATOM(ferry, ferry, propose_atom, "propose")
 CAF_END_TYPE_ID_BLOCK(ferry)
 
 // -- typed actor interfaces -----------------------------------------------------
@@ -964,6 +972,9 @@ using partition_actor = caf::typed_actor<
   caf::reacts_to<expire_atom, uint64_t>,
   /// Internal: periodic retention and time-based flush.
   caf::reacts_to<tick_atom>,
+  /// Deletes the records below an offset: moves the log start to
+  /// min(offset, high watermark); answers the log start after it.
+  caf::replies_to<purge_atom, offset>::with<offset>,
   /// Stops the replica; with `true` also deletes its data (topic deleted).
   caf::replies_to<stop_atom, bool>::with<bool>>;
 
@@ -1024,6 +1035,25 @@ using broker_actor = caf::typed_actor<
   caf::replies_to<ack_atom, queue_ack_request>::with<queue_ack_response>,
   /// Queue mode: positions, record counts and DLQ per partition.
   caf::replies_to<describe_atom, queue_atom, std::string>::with<queue_group_description>,
+  /// Queue mode: changes a queue group's max_attempts, backoff, jitter,
+  /// visibility and ordering (stored; dlq_topic cannot change:
+  /// invalid_config). Leases held at that moment are released (their
+  /// records are delivered again without counting an attempt). Answers the
+  /// stored config. unknown_group, invalid_request (a stream group).
+  caf::replies_to<alter_atom, group_atom, std::string, queue_group_config>::with<queue_group_config>,
+  /// Queue mode: member (group, member) leaves: its leases end without
+  /// counting an attempt (records available at once) and its parked
+  /// receives answer empty. Answers how many leases were released.
+  caf::replies_to<leave_atom, queue_atom, std::string, std::string>::with<int64_t>,
+  /// DLQ operations (see dlq_* above); unknown_topic for an unknown DLQ.
+  caf::replies_to<list_atom, dlq_atom>::with<std::vector<dlq_info>>,
+  caf::replies_to<show_atom, dlq_show_request>::with<dlq_show_response>,
+  caf::replies_to<redrive_atom, dlq_redrive_request>::with<dlq_redrive_response>,
+  caf::replies_to<purge_atom, dlq_purge_request>::with<dlq_purge_response>,
+  /// Deletes the records of a partition below an offset (Kafka's
+  /// DeleteRecords; used by DLQ purge): moves the log start to
+  /// min(offset, high watermark) and answers the log start after it.
+  caf::replies_to<purge_atom, topic_partition, offset>::with<offset>,
   /// Internal: the metadata changed; start, stop or reconfigure replicas.
   caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
 
@@ -1035,6 +1065,12 @@ using queue_coordinator_actor = caf::typed_actor<
   /// lease_not_found, lease_expired, not_lease_owner, invalid_request.
   caf::replies_to<ack_atom, queue_ack_request>::with<queue_ack_response>,
   caf::replies_to<describe_atom, queue_atom>::with<queue_group_description>,
+  /// Applies a new config (the node validated and stored it): saves the
+  /// state, then reopens the partitions with it (leases are released).
+  caf::replies_to<alter_atom, group_atom, queue_group_config>::with<queue_group_config>,
+  /// The member left: releases its leases, answers its parked receives
+  /// with nothing; answers how many leases were released.
+  caf::replies_to<leave_atom, queue_atom, std::string>::with<int64_t>,
   /// The stream-mode view (mode "queue") for group list and describe.
   caf::replies_to<describe_atom, group_atom>::with<group_description>,
   /// Erases the group's state; group_not_empty while leases or receives
@@ -1080,6 +1116,39 @@ using consumer_actor = caf::typed_actor<
   /// Leaves the group (commits first with auto commit) and stops.
   caf::replies_to<stop_atom>::with<bool>>;
 
+/// A CAF-native queue-mode consumer (client library,
+/// actors/queue_consumer.hpp): one member of a queue group reading one
+/// topic; reconnects by itself.
+using queue_consumer_actor = caf::typed_actor<
+  /// Leases up to `max` records; waits up to wait_ms (long poll) when none.
+  caf::replies_to<receive_atom, int32_t, int64_t>::with<std::vector<leased_message>>,
+  /// Ack, nack, reject or extend a leased record (group, member and topic
+  /// are filled in by the consumer).
+  caf::replies_to<ack_atom, queue_ack_request>::with<queue_ack_response>,
+  /// Leaves the group (its leases are released at once) and stops;
+  /// answers how many leases were released (0 when the broker was gone).
+  caf::replies_to<stop_atom>::with<int64_t>>;
+
+/// One member of the Raft metadata quorum (actors/raft_node.hpp): replicates
+/// opaque commands and applies the committed ones to its state machine.
+using raft_actor = caf::typed_actor<
+  /// A Raft RPC or reply from a peer (peers send these to each other).
+  caf::reacts_to<raft_atom, raft_message>,
+  /// Replicates a command; answers once it is committed and applied, with
+  /// its index and the state machine's result. not_leader (context
+  /// "leader=<id>", -1 if unknown) on a follower or when the entry was
+  /// overwritten by a new leader before it committed.
+  caf::replies_to<propose_atom, std::string>::with<raft_applied>,
+  /// Role, term, leader, commit index, last applied.
+  caf::replies_to<status_atom>::with<raft_status>,
+  /// The listener receives (update_atom, raft_status) now and whenever the
+  /// role, term or leader changes.
+  caf::reacts_to<subscribe_atom, caf::actor>,
+  /// Sets (or replaces, after a reconnect) the handle of peer `id`.
+  caf::reacts_to<connect_atom, int32_t, caf::actor>,
+  /// Internal: the Raft clock.
+  caf::reacts_to<tick_atom>>;
+
 } // namespace ferry
 
 CAF_BEGIN_TYPE_ID_BLOCK(ferry_actors, caf::id_block::ferry::end)
@@ -1088,6 +1157,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry_actors, caf::id_block::ferry::end)
   CAF_ADD_TYPE_ID(ferry_actors, (ferry::group_coordinator_actor))
   CAF_ADD_TYPE_ID(ferry_actors, (ferry::broker_actor))
   CAF_ADD_TYPE_ID(ferry_actors, (ferry::queue_coordinator_actor))
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::queue_consumer_actor))
+  CAF_ADD_TYPE_ID(ferry_actors, (ferry::raft_actor))
 CAF_END_TYPE_ID_BLOCK(ferry_actors)
 
 namespace ferry {

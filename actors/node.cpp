@@ -585,6 +585,38 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
   return rp;
 }
 
+// -- DLQ operations -------------------------------------------------------------
+
+/// The DLQ manager, spawned on first use (and again after a crash).
+dlq_manager_actor dlq_manager_of(self_ptr self) {
+  auto& st = self->state;
+  if (!st.dlq) {
+    dlq_manager_config dc;
+    dc.store = st.cfg.store;
+    dc.broker = caf::actor_cast<broker_actor>(self);
+    st.dlq = self->spawn(dlq_manager, std::move(dc));
+    self->monitor(st.dlq);
+    if (st.ready)
+      self->send(st.dlq, update_atom_v, topic_list(st));
+  }
+  return st.dlq;
+}
+
+/// Relays a DLQ request whose reply is `T` to the DLQ manager.
+template <class T, class... Ts>
+caf::result<T> to_dlq(self_ptr self, Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  when_ready(self, [self, rp, xs...]() mutable {
+    if (self->state.shutting_down) {
+      rp.deliver(failed(self, make_error(ec::coordinator_not_available,
+                                         "the node is shutting down")));
+      return;
+    }
+    relay(self, rp, dlq_manager_of(self), std::move(xs)...);
+  });
+  return rp;
+}
+
 // -- lifecycle ----------------------------------------------------------------
 
 void finish_shutdown(self_ptr self) {
@@ -605,6 +637,26 @@ void finish_shutdown(self_ptr self) {
   self->quit(std::move(reason));
 }
 
+/// Counts the replica `key` as closed during the shutdown (once: on its down
+/// message, or when its stop request failed); the last one finishes it.
+/// Waiting for the down message matters: CAF 0.17 lowers the running-actor
+/// count before it sends a terminated actor's down messages, the one to the
+/// middleman's BASP broker (which monitors every actor a client has a proxy
+/// of) included, and a broker keeps what reaches its mailbox after the
+/// middleman stopped. That message holds the replica, whose dedicated thread
+/// the actor system's destructor then waits for forever. CAF runs the newest
+/// monitor first, so the node's (from the spawn) comes after the broker's;
+/// ferryd then flushes the broker's mailbox before the system goes.
+void replica_closed(self_ptr self, const topic_partition& key) {
+  auto& st = self->state;
+  auto i = st.replicas.find(key);
+  if (i == st.replicas.end() || !i->second.handle)
+    return;
+  i->second.handle = nullptr;
+  if (--st.replicas_closing == 0)
+    finish_shutdown(self);
+}
+
 void begin_shutdown(self_ptr self, caf::error reason) {
   auto& st = self->state;
   if (st.shutting_down)
@@ -621,6 +673,11 @@ void begin_shutdown(self_ptr self, caf::error reason) {
   }
   st.queue_groups.clear();
   st.groups.clear();
+  if (st.dlq) {
+    self->demonitor(st.dlq.address());
+    self->send_exit(st.dlq, caf::exit_reason::user_shutdown);
+    st.dlq = nullptr;
+  }
   std::vector<std::pair<topic_partition, partition_actor>> open;
   for (auto& [key, r] : st.replicas)
     if (r.handle)
@@ -631,18 +688,15 @@ void begin_shutdown(self_ptr self, caf::error reason) {
     finish_shutdown(self);
     return;
   }
+  // Still monitored: a replica counts as closed on its down message, not on
+  // its reply (see replica_closed).
   for (auto& [key, h] : open) {
-    self->demonitor(h.address());
-    auto done = [self] {
-      if (--self->state.replicas_closing == 0)
-        finish_shutdown(self);
-    };
     self->request(h, st.cfg.shutdown_timeout, stop_atom_v, false)
-      .then([done](bool) { done(); },
-            [done, key = key](caf::error& err) {
+      .then([](bool) {},
+            [self, key = key](caf::error& err) {
               log::error("node: replica {} did not close: {}",
                          tp_name(key.topic, key.partition), err);
-              done();
+              replica_closed(self, key);
             });
   }
 }
@@ -668,6 +722,13 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       return;
     }
   }
+  if (st.dlq && caf::actor_cast<caf::actor_addr>(st.dlq) == dm.source) {
+    log::error("node: the DLQ manager terminated: {}; it restarts on the "
+               "next DLQ request",
+               dm.reason);
+    st.dlq = nullptr;
+    return;
+  }
   for (auto i = st.queue_groups.begin(); i != st.queue_groups.end(); ++i) {
     if (caf::actor_cast<caf::actor_addr>(i->second) == dm.source) {
       log::error("node: queue coordinator of group {} terminated: {}; it "
@@ -680,9 +741,11 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   for (auto& [key, r] : st.replicas) {
     if (!r.handle || caf::actor_cast<caf::actor_addr>(r.handle) != dm.source)
       continue;
-    r.handle = nullptr;
-    if (st.shutting_down)
+    if (st.shutting_down) {
+      replica_closed(self, key);
       return;
+    }
+    r.handle = nullptr;
     auto t_now = now(self);
     r.crashes.push_back(t_now);
     auto window = std::chrono::duration_cast<caf::timespan>(
@@ -1089,6 +1152,84 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       return to_queue<queue_group_description>(self, group, false,
                                                describe_atom_v, queue_atom_v);
     },
+    [self](alter_atom, group_atom, std::string& group,
+           queue_group_config& qc) -> caf::result<queue_group_config> {
+      auto rp = self->make_response_promise<queue_group_config>();
+      when_ready(self, [self, rp, group, qc]() mutable {
+        auto& st = self->state;
+        auto c = st.queue_configs.find(group);
+        if (c == st.queue_configs.end()) {
+          if (!group.empty() && st.groups.count(group) > 0) {
+            rp.deliver(failed(self, make_error(ec::invalid_request,
+                                               "group " + group
+                                                 + " is a stream-mode "
+                                                   "group")));
+            return;
+          }
+          auto q = queue_coordinator_for(self, group, nullptr);
+          rp.deliver(failed(self, std::move(q.error())));
+          return;
+        }
+        if (auto err = validate(qc)) {
+          rp.deliver(failed(self, std::move(err)));
+          return;
+        }
+        if (qc.dlq_topic != c->second.dlq_topic) {
+          rp.deliver(failed(self, make_error(ec::invalid_config,
+                                             "dlq_topic of queue group "
+                                               + group
+                                               + " cannot be altered")));
+          return;
+        }
+        if (qc == c->second) {
+          rp.deliver(qc);
+          return;
+        }
+        if (auto err = save_queue_group(*st.cfg.store, group, qc)) {
+          rp.deliver(failed(self, std::move(err)));
+          return;
+        }
+        c->second = qc;
+        log::info("node: altered queue group {}", group);
+        auto q = queue_coordinator_for(self, group, nullptr);
+        if (!q)
+          rp.deliver(failed(self, std::move(q.error())));
+        else
+          relay(self, rp, *q, alter_atom_v, group_atom_v, std::move(qc));
+      });
+      return rp;
+    },
+    [self](leave_atom, queue_atom, std::string& group,
+           std::string& member) -> caf::result<int64_t> {
+      return to_queue<int64_t>(self, group, false, leave_atom_v, queue_atom_v,
+                               std::move(member));
+    },
+    // -- DLQ operations: relayed to the DLQ manager ---------------------------
+    [self](list_atom, dlq_atom) -> caf::result<std::vector<dlq_info>> {
+      return to_dlq<std::vector<dlq_info>>(self, list_atom_v, dlq_atom_v);
+    },
+    [self](show_atom, dlq_show_request& req) -> caf::result<dlq_show_response> {
+      return to_dlq<dlq_show_response>(self, show_atom_v, std::move(req));
+    },
+    [self](redrive_atom,
+           dlq_redrive_request& req) -> caf::result<dlq_redrive_response> {
+      return to_dlq<dlq_redrive_response>(self, redrive_atom_v,
+                                          std::move(req));
+    },
+    [self](purge_atom, dlq_purge_request& req) -> caf::result<dlq_purge_response> {
+      return to_dlq<dlq_purge_response>(self, purge_atom_v, std::move(req));
+    },
+    [self](purge_atom, topic_partition& tp, offset before) -> caf::result<offset> {
+      auto rp = self->make_response_promise<offset>();
+      when_ready(self, [self, rp, tp, before]() mutable {
+        auto r = route(self, tp.topic, tp.partition);
+        if (!r)
+          rp.deliver(failed(self, std::move(r.error())));
+        else
+          relay(self, rp, *r, purge_atom_v, before);
+      });
+      return rp;
+    },
     // -- metadata updates (and re-checks the node sends itself) ---------------
     [self](update_atom, std::vector<topic_metadata>& topics) {
       auto& st = self->state;
@@ -1113,6 +1254,8 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
         self->send(g, update_atom_v, list);
       for (auto& [name, q] : st.queue_groups)
         self->send(q, update_atom_v, list);
+      if (st.dlq)
+        self->send(st.dlq, update_atom_v, list);
       reconcile(self);
       if (!st.ready) {
         st.ready = true;

@@ -20,6 +20,10 @@
 //   and for every stored queue group at start; they get the topic list like
 //   the group coordinators. Stream requests (join, sync, ...) naming a queue
 //   group get invalid_request; group list, describe and delete cover both.
+// - the DLQ manager (actors/dlq_manager.hpp): spawned on the first DLQ
+//   request, gets the topic lists, ended on shutdown; the DLQ requests are
+//   relayed to it. (purge_atom, topic_partition, offset) goes to the
+//   partition's replica.
 //
 // Routing: produce, fetch and list-offsets go to the partition's replica by
 // delegation (the replica answers the client directly: no extra hop);
@@ -57,6 +61,7 @@
 // actor it spawned, and quit once all replicas answered or shutdown_timeout
 // passed. Watch it with a monitor to know when the data is safe.
 
+#include "actors/dlq_manager.hpp"
 #include "actors/group_coordinator.hpp"
 #include "actors/queue_coordinator.hpp"
 #include "actors/interfaces.hpp"
@@ -176,6 +181,9 @@ struct node_state {
   /// either a stream group or a queue group).
   std::map<std::string, queue_coordinator_actor> queue_groups;
   std::map<std::string, queue_group_config> queue_configs;
+  /// DLQ operations (list, show, redrive, purge); spawned on first use,
+  /// gets the topic lists like the coordinators.
+  dlq_manager_actor dlq;
   std::shared_ptr<offset_store> offsets;
   std::vector<create_waiter> create_waiters;
   /// Whether the metadata actor is ours (ended on shutdown).

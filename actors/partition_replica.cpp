@@ -641,6 +641,18 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       if (st.cfg.tick_interval.count() > 0)
         self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
     },
+    [self](purge_atom, offset before) -> caf::result<offset> {
+      auto& st = self->state;
+      if (st.fenced)
+        return st.fenced;
+      auto target = std::min(before, st.log->high_watermark());
+      if (auto err = st.log->advance_log_start(target))
+        return err;
+      report_log(st);
+      log::info("partition {}: log start moved to {} (records deleted)",
+                name_of(st), st.log->log_start());
+      return st.log->log_start();
+    },
     [self](stop_atom, bool delete_data) -> caf::result<bool> {
       auto& st = self->state;
       shut_down(self);

@@ -1245,6 +1245,72 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
   return rp;
 }
 
+// The member is gone: its leases end without a failed attempt, and its
+// parked receives answer with nothing.
+int64_t on_leave(self_ptr self, const std::string& member) {
+  auto& st = self->state;
+  int64_t released = 0;
+  for (auto& [key, p] : st.partitions)
+    if (p.table)
+      released += static_cast<int64_t>(p.table->release_member(member));
+  for (auto i = st.waiters.begin(); i != st.waiters.end();) {
+    if (i->second.request.member_id == member) {
+      i->second.promise.deliver(std::vector<leased_message>{});
+      i = st.waiters.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  if (released > 0)
+    log::info("queue group {}: member {} left; {} leases released",
+              st.cfg.group, member, released);
+  serve_waiters(self, now_ms(self));
+  schedule_timer(self);
+  return released;
+}
+
+// A new config: saves what changed, then reopens every partition from the
+// store with the new table settings. lease_table has no way to change its
+// retry policy or ordering in place, so open leases end here (their records
+// are delivered again, attempts kept): the same as a coordinator restart.
+caf::result<queue_group_config> on_alter(self_ptr self,
+                                         queue_group_config& qc) {
+  auto& st = self->state;
+  if (auto err = validate(qc))
+    return err;
+  if (qc.dlq_topic != st.cfg.settings.dlq_topic)
+    return make_error(ec::invalid_config,
+                      "dlq_topic of queue group " + st.cfg.group
+                        + " cannot be altered");
+  flush(self);
+  for (auto& [key, p] : st.partitions)
+    if (p.dirty)
+      return make_error(ec::io_error, "queue group " + st.cfg.group
+                                        + ": cannot save its state before "
+                                          "the alter; try again");
+  std::map<topic_partition, int64_t> dead_lettered;
+  for (auto& [key, p] : st.partitions)
+    dead_lettered[key] = p.dead_lettered;
+  st.cfg.settings = qc;
+  auto window = st.table_cfg.window;
+  st.table_cfg = to_lease_table_config(qc);
+  st.table_cfg.window = window;
+  // Fresh lease ids: acks of the old leases must not match new ones.
+  if (st.cfg.seed != 0)
+    st.cfg.seed = st.cfg.seed * 6364136223846793005ull + 1442695040888963407ull;
+  st.partitions.clear();
+  reconcile(self);
+  for (auto& [key, n] : dead_lettered)
+    if (auto i = st.partitions.find(key); i != st.partitions.end())
+      i->second.dead_lettered = n;
+  log::info("queue group {}: config altered (max_attempts {}, visibility {} "
+            "ms, ordering {})",
+            st.cfg.group, qc.max_attempts, qc.visibility_timeout_ms,
+            qc.ordering);
+  schedule_timer(self);
+  return st.cfg.settings;
+}
+
 queue_group_description describe_queue(self_ptr self) {
   auto& st = self->state;
   queue_group_description out;
@@ -1367,6 +1433,15 @@ queue_coordinator(
     },
     [self](describe_atom, group_atom) -> group_description {
       return describe_group(self);
+    },
+    [self](alter_atom, group_atom,
+           queue_group_config& qc) -> caf::result<queue_group_config> {
+      return on_alter(self, qc);
+    },
+    [self](leave_atom, queue_atom, std::string& member) -> caf::result<int64_t> {
+      if (member.empty())
+        return make_error(ec::invalid_request, "leave: empty member id");
+      return on_leave(self, member);
     },
     [self](delete_atom, group_atom) -> caf::result<void> {
       auto& st = self->state;

@@ -35,6 +35,16 @@
 // changes nothing stored and answers at once; a failed save is logged and
 // retried, and the replies do not wait for the retry).
 //
+// Leave: (leave_atom, queue_atom, member) ends the member's leases without a
+// failed attempt (lease_table::release_member: the records are available at
+// once, nothing is stored) and answers its parked receives with nothing.
+//
+// Alter: (alter_atom, group_atom, config) -- the node validated and stored
+// the config -- saves the pending changes, then reopens every partition from
+// the store with the new table settings (lease_table cannot change its retry
+// policy or ordering in place). Leases end as in a restart (delivered again,
+// attempts kept); the DLQ topic cannot change.
+//
 // Persistence (group commit): a request marks its partition dirty and the
 // coordinator sends itself one flush_atom; the flush saves each dirty table's
 // take_changes() with queue_state_store::save (one write_batch per change

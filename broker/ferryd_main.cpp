@@ -529,16 +529,44 @@ int main(int argc, char** argv) {
       }
     }
     // The actor system waits for every actor; the node has stopped its
-    // children, so this is quick. A watchdog keeps it bounded anyway.
-    std::thread watchdog{[timeout = opt.shutdown_timeout_s] {
-      std::this_thread::sleep_for(std::chrono::seconds{timeout});
-      ferry::log::critical("actor system did not stop in time");
+    // children, so this is quick. A watchdog keeps it bounded anyway. After
+    // a clean node shutdown every replica is flushed and closed and every
+    // LMDB write committed, so a straggler (once: a replica held by a
+    // message left in the BASP broker's mailbox, see below) only costs the
+    // wait: exit with the clean status after a short grace and say so,
+    // instead of failing the stop.
+    auto grace = exit_code == 0 ? std::min(opt.shutdown_timeout_s, 10)
+                                : opt.shutdown_timeout_s;
+    std::thread watchdog{[grace, code = exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds{grace});
+      if (code == 0)
+        ferry::log::warn("actor system did not stop within {} s after the "
+                         "node's clean shutdown; exiting",
+                         grace);
+      else
+        ferry::log::critical("actor system did not stop in time");
       ferry::log::flush();
-      std::_Exit(1);
+      std::_Exit(code);
     }};
     watchdog.detach();
     http.reset(); // before the actor system: it holds the node's handle
     node = nullptr;
+    // The node ended after the down messages of its replicas (see
+    // replica_closed in actors/node.cpp): a request the BASP broker answers
+    // (through the middleman actor) is queued behind them. Once it is
+    // answered, no left-over message in the broker's mailbox (CAF 0.17 keeps
+    // it when the middleman stops) holds a replica and its thread.
+    {
+      caf::scoped_actor self{sys};
+      self
+        ->request(sys.middleman().actor_handle(), std::chrono::seconds{grace},
+                  caf::get_atom_v, sys.node())
+        .receive([](const caf::node_id&, const std::string&, uint16_t) {},
+                 [&](const caf::error& err) {
+                   ferry::log::warn("middleman did not answer: {}",
+                                    sys.render(err));
+                 });
+    }
   }
   stop_metrics();
   if (metrics_stopper.joinable())

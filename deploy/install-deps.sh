@@ -9,7 +9,7 @@ PACKAGES=(
   # libraries
   libcaf-dev liblmdb-dev prometheus-cpp-dev liblz4-dev libzstd-dev zlib1g-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-dev
-  qt6-base-dev qt6-charts-dev
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev  # Qt6Charts CMake config needs Qt6OpenGL
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # tools used by tests, demos and benchmark comparisons

@@ -17,6 +17,7 @@
 
 #include "gui/ferry_client.hpp"
 
+#include <QCoreApplication>
 #include <QMetaObject>
 
 #include <algorithm>
@@ -36,6 +37,8 @@ using std::chrono::milliseconds;
 struct gate {
   std::mutex mtx;
   ferry_client* target = nullptr;
+  /// The current browse; a replaced browse's late signals are dropped.
+  std::atomic<uint64_t> browse_generation{0};
 
   void post(std::function<void(ferry_client*)> f) {
     std::lock_guard<std::mutex> guard{mtx};
@@ -215,6 +218,7 @@ struct browse_state {
   std::shared_ptr<std::atomic<bool>> cancel;
   connection_actor conn;
   milliseconds timeout{10000};
+  int32_t batch = 500;
   broker_actor broker;
   consumer_actor consumer;
   topic_partition tp;
@@ -224,6 +228,7 @@ struct browse_state {
   int64_t matched = 0;
   int idle_polls = 0;
   bool finished = false;
+  uint64_t generation = 0;
   static inline const char* name = "ferry-console-browse";
 };
 
@@ -238,8 +243,11 @@ void finish(browse_actor* self, bool cancelled, QString error) {
     self->send_exit(st.consumer, caf::exit_reason::user_shutdown);
   auto scanned = st.scanned;
   auto matched = st.matched;
+  auto gen = st.generation;
+  auto g = st.g;
   st.g->post([=](ferry_client* q) {
-    emit q->browse_finished(scanned, matched, cancelled, error);
+    if (g->browse_generation.load() == gen)
+      emit q->browse_finished(scanned, matched, cancelled, error);
   });
   self->quit();
 }
@@ -284,20 +292,29 @@ void poll_next(browse_actor* self) {
         st.idle_polls = msgs.empty() ? st.idle_polls + 1 : 0;
         auto scanned = st.scanned;
         auto total = st.end - st.start;
+        auto gen = st.generation;
+        auto g = st.g;
+        bool more = !reached_end && st.idle_polls < 20;
+        auto me = caf::actor_cast<caf::actor>(self);
+        // Flow control: the next poll waits until the GUI thread has taken
+        // this batch (the tick), so matches never pile up faster than the
+        // window shows them and Cancel stops the scan at the batch on screen.
         st.g->post([=](ferry_client* q) {
-          if (!rows.isEmpty())
-            emit q->browse_matches(rows);
-          emit q->browse_progress(scanned, total);
+          if (g->browse_generation.load() == gen) { // else a newer browse replaced it
+            if (!rows.isEmpty())
+              emit q->browse_matches(rows);
+            emit q->browse_progress(scanned, total);
+          }
+          if (more)
+            caf::anon_send(me, tick_atom_v);
         });
         if (reached_end)
           finish(self, false, {});
-        else if (st.idle_polls >= 20)
+        else if (!more)
           finish(self, false,
                  QStringLiteral("no records arrived for 10 s at offset %1 "
                                 "(partition offline or records removed)")
                    .arg(st.start + st.scanned));
-        else
-          poll_next(self);
       },
       [self](caf::error& err) { fail_browse(self, err); });
 }
@@ -314,6 +331,7 @@ void start_consumer(browse_actor* self) {
   cc.enable_auto_commit = false;
   cc.auto_offset_reset = "earliest";
   cc.request_timeout = st.timeout;
+  cc.max_poll_records = st.batch;
   auto c = spawn_consumer(self->system(), cc, st.conn);
   if (!c) {
     fail_browse(self, c.error());
@@ -369,7 +387,9 @@ struct ferry_client::impl {
   QString address;
   QString host;
   milliseconds timeout{10000};
+  int32_t browse_batch = 500;
   std::shared_ptr<std::atomic<bool>> browse_cancel;
+  caf::actor browse_hdl; ///< the current browse (woken by cancel_browse)
   caf::actor listener;
   std::shared_ptr<std::atomic<bool>> redrive_cancel;
 
@@ -397,9 +417,12 @@ ferry_client::~ferry_client() {
     std::lock_guard<std::mutex> guard{d_->g->mtx};
     d_->g->target = nullptr;
   }
-  if (d_->browse_cancel)
-    d_->browse_cancel->store(true);
+  cancel_browse();
+  d_->browse_hdl = nullptr;
   d_->stop_actors();
+  // Queued replies may hold actor handles (the browse's flow-control tick):
+  // drop them while the actor system still exists.
+  QCoreApplication::removePostedEvents(this);
   // Outstanding request actors end with their replies or timeouts; nothing
   // they do reaches this object any more.
   d_->sys->await_actors_before_shutdown(false);
@@ -453,6 +476,10 @@ QString ferry_client::host() const {
 
 void ferry_client::set_request_timeout_ms(int ms) {
   d_->timeout = milliseconds{std::max(100, ms)};
+}
+
+void ferry_client::set_browse_batch(int records) {
+  d_->browse_batch = std::max(1, records);
 }
 
 void ferry_client::refresh_cluster() {
@@ -612,8 +639,12 @@ void ferry_client::browse(const browse_request& req) {
   auto g = d_->g;
   auto conn = d_->conn;
   auto timeout = d_->timeout;
-  d_->sys->spawn([=](browse_actor* self) {
+  auto gen = ++g->browse_generation;
+  auto batch = d_->browse_batch;
+  d_->browse_hdl = d_->sys->spawn([=](browse_actor* self) -> caf::behavior {
     auto& st = self->state;
+    st.generation = gen;
+    st.batch = batch;
     st.g = g;
     st.req = req;
     st.cancel = cancel;
@@ -627,12 +658,19 @@ void ferry_client::browse(const browse_request& req) {
           resolve_range(self);
         },
         [self](caf::error& err) { fail_browse(self, err); });
+    return {
+      [self](tick_atom) { poll_next(self); }, // the GUI took the last batch
+    };
   });
 }
 
 void ferry_client::cancel_browse() {
   if (d_->browse_cancel)
     d_->browse_cancel->store(true);
+  // A browse waiting for the window's tick ends now; one polling ends when
+  // its poll returns (finish() runs once).
+  if (d_->browse_hdl)
+    caf::anon_send(d_->browse_hdl, tick_atom_v);
 }
 
 void ferry_client::refresh_dlqs() {
@@ -690,6 +728,8 @@ struct redrive_state {
   int64_t first_offset = 0; ///< where each partition's range starts
   int64_t redriven = 0;
   int64_t skipped = 0;
+  /// Rate limit across chunks: the broker paces within one request only.
+  caf::actor_clock::time_point chunk_start{};
   static inline const char* name = "ferry-console-redrive";
 };
 
@@ -700,7 +740,7 @@ constexpr int32_t redrive_chunk = 100;
 void redrive_next(redrive_actor* self) {
   auto& st = self->state;
   auto what = QStringLiteral("dlq redrive %1").arg(qs(st.req.topic));
-  auto finish = [self, what](QString error) {
+  auto finish = [self, what](QString error, bool stopped = false) {
     auto& st = self->state;
     auto redriven = st.redriven;
     auto skipped = st.skipped;
@@ -708,17 +748,19 @@ void redrive_next(redrive_actor* self) {
     st.g->post([=](ferry_client* q) {
       emit q->redrive_progress(redriven, skipped);
       if (error.isEmpty())
-        emit q->done(QStringLiteral("redrove %1 record(s) of %2 (%3 already redriven)")
+        emit q->done(QStringLiteral("redrove %1 record(s) of %2 (%3 already redriven)%4")
                        .arg(redriven)
                        .arg(topic)
-                       .arg(skipped));
+                       .arg(skipped)
+                       .arg(stopped ? QStringLiteral(", stopped before the end")
+                                    : QString{}));
       else
         emit q->failed(what, error);
     });
     self->quit();
   };
   if (st.cancel->load()) {
-    finish(QStringLiteral("cancelled after %1 record(s)").arg(st.redriven));
+    finish({}, true);
     return;
   }
   bool by_offsets = !st.req.offsets.empty();
@@ -728,14 +770,19 @@ void redrive_next(redrive_actor* self) {
       return;
     }
     st.req.partition = st.partitions.front();
-    st.req.max_records = redrive_chunk;
+    // Rate-limited: about one second per chunk, so Stop and the progress
+    // react within a second or so.
+    st.req.max_records = st.req.rate_per_second > 0
+                           ? std::clamp(st.req.rate_per_second, 1, redrive_chunk)
+                           : redrive_chunk;
   }
   auto timeout = st.timeout;
-  if (st.req.rate_per_second > 0)
-    timeout += milliseconds{int64_t{1000} * redrive_chunk / st.req.rate_per_second};
+  if (st.req.rate_per_second > 0 && !by_offsets)
+    timeout += milliseconds{int64_t{1000} * st.req.max_records / st.req.rate_per_second};
   if (by_offsets && st.req.rate_per_second > 0)
     timeout += milliseconds{int64_t{1000} * static_cast<int64_t>(st.req.offsets.size())
                             / st.req.rate_per_second};
+  st.chunk_start = self->clock().now();
   self->request(st.broker, timeout, redrive_atom_v, st.req)
     .then(
       [self, by_offsets, finish](dlq_redrive_response& r) {
@@ -761,6 +808,18 @@ void redrive_next(redrive_actor* self) {
           st.req.from_offset = st.first_offset;
         } else {
           st.req.from_offset = next;
+        }
+        // The next chunk starts no earlier than this chunk's records allow
+        // at the rate limit.
+        if (st.req.rate_per_second > 0 && r.redriven > 0) {
+          auto due = st.chunk_start
+                     + std::chrono::duration_cast<caf::timespan>(std::chrono::nanoseconds{
+                       1'000'000'000LL * r.redriven / st.req.rate_per_second});
+          auto now = self->clock().now();
+          if (due > now) {
+            self->delayed_send(self, due - now, tick_atom_v);
+            return;
+          }
         }
         redrive_next(self);
       },
@@ -797,7 +856,7 @@ void ferry_client::redrive(const redrive_selection& sel) {
   auto g = d_->g;
   auto conn = d_->conn;
   auto timeout = d_->timeout;
-  d_->sys->spawn([=](redrive_actor* self) {
+  d_->sys->spawn([=](redrive_actor* self) -> caf::behavior {
     auto& st = self->state;
     st.g = g;
     st.req = req;
@@ -816,7 +875,15 @@ void ferry_client::redrive(const redrive_selection& sel) {
           self->state.g->fail(what, err);
           self->quit();
         });
+    return {
+      [self](tick_atom) { redrive_next(self); }, // a paced pause ended
+    };
   });
+}
+
+void ferry_client::cancel_redrive() {
+  if (d_->redrive_cancel)
+    d_->redrive_cancel->store(true);
 }
 
 void ferry_client::purge_dlq(const QString& topic) {

@@ -35,6 +35,9 @@ public:
 
   /// Milliseconds each broker request may take before failed() reports it.
   void set_request_timeout_ms(int ms);
+  /// Records the message browser reads per poll (default 500); each poll
+  /// reports progress and checks for Cancel.
+  void set_browse_batch(int records);
 
   // -- requests (each answers with a signal or with failed()) ---------------
   void refresh_cluster();                       ///< -> cluster_updated
@@ -54,6 +57,9 @@ public:
                 const QString& grep, int max_records); ///< -> dlq_records
   /// Redrives in chunks with progress; -> redrive_progress, done.
   void redrive(const redrive_selection& sel);
+  /// Stops the running redrive after its current chunk (rate-limited
+  /// redrives go in chunks of about one second); -> done ("... stopped").
+  void cancel_redrive();
   void purge_dlq(const QString& topic);         ///< -> done
 
 signals:

@@ -13,6 +13,7 @@
 #include <QListWidget>
 #include <QPushButton>
 #include <QSettings>
+#include <QSignalBlocker>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QLineEdit>
@@ -60,6 +61,7 @@ main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl me
   auto* lay = new QVBoxLayout(central);
   auto* bar = new QHBoxLayout;
   address_ = new QComboBox(central);
+  address_->setObjectName(QStringLiteral("address"));
   address_->setEditable(true);
   address_->addItems(recent_clusters());
   address_->setMinimumWidth(220);
@@ -135,6 +137,15 @@ main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl me
     log(what, false);
     refresh();
   });
+  connect(client_, &ferry_client::browse_finished, this,
+          [this](qint64 scanned, qint64, bool, const QString& error) {
+            if (!error.isEmpty())
+              log(QStringLiteral("message read failed after %1 records: %2").arg(scanned).arg(error),
+                  true);
+          });
+  connect(client_, &ferry_client::produced, this, [this](const QString& t, int p, qint64 o) {
+    log(QStringLiteral("produced to %1[%2] at offset %3").arg(t).arg(p).arg(o), false);
+  });
   connect(client_, &ferry_client::failed, this, [this](const QString& what, const QString& err) {
     log(QStringLiteral("%1 failed: %2").arg(what, err), true);
   });
@@ -173,8 +184,13 @@ void main_window::connect_to(const QString& address) {
     return;
   }
   remember_cluster(address.trimmed());
-  if (address_->currentText() != address)
-    address_->setCurrentText(address);
+  {
+    // The drop-down lists the recent clusters, this one first.
+    QSignalBlocker block(address_);
+    address_->clear();
+    address_->addItems(recent_clusters());
+    address_->setCurrentText(address.trimmed());
+  }
   state_->setText(QStringLiteral("connecting to %1…").arg(address));
   if (metrics_fixed_)
     metrics_->start();
@@ -206,6 +222,8 @@ void main_window::log(const QString& line, bool error) {
     return;
   if (error)
     last_error_ = line;
+  else
+    last_error_.clear(); // the same error after a success is news again
   auto* item = new QListWidgetItem(
     QStringLiteral("%1  %2").arg(QDateTime::currentDateTime().toString(QStringLiteral("HH:mm:ss")), line));
   if (error)

@@ -63,8 +63,9 @@ QList<int> selected_rows(QTableView* t) {
   return out;
 }
 
-/// Parses "k=v, k2=v2" (also newline-separated); "" on success, else the problem.
-QString parse_pairs(const QString& text, QMap<QString, QString>& out) {
+/// Parses "k=v, k2=v2" (also newline-separated) in order, keeping
+/// duplicates; "" on success, else the problem.
+QString parse_pair_list(const QString& text, QList<QPair<QString, QString>>& out) {
   for (auto part : text.split(QRegularExpression(QStringLiteral("[,\\n]")), Qt::SkipEmptyParts)) {
     part = part.trimmed();
     if (part.isEmpty())
@@ -72,9 +73,18 @@ QString parse_pairs(const QString& text, QMap<QString, QString>& out) {
     auto eq = part.indexOf('=');
     if (eq <= 0)
       return QStringLiteral("'%1' is not key=value").arg(part);
-    out.insert(part.left(eq).trimmed(), part.mid(eq + 1).trimmed());
+    out.push_back({part.left(eq).trimmed(), part.mid(eq + 1).trimmed()});
   }
   return {};
+}
+
+/// parse_pair_list into a map (the last value of a key wins).
+QString parse_pairs(const QString& text, QMap<QString, QString>& out) {
+  QList<QPair<QString, QString>> list;
+  auto err = parse_pair_list(text, list);
+  for (auto& [k, v] : list)
+    out.insert(k, v);
+  return err;
 }
 
 QLabel* heading(const QString& text, QWidget* parent) {
@@ -146,6 +156,9 @@ topics_view::topics_view(ferry_client* client, metrics_sampler* metrics, QWidget
   auto* create = new QPushButton(QStringLiteral("Create topic…"), this);
   auto* del = new QPushButton(QStringLiteral("Delete topic…"), this);
   auto* alter = new QPushButton(QStringLiteral("Alter config…"), this);
+  create->setObjectName(QStringLiteral("create_topic"));
+  del->setObjectName(QStringLiteral("delete_topic"));
+  alter->setObjectName(QStringLiteral("alter_config"));
   buttons->addWidget(create);
   buttons->addWidget(del);
   buttons->addWidget(alter);
@@ -237,6 +250,10 @@ void topics_view::create_topic() {
   rf->setRange(1, 16);
   auto* cfg = new QLineEdit(&dlg);
   cfg->setPlaceholderText(QStringLiteral("retention.ms=86400000, segment.bytes=..."));
+  name->setObjectName(QStringLiteral("name"));
+  parts->setObjectName(QStringLiteral("partitions"));
+  rf->setObjectName(QStringLiteral("replication_factor"));
+  cfg->setObjectName(QStringLiteral("config"));
   form->addRow(QStringLiteral("Name"), name);
   form->addRow(QStringLiteral("Partitions"), parts);
   form->addRow(QStringLiteral("Replication factor"), rf);
@@ -454,6 +471,17 @@ browser_view::browser_view(ferry_client* client, QWidget* parent)
   cancel_->setEnabled(false);
   auto* produce = new QPushButton(QStringLiteral("Produce…"), this);
   auto* reproduce = new QPushButton(QStringLiteral("Re-produce selected…"), this);
+  topic_->setObjectName(QStringLiteral("topic"));
+  partition_->setObjectName(QStringLiteral("partition"));
+  offset_->setObjectName(QStringLiteral("offset"));
+  max_records_->setObjectName(QStringLiteral("max_records"));
+  key_filter_->setObjectName(QStringLiteral("key_filter"));
+  header_filter_->setObjectName(QStringLiteral("header_filter"));
+  payload_filter_->setObjectName(QStringLiteral("payload_filter"));
+  read_->setObjectName(QStringLiteral("read"));
+  cancel_->setObjectName(QStringLiteral("cancel"));
+  produce->setObjectName(QStringLiteral("produce"));
+  reproduce->setObjectName(QStringLiteral("reproduce"));
   filters->addWidget(key_filter_);
   filters->addWidget(header_filter_);
   filters->addWidget(payload_filter_);
@@ -467,11 +495,14 @@ browser_view::browser_view(ferry_client* client, QWidget* parent)
   progress_->setRange(0, 1);
   progress_->setValue(0);
   status_ = new QLabel(this);
+  progress_->setObjectName(QStringLiteral("progress"));
+  status_->setObjectName(QStringLiteral("status"));
   prog->addWidget(progress_, 1);
   prog->addWidget(status_, 2);
   lay->addLayout(prog);
   auto* split = new QSplitter(Qt::Vertical, this);
   table_ = make_table(messages_, split);
+  table_->setObjectName(QStringLiteral("messages"));
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
   auto* lower = new QWidget(split);
   auto* ll = new QVBoxLayout(lower);
@@ -646,11 +677,18 @@ void browser_view::produce_dialog(const message_row* base) {
   auto* topic = new QLineEdit(base ? base->topic : topic_->currentText(), &dlg);
   auto* part = new QSpinBox(&dlg);
   part->setRange(-1, 9999);
-  part->setValue(-1);
   part->setSpecialValueText(QStringLiteral("partitioner"));
+  // A re-produced copy goes where the original is (same partition), unless
+  // the user changes it.
+  part->setValue(base ? base->partition : -1);
   auto* key = new QLineEdit(base && base->has_key ? QString::fromUtf8(base->key) : QString{}, &dlg);
   auto* headers = new QLineEdit(base ? headers_text(base->headers) : QString{}, &dlg);
   auto* value = new QPlainTextEdit(base ? QString::fromUtf8(base->value) : QString{}, &dlg);
+  topic->setObjectName(QStringLiteral("topic"));
+  part->setObjectName(QStringLiteral("partition"));
+  key->setObjectName(QStringLiteral("key"));
+  headers->setObjectName(QStringLiteral("headers"));
+  value->setObjectName(QStringLiteral("value"));
   form->addRow(QStringLiteral("Topic"), topic);
   form->addRow(QStringLiteral("Partition"), part);
   form->addRow(QStringLiteral("Key (empty = null)"), key);
@@ -668,13 +706,31 @@ void browser_view::produce_dialog(const message_row* base) {
   m.has_key = !key->text().isEmpty();
   m.key = key->text().toUtf8();
   m.value = value->toPlainText().toUtf8();
-  QMap<QString, QString> hs;
-  if (auto err = parse_pairs(headers->text(), hs); !err.isEmpty()) {
-    status_->setText(err);
-    return;
+  if (base != nullptr) {
+    // Fields the user left as they were are copied byte for byte (binary
+    // payloads, a null value, an empty key, header order and duplicates
+    // survive the text boxes).
+    if (key->text() == (base->has_key ? QString::fromUtf8(base->key) : QString{})) {
+      m.has_key = base->has_key;
+      m.key = base->key;
+    }
+    if (value->toPlainText() == QString::fromUtf8(base->value)) {
+      m.has_value = base->has_value;
+      m.value = base->value;
+    }
   }
-  for (auto i = hs.begin(); i != hs.end(); ++i)
-    m.headers.push_back(header_row{i.key(), i.value().toUtf8()});
+  if (base != nullptr && headers->text() == headers_text(base->headers)) {
+    m.headers = base->headers;
+  } else {
+    QList<QPair<QString, QString>> hs;
+    if (auto err = parse_pair_list(headers->text(), hs); !err.isEmpty()) {
+      status_->setText(err);
+      emit client_->failed(QStringLiteral("produce to %1").arg(m.topic), err);
+      return;
+    }
+    for (auto& [k, v] : hs)
+      m.headers.push_back(header_row{k, v.toUtf8()});
+  }
   client_->produce(m);
 }
 
@@ -715,18 +771,33 @@ dlq_view::dlq_view(ferry_client* client, QWidget* parent)
   auto* range = new QPushButton(QStringLiteral("Redrive range…"), mid);
   auto* all = new QPushButton(QStringLiteral("Redrive all…"), mid);
   auto* purge = new QPushButton(QStringLiteral("Purge…"), mid);
+  stop_ = new QPushButton(QStringLiteral("Stop redrive"), mid);
+  stop_->setObjectName(QStringLiteral("stop_redrive"));
+  stop_->setEnabled(false);
+  error_filter_->setObjectName(QStringLiteral("error_filter"));
+  text_filter_->setObjectName(QStringLiteral("text_filter"));
+  load->setObjectName(QStringLiteral("show_records"));
+  to_topic_->setObjectName(QStringLiteral("to_topic"));
+  rate_->setObjectName(QStringLiteral("rate"));
+  sel->setObjectName(QStringLiteral("redrive_selected"));
+  range->setObjectName(QStringLiteral("redrive_range"));
+  all->setObjectName(QStringLiteral("redrive_all"));
+  purge->setObjectName(QStringLiteral("purge"));
   actions->addWidget(to_topic_);
   actions->addWidget(new QLabel(QStringLiteral("rate"), mid));
   actions->addWidget(rate_);
   actions->addWidget(sel);
   actions->addWidget(range);
   actions->addWidget(all);
+  actions->addWidget(stop_);
   actions->addWidget(purge);
   ml->addLayout(actions);
   status_ = new QLabel(mid);
+  status_->setObjectName(QStringLiteral("status"));
   ml->addWidget(status_);
   auto* inner = new QSplitter(Qt::Horizontal, mid);
   error_table_ = make_table(errors_, inner);
+  error_table_->setObjectName(QStringLiteral("errors"));
   error_table_->setSelectionMode(QAbstractItemView::SingleSelection);
   record_table_ = make_table(records_, inner);
   record_table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
@@ -761,6 +832,14 @@ dlq_view::dlq_view(ferry_client* client, QWidget* parent)
   connect(range, &QPushButton::clicked, this, &dlq_view::redrive_range);
   connect(all, &QPushButton::clicked, this, &dlq_view::redrive_all);
   connect(purge, &QPushButton::clicked, this, &dlq_view::purge);
+  connect(stop_, &QPushButton::clicked, this, [this] {
+    client_->cancel_redrive();
+    status_->setText(QStringLiteral("stopping the redrive after the current chunk…"));
+  });
+  connect(client_, &ferry_client::failed, this, [this](const QString& what, const QString&) {
+    if (what.startsWith(QStringLiteral("dlq redrive")))
+      stop_->setEnabled(false);
+  });
   connect(client_, &ferry_client::dlq_records, this,
           [this](const QString& topic, const QList<dlq_record_row>& rows, qint64 scanned,
                  bool end) {
@@ -782,6 +861,8 @@ dlq_view::dlq_view(ferry_client* client, QWidget* parent)
                        .arg(skipped));
   });
   connect(client_, &ferry_client::done, this, [this](const QString& what) {
+    if (what.startsWith(QStringLiteral("redrove")))
+      stop_->setEnabled(false);
     if (what.contains(QStringLiteral("redrove")) || what.contains(QStringLiteral("purged"))) {
       status_->setText(what);
       load_records();
@@ -879,6 +960,7 @@ void dlq_view::redrive(redrive_selection sel, const QString& what) {
   if (!confirm(this, QStringLiteral("Redrive %1 of %2 to %3 (%4)?").arg(what, d->topic, target, rate)))
     return;
   status_->setText(QStringLiteral("redriving %1…").arg(what));
+  stop_->setEnabled(true);
   client_->redrive(sel);
 }
 

@@ -153,6 +153,8 @@ public:
   void purge();
   table_model<dlq_row>* dlqs() const { return dlqs_; }
   table_model<dlq_record_row>* records() const { return records_; }
+  /// The records shown, grouped by error (only while no error filter is set).
+  table_model<error_count>* errors() const { return errors_; }
   QTableView* record_table() const { return record_table_; }
   QString detail_text() const;
   confirm_fn confirm = default_confirm();
@@ -172,6 +174,7 @@ private:
   QLineEdit* text_filter_;
   QLineEdit* to_topic_;
   QSpinBox* rate_;
+  QPushButton* stop_;
   QLabel* status_;
   QPlainTextEdit* detail_;
 };

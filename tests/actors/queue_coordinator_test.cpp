@@ -1121,5 +1121,169 @@ TEST_F(QueueCoordinatorTest, QueueGroupThroughTheNode) {
   advance(1000ms);
 }
 
+// -- leave and alter (issue 4 client side) -------------------------------------------
+
+TEST_F(QueueCoordinatorTest, LeaveReleasesLeasesWithoutCountingAnAttempt) {
+  start();
+  produce("t", 0, {{"k0", "a"}, {"k1", "b"}, {"k2", "c"}});
+  auto mine = receive("m1", 2);
+  auto other = receive("m2", 1);
+  ASSERT_EQ(mine.size(), 2u);
+  ASSERT_EQ(other.size(), 1u);
+  // m2 parks a long poll, m1 leaves.
+  auto parked = receive_async("m3", 10, 60'000);
+  EXPECT_FALSE(parked->done);
+  auto left = ask<int64_t>(leave_atom_v, queue_atom_v, std::string{"m1"});
+  ASSERT_TRUE(left->done && left->value) << describe(left->err);
+  EXPECT_EQ(*left->value, 2);
+  // The parked receive got m1's records at once, as first deliveries.
+  ASSERT_TRUE(parked->done);
+  ASSERT_TRUE(parked->value);
+  ASSERT_EQ(offsets_of(*parked->value), offsets_of(mine));
+  for (auto& m : *parked->value)
+    EXPECT_EQ(m.attempt, 1);
+  // m1's old leases are gone; m2's lease is untouched.
+  auto stale = send_ack("m1", mine[0], queue_ack_kind::ack);
+  EXPECT_TRUE(stale->err) << "an ack of a released lease succeeded";
+  EXPECT_EQ(describe_partition().leased, 3);
+  ack_ok("m2", other[0]);
+  for (auto& m : *parked->value)
+    ack_ok("m3", m);
+  EXPECT_EQ(describe_partition().committed, offset{3});
+  // Nothing was stored as a failure.
+  queue_state_store qs{*store};
+  auto snap = qs.load("g", "t", partition_id{0});
+  ASSERT_TRUE(snap && *snap);
+  EXPECT_TRUE((*snap)->records.empty());
+  // A leaving member's own parked receive answers empty.
+  auto waiting = receive_async("m4", 10, 60'000);
+  EXPECT_FALSE(waiting->done);
+  auto left4 = ask<int64_t>(leave_atom_v, queue_atom_v, std::string{"m4"});
+  ASSERT_TRUE(left4->done && left4->value);
+  EXPECT_EQ(*left4->value, 0);
+  ASSERT_TRUE(waiting->done && waiting->value);
+  EXPECT_TRUE(waiting->value->empty());
+  auto bad = ask<int64_t>(leave_atom_v, queue_atom_v, std::string{});
+  EXPECT_TRUE(is(bad->err, ec::invalid_request)) << describe(bad->err);
+}
+
+TEST_F(QueueCoordinatorTest, AlterAppliesNewAttemptsAndBackoffAndKeepsState) {
+  settings.max_attempts = 10;
+  start();
+  produce("t", 0, {{"k0", "a"}, {"k1", "b"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  auto r = ack_ok("m1", got[0], queue_ack_kind::nack, "first");
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_EQ(r.retry_at, now() + 1000);
+  // Alter: 2 attempts, 200 ms backoff, 3 s visibility.
+  auto next = settings;
+  next.max_attempts = 2;
+  next.initial_backoff_ms = 200;
+  next.visibility_timeout_ms = 3000;
+  auto altered = ask<queue_group_config>(alter_atom_v, group_atom_v, next);
+  ASSERT_TRUE(altered->done && altered->value) << describe(altered->err);
+  EXPECT_EQ(*altered->value, next);
+  // The lease of offset 1 ended with the alter (no attempt counted): it
+  // comes again at once, with the new visibility.
+  advance(1000ms);
+  auto again = receive("m2");
+  ASSERT_EQ(offsets_of(again), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(again[0].attempt, 2); // the stored failure was kept
+  EXPECT_EQ(again[1].attempt, 1);
+  EXPECT_EQ(again[1].deadline, now() + 3000);
+  // The second failure is now the last: dead letter.
+  r = ack_ok("m2", again[0], queue_ack_kind::nack, "second");
+  EXPECT_TRUE(r.dead_letter);
+  EXPECT_EQ(r.attempts, 2);
+  ack_ok("m2", again[1]);
+  advance(1000ms);
+  auto dlq = read_topic(*world, "t.g.dlq");
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(headers_of(dlq[0].rec)["ferry-attempts"], "2");
+  EXPECT_EQ(describe_partition().committed, offset{2});
+  EXPECT_EQ(describe_partition().dead_lettered, 1);
+  // The DLQ topic cannot change; a bad config is refused.
+  auto moved = next;
+  moved.dlq_topic = "elsewhere";
+  auto refused = ask<queue_group_config>(alter_atom_v, group_atom_v, moved);
+  EXPECT_TRUE(is(refused->err, ec::invalid_config)) << describe(refused->err);
+  auto bad = next;
+  bad.max_attempts = 0;
+  refused = ask<queue_group_config>(alter_atom_v, group_atom_v, bad);
+  EXPECT_TRUE(is(refused->err, ec::invalid_config)) << describe(refused->err);
+}
+
+TEST_F(QueueCoordinatorTest, AlterAndLeaveThroughTheNodeArePersisted) {
+  node_config nc;
+  nc.node_id = 1;
+  nc.data_dir = dir / "node";
+  nc.store = store;
+  nc.cluster_id = "test";
+  nc.queue_defaults.fetch_wait = 500ms;
+  nc.queue_defaults.broker_timeout = 1h;
+  nc.queue_defaults.clock = test_clock();
+  auto n = sys->spawn(node, nc);
+  sched->run();
+  auto created = ask_to<topic_metadata>(n, create_atom_v, topic_atom_v,
+                                        std::string{"jobs"}, topic_config{});
+  ASSERT_TRUE(created->done && created->value) << describe(created->err);
+  auto qg = ask_to<queue_group_config>(n, create_atom_v, group_atom_v,
+                                       std::string{"w"}, settings);
+  ASSERT_TRUE(qg->done && qg->value) << describe(qg->err);
+  // Unknown group, stream group and a DLQ move are refused.
+  auto next = settings;
+  next.max_attempts = 7;
+  next.ordering = "key";
+  auto unknown = ask_to<queue_group_config>(n, alter_atom_v, group_atom_v,
+                                            std::string{"nope"}, next);
+  EXPECT_TRUE(is(unknown->err, ec::unknown_group)) << describe(unknown->err);
+  auto moved = next;
+  moved.dlq_topic = "x";
+  auto refused = ask_to<queue_group_config>(n, alter_atom_v, group_atom_v,
+                                            std::string{"w"}, moved);
+  EXPECT_TRUE(is(refused->err, ec::invalid_config)) << describe(refused->err);
+  auto altered = ask_to<queue_group_config>(n, alter_atom_v, group_atom_v,
+                                            std::string{"w"}, next);
+  ASSERT_TRUE(altered->done && altered->value) << describe(altered->err);
+  EXPECT_EQ(*altered->value, next);
+  // create with the new config is now the idempotent case.
+  auto again = ask_to<queue_group_config>(n, create_atom_v, group_atom_v,
+                                          std::string{"w"}, next);
+  EXPECT_TRUE(again->done && again->value) << describe(again->err);
+  // Stored: a restarted node has it.
+  auto groups = load_queue_groups(*store);
+  ASSERT_TRUE(groups);
+  EXPECT_EQ(groups->at("w"), next);
+  // Leave through the node: a lease held by w1 is released.
+  std::vector<record> rs(1);
+  rs[0].value = "x";
+  auto b = encode_batch(batch_meta{}, rs);
+  ASSERT_TRUE(b);
+  auto pr = ask_to<produce_response>(
+    n, produce_atom_v,
+    produce_request{"jobs", partition_id{0}, acks_mode::all, *b});
+  ASSERT_TRUE(pr->done && pr->value) << describe(pr->err);
+  auto got = ask_to<std::vector<leased_message>>(
+    n, receive_atom_v, queue_receive_request{"w", "jobs", "w1", 10, 0, 5000});
+  ASSERT_TRUE(got->done && got->value) << describe(got->err);
+  ASSERT_EQ(got->value->size(), 1u);
+  auto left = ask_to<int64_t>(n, leave_atom_v, queue_atom_v, std::string{"w"},
+                              std::string{"w1"});
+  ASSERT_TRUE(left->done && left->value) << describe(left->err);
+  EXPECT_EQ(*left->value, 1);
+  auto got2 = ask_to<std::vector<leased_message>>(
+    n, receive_atom_v, queue_receive_request{"w", "jobs", "w2", 10, 0, 0});
+  ASSERT_TRUE(got2->done && got2->value) << describe(got2->err);
+  ASSERT_EQ(got2->value->size(), 1u);
+  EXPECT_EQ((*got2->value)[0].attempt, 1);
+  auto unknown_leave = ask_to<int64_t>(n, leave_atom_v, queue_atom_v,
+                                       std::string{"nope"}, std::string{"w1"});
+  EXPECT_TRUE(is(unknown_leave->err, ec::unknown_group))
+    << describe(unknown_leave->err);
+  caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
+  advance(1000ms);
+}
+
 } // namespace
 } // namespace ferry

@@ -19,9 +19,31 @@
 #include "gui/views.hpp"
 #include "tests/gui/console_live_test.hpp"
 
+#include <QApplication>
+#include <QComboBox>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QElapsedTimer>
+#include <QInputDialog>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
 #include <QStandardPaths>
+#include <QTabWidget>
 #include <QTableView>
+#include <QTemporaryDir>
 #include <QtTest/QtTest>
+
+#include <functional>
+#include <memory>
 
 using namespace ferry::console;
 using namespace std::chrono_literals;
@@ -56,10 +78,150 @@ struct console {
   }
 };
 
+/// Calls `f` with the next visible modal dialog of type T once it shows
+/// (dialogs run their own event loop inside the click that opens them).
+/// Polls every 20 ms for at most ~30 s. `f` must close the dialog.
+template <class T>
+void on_modal(std::function<void(T*)> f, int tries = 1500) {
+  QTimer::singleShot(20, qApp, [f = std::move(f), tries] {
+    auto* w = qobject_cast<T*>(QApplication::activeModalWidget());
+    if (w == nullptr || !w->isVisible()) {
+      if (tries > 0)
+        on_modal<T>(f, tries - 1);
+      return;
+    }
+    f(w);
+  });
+}
+
+/// Clicks `which` of the dialog's button box.
+void press(QDialog* dlg, QDialogButtonBox::StandardButton which) {
+  auto* box = dlg->findChild<QDialogButtonBox*>();
+  if (box != nullptr && box->button(which) != nullptr)
+    box->button(which)->click();
+  else
+    dlg->reject();
+}
+
+template <class T>
+T* child(QObject* parent, const char* name) {
+  auto* w = parent->findChild<T*>(QString::fromLatin1(name));
+  if (w == nullptr)
+    qFatal("no child widget '%s'", name);
+  return w;
+}
+
+QString label_text(QObject* parent) {
+  return child<QLabel>(parent, "status")->text();
+}
+
+/// `ferryctl --json topic describe` as JSON ({} on failure).
+QJsonObject describe(const ferry::test::ferryd_process& d, const std::string& topic) {
+  auto r = ferry::test::run_command(FERRYCTL_PATH,
+                                    {"--broker", d.endpoint(), "--json", "topic", "describe",
+                                     topic});
+  if (r.exit_code != 0)
+    return {};
+  return QJsonDocument::fromJson(QByteArray::fromStdString(r.out)).object();
+}
+
+/// Records of one partition as ferryctl prints them (--format json).
+QList<QJsonObject> consume(const ferry::test::ferryd_process& d, const std::string& topic,
+                           int partition, int max, int64_t from = -1) {
+  std::vector<std::string> args{"--broker", d.endpoint(), "consume", topic, "--partition",
+                                std::to_string(partition), "--max", std::to_string(max),
+                                "--timeout", "10000", "--format", "json"};
+  if (from >= 0) {
+    args.push_back("--offset");
+    args.push_back(std::to_string(from));
+  } else {
+    args.push_back("--from-beginning");
+  }
+  auto r = ferry::test::run_command(FERRYCTL_PATH, args);
+  QList<QJsonObject> out;
+  for (auto& line : QByteArray::fromStdString(r.out).split('\n'))
+    if (!line.trimmed().isEmpty())
+      out.push_back(QJsonDocument::fromJson(line).object());
+  return out;
+}
+
+/// Dead-letters every record of the one-partition topic `topic` through a
+/// queue group `group` with max_attempts 1; the record at offset o is
+/// rejected with error_of(o). "" on success, else what went wrong.
+std::string dead_letter(const ferry::test::ferryd_process& d, const std::string& topic,
+                        const std::string& group, size_t count,
+                        std::function<std::string(int64_t)> error_of) {
+  caf::actor_system_config cfg;
+  ferry::configure_client(cfg);
+  caf::actor_system sys{cfg};
+  auto b = sys.middleman().remote_actor<ferry::broker_actor>("127.0.0.1", d.port());
+  if (!b)
+    return ferry::error_text(b.error());
+  caf::scoped_actor self{sys};
+  ferry::queue_group_config qc;
+  qc.max_attempts = 1;
+  std::string err;
+  bool ok = false;
+  self->request(*b, 10s, ferry::create_atom_v, ferry::group_atom_v, group, qc)
+    .receive([&](ferry::queue_group_config&) { ok = true; },
+             [&](caf::error& e) { err = ferry::error_text(e); });
+  if (!ok)
+    return "create group: " + err;
+  std::vector<ferry::leased_message> leased;
+  for (int round = 0; round < 20 && leased.size() < count; ++round) {
+    ferry::queue_receive_request rr{group, topic, "member-1",
+                                    static_cast<int32_t>(count - leased.size()), 0, 2000};
+    self->request(*b, 10s, ferry::receive_atom_v, rr)
+      .receive(
+        [&](std::vector<ferry::leased_message>& v) {
+          for (auto& m : v)
+            leased.push_back(std::move(m));
+        },
+        [&](caf::error& e) { err = ferry::error_text(e); });
+  }
+  if (leased.size() != count)
+    return "received " + std::to_string(leased.size()) + " of " + std::to_string(count)
+           + " " + err;
+  std::sort(leased.begin(), leased.end(), [](auto& x, auto& y) {
+    return x.message.off.value < y.message.off.value;
+  });
+  for (auto& m : leased) {
+    ferry::queue_ack_request ack;
+    ack.group = group;
+    ack.member_id = "member-1";
+    ack.topic = topic;
+    ack.partition = m.message.partition;
+    ack.off = m.message.off;
+    ack.lease_id = m.lease_id;
+    ack.kind = ferry::queue_ack_kind::reject;
+    ack.error = error_of(m.message.off.value);
+    ok = false;
+    self->request(*b, 10s, ferry::ack_atom_v, ack)
+      .receive([&](ferry::queue_ack_response& resp) { ok = resp.dead_letter; },
+               [&](caf::error& e) { err = ferry::error_text(e); });
+    if (!ok)
+      return "reject offset " + std::to_string(m.message.off.value) + ": " + err;
+  }
+  return {};
+}
+
+bool contains_event(const main_window& w, const QString& text) {
+  return w.events().join('\n').contains(text);
+}
+
+std::unique_ptr<QTemporaryDir> settings_dir;
+
 } // namespace
 
 void console_live_test::initTestCase() {
-  QStandardPaths::setTestModeEnabled(true); // recent clusters go to a test dir
+  QStandardPaths::setTestModeEnabled(true);
+  // Recent clusters (QSettings) go to a temp dir, never to ~/.config.
+  settings_dir = std::make_unique<QTemporaryDir>();
+  QVERIFY(settings_dir->isValid());
+  QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings_dir->path());
+  QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings_dir->path());
+  QCoreApplication::setOrganizationName(QStringLiteral("ferry-test"));
+  QCoreApplication::setApplicationName(QStringLiteral("ferry-console-test"));
 }
 
 void console_live_test::topics_view_lists_topic_created_by_ferryctl() {
@@ -269,6 +431,545 @@ void console_live_test::dlq_view_shows_dead_lettered_record_and_redrives_it() {
   dlq->purge();
   QTRY_VERIFY_WITH_TIMEOUT(logged("purged 1 record(s) of jobs.workers.dlq"), 20000);
   QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 0, 10000);
+  QCOMPARE(d.stop(), 0);
+}
+
+
+// -- recent clusters -----------------------------------------------------------------
+
+void console_live_test::recent_clusters_are_remembered() {
+  {
+    QSettings s;
+    s.remove(QStringLiteral("recent_clusters"));
+  }
+  auto items = [](main_window& w) {
+    auto* box = child<QComboBox>(&w, "address");
+    QStringList out;
+    for (int i = 0; i < box->count(); ++i)
+      out << box->itemText(i);
+    return out;
+  };
+  {
+    ferry_client client;
+    metrics_sampler sampler;
+    main_window w(&client, &sampler, QUrl(QStringLiteral("http://127.0.0.1:1/metrics")));
+    w.set_refresh_interval_ms(60000);
+    QVERIFY(items(w).isEmpty());
+    // Nothing listens there: the addresses are well formed, which is all
+    // remembering needs.
+    w.connect_to(QStringLiteral("127.0.0.1:1"));
+    w.connect_to(QStringLiteral(" 127.0.0.1:2 "));
+    w.connect_to(QStringLiteral("127.0.0.1:1"));
+    w.connect_to(QStringLiteral("127.0.0.1:http")); // malformed: logged, not remembered
+    QVERIFY(contains_event(w, QStringLiteral("cannot connect")));
+    // The open window's drop-down follows, most recent first, no duplicates.
+    QCOMPARE(items(w), QStringList({"127.0.0.1:1", "127.0.0.1:2"}));
+  }
+  QVERIFY(QFile::exists(settings_dir->path() + "/ferry-test/ferry-console-test.conf"));
+  // A new window (the next start of the program) offers them.
+  ferry_client client;
+  metrics_sampler sampler;
+  main_window w(&client, &sampler, QUrl(QStringLiteral("http://127.0.0.1:1/metrics")));
+  QCOMPARE(items(w), QStringList({"127.0.0.1:1", "127.0.0.1:2"}));
+  // At most 10 are kept.
+  for (int i = 0; i < 12; ++i)
+    w.connect_to(QStringLiteral("127.0.0.1:%1").arg(100 + i));
+  QCOMPARE(items(w).size(), 10);
+  QCOMPARE(items(w).front(), QString("127.0.0.1:111"));
+  QCOMPARE(QSettings().value("recent_clusters").toStringList(), items(w));
+}
+
+// -- topic dialogs -------------------------------------------------------------------
+
+void console_live_test::topic_dialogs_create_alter_and_delete() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  console c(d.endpoint(), d.metrics_port());
+  auto* topics = c.win.topics();
+  c.win.tabs()->setCurrentWidget(topics);
+  QTRY_COMPARE_WITH_TIMEOUT(c.win.cluster()->nodes()->rowCount(), 1, 20000);
+
+  // Create through the dialog, with partitions and config.
+  auto create = [&](const QString& name, int partitions, const QString& config,
+                    bool accept = true) {
+    bool shown = false;
+    on_modal<QDialog>([&, name, partitions, config, accept](QDialog* dlg) {
+      shown = dlg->windowTitle() == "Create topic";
+      child<QLineEdit>(dlg, "name")->setText(name);
+      child<QSpinBox>(dlg, "partitions")->setValue(partitions);
+      child<QLineEdit>(dlg, "config")->setText(config);
+      press(dlg, accept ? QDialogButtonBox::Ok : QDialogButtonBox::Cancel);
+    });
+    child<QPushButton>(topics, "create_topic")->click();
+    return shown;
+  };
+  QVERIFY(create("dlg-orders", 4, "retention.ms=120000, max.message.bytes=2048"));
+  QTRY_VERIFY_WITH_TIMEOUT(has_topic(topics->topics(), "dlg-orders"), 20000);
+  QVERIFY(contains_event(c.win, "topic dlg-orders created"));
+  auto desc = describe(d, "dlg-orders");
+  QCOMPARE(desc["partitions"].toInt(), 4);
+  QCOMPARE(desc["config"].toObject()["retention.ms"].toInteger(), 120000);
+  QCOMPARE(desc["config"].toObject()["max.message.bytes"].toInteger(), 2048);
+
+  // Cancel creates nothing.
+  QVERIFY(create("dlg-cancelled", 1, "", false));
+
+  // Alter config through its dialog; the topic describe shows the change,
+  // the untouched keys keep their values.
+  topics->select_topic("dlg-orders");
+  QCOMPARE(topics->selected_topic(), QString("dlg-orders"));
+  bool alter_shown = false;
+  QString alter_title;
+  on_modal<QInputDialog>([&](QInputDialog* dlg) {
+    alter_shown = true;
+    alter_title = dlg->windowTitle();
+    dlg->setTextValue("retention.ms=3600000, retention.bytes=5000000");
+    dlg->accept();
+  });
+  child<QPushButton>(topics, "alter_config")->click();
+  QVERIFY(alter_shown);
+  QCOMPARE(alter_title, QString("Alter config of dlg-orders"));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "topic dlg-orders config changed"), 20000);
+  desc = describe(d, "dlg-orders");
+  QCOMPARE(desc["config"].toObject()["retention.ms"].toInteger(), 3600000);
+  QCOMPARE(desc["config"].toObject()["retention.bytes"].toInteger(), 5000000);
+  QCOMPARE(desc["config"].toObject()["max.message.bytes"].toInteger(), 2048);
+  // The topics view shows the new config too.
+  QTRY_COMPARE_WITH_TIMEOUT(find_topic(topics->topics(), "dlg-orders")->config.value("retention.ms"),
+                            QString("3600000"), 10000);
+
+  // Errors land in the event list; the window lives on.
+  QVERIFY(create("bad name/!", 1, ""));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "create topic bad name/! failed: "), 20000);
+  QVERIFY(create("dlg-bad-config", 1, "retention.ms=soon"));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "create topic dlg-bad-config failed: "), 20000);
+  QVERIFY(create("dlg-bad-pairs", 1, "retention.ms"));
+  QTRY_VERIFY_WITH_TIMEOUT(
+    contains_event(c.win, "create topic failed: 'retention.ms' is not key=value"), 20000);
+  on_modal<QInputDialog>([&](QInputDialog* dlg) {
+    dlg->setTextValue("no.such.setting=1");
+    dlg->accept();
+  });
+  child<QPushButton>(topics, "alter_config")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "alter topic dlg-orders failed: "), 20000);
+  QCOMPARE(describe(d, "dlg-cancelled"), QJsonObject{});
+  QCOMPARE(describe(d, "dlg-bad-config"), QJsonObject{});
+  QVERIFY(!has_topic(topics->topics(), "dlg-cancelled"));
+
+  // Delete asks first (the real message box): No keeps it, Yes deletes.
+  QString question;
+  on_modal<QMessageBox>([&](QMessageBox* box) {
+    question = box->text();
+    box->button(QMessageBox::No)->click();
+  });
+  child<QPushButton>(topics, "delete_topic")->click();
+  QCOMPARE(question, QString("Delete topic 'dlg-orders' and all its data?"));
+  on_modal<QMessageBox>([&](QMessageBox* box) { box->button(QMessageBox::Yes)->click(); });
+  child<QPushButton>(topics, "delete_topic")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "topic dlg-orders deleted"), 20000);
+  // "No" deleted nothing: exactly one deletion was logged.
+  QCOMPARE(c.win.events().filter("topic dlg-orders deleted").size(), 1);
+  QTRY_VERIFY_WITH_TIMEOUT(!has_topic(topics->topics(), "dlg-orders"), 20000);
+  QCOMPARE(describe(d, "dlg-orders"), QJsonObject{});
+  QCOMPARE(d.stop(), 0);
+}
+
+// -- produce / re-produce dialogs ------------------------------------------------------
+
+void console_live_test::produce_and_reproduce_dialogs() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  auto r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "topic",
+                                                    "create", "prod", "--partitions", "3"});
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  console c(d.endpoint(), d.metrics_port());
+  auto* b = c.win.browser();
+  c.win.tabs()->setCurrentWidget(b);
+  QTRY_VERIFY_WITH_TIMEOUT(has_topic(c.win.topics()->topics(), "prod"), 20000);
+  b->set_topic("prod");
+
+  // Produce through the dialog: explicit partition, key, two headers.
+  bool shown = false;
+  on_modal<QDialog>([&](QDialog* dlg) {
+    shown = dlg->windowTitle() == "Produce message"
+            && child<QLineEdit>(dlg, "topic")->text() == "prod"
+            && child<QSpinBox>(dlg, "partition")->value() == -1;
+    child<QSpinBox>(dlg, "partition")->setValue(2);
+    child<QLineEdit>(dlg, "key")->setText("k-7");
+    child<QLineEdit>(dlg, "headers")->setText("trace=t1, tenant=acme");
+    child<QPlainTextEdit>(dlg, "value")->setPlainText("{\"id\":7}");
+    press(dlg, QDialogButtonBox::Ok);
+  });
+  child<QPushButton>(b, "produce")->click();
+  QVERIFY(shown);
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "produced to prod[2] at offset 0"), 20000);
+  auto got = consume(d, "prod", 2, 1);
+  QCOMPARE(got.size(), 1);
+  QCOMPARE(got[0]["key"].toString(), QString("k-7"));
+  QCOMPARE(got[0]["value"].toString(), QString("{\"id\":7}"));
+  QCOMPARE(got[0]["headers"].toObject()["trace"].toString(), QString("t1"));
+  QCOMPARE(got[0]["headers"].toObject()["tenant"].toString(), QString("acme"));
+  QCOMPARE(got[0]["headers"].toObject().size(), 2);
+
+  // A header that is not k=v: nothing produced, the error is in the event list.
+  on_modal<QDialog>([&](QDialog* dlg) {
+    child<QLineEdit>(dlg, "headers")->setText("novalue");
+    press(dlg, QDialogButtonBox::Ok);
+  });
+  child<QPushButton>(b, "produce")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "produce to prod failed: 'novalue' is not key=value"),
+                           10000);
+
+  // ferryctl writes a record with headers out of key order and a repeated
+  // key; re-producing it from the browser gives an identical copy.
+  r = ferry::test::run_command(FERRYCTL_PATH,
+                               {"--broker", d.endpoint(), "produce", "prod", "--partition",
+                                "1", "--key", "order-1", "--header", "zeta=1", "--header",
+                                "alpha=2", "--header", "zeta=3"},
+                               30s, "payload, with = signs\n");
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  child<QSpinBox>(b, "partition")->setValue(1);
+  child<QLineEdit>(b, "payload_filter")->clear();
+  child<QPushButton>(b, "read")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!b->busy() && b->messages()->rowCount() == 1, 20000);
+  const auto original = b->messages()->rows()[0];
+  QCOMPARE(original.headers.size(), 3);
+  QCOMPARE(original.headers[0].key, QString("zeta"));
+  child<QTableView>(b, "messages")->selectRow(0);
+  QString prefilled;
+  on_modal<QDialog>([&](QDialog* dlg) {
+    prefilled = QStringLiteral("%1|%2|%3|%4|%5")
+                  .arg(dlg->windowTitle(), child<QLineEdit>(dlg, "topic")->text())
+                  .arg(child<QSpinBox>(dlg, "partition")->value())
+                  .arg(child<QLineEdit>(dlg, "key")->text(),
+                       child<QPlainTextEdit>(dlg, "value")->toPlainText());
+    press(dlg, QDialogButtonBox::Ok);
+  });
+  child<QPushButton>(b, "reproduce")->click();
+  QCOMPARE(prefilled, QString("Re-produce message|prod|1|order-1|payload, with = signs"));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "produced to prod[1] at offset 1"), 20000);
+  child<QPushButton>(b, "read")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!b->busy() && b->messages()->rowCount() == 2, 20000);
+  auto copy = b->messages()->rows()[1];
+  QCOMPARE(copy.offset, 1);
+  QCOMPARE(copy.partition, 1);
+  QCOMPARE(copy.has_key, original.has_key);
+  QCOMPARE(copy.key, original.key);
+  QCOMPARE(copy.value, original.value);
+  QCOMPARE(copy.headers.size(), original.headers.size());
+  for (int i = 0; i < copy.headers.size(); ++i) {
+    QCOMPARE(copy.headers[i].key, original.headers[i].key);
+    QCOMPARE(copy.headers[i].value, original.headers[i].value);
+  }
+  // Nothing else was produced by the failed attempt.
+  QCOMPARE(consume(d, "prod", 2, 5).size(), 1);
+  QCOMPARE(d.stop(), 0);
+}
+
+// -- browser Cancel --------------------------------------------------------------------
+
+void console_live_test::browser_cancel_stops_long_filtered_scan() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  auto r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "topic",
+                                                    "create", "big", "--partitions", "1"});
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  constexpr int total = 20000;
+  std::string lines;
+  for (int i = 0; i < total; ++i)
+    lines += "record-" + std::to_string(i) + "\n";
+  r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "produce", "big"},
+                               120s, lines);
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  console c(d.endpoint(), d.metrics_port());
+  c.client.set_browse_batch(50); // progress (and a Cancel check) every 50 records
+  auto* b = c.win.browser();
+  c.win.tabs()->setCurrentWidget(b);
+  QTRY_VERIFY_WITH_TIMEOUT(has_topic(c.win.topics()->topics(), "big")
+                             && find_topic(c.win.topics()->topics(), "big")->messages() == total,
+                           20000);
+  b->set_topic("big");
+  child<QSpinBox>(b, "max_records")->setValue(100000);
+  child<QLineEdit>(b, "payload_filter")->setText("no record has this");
+  auto* read = child<QPushButton>(b, "read");
+  auto* cancel = child<QPushButton>(b, "cancel");
+  auto* progress = child<QProgressBar>(b, "progress");
+  QVERIFY(!cancel->isEnabled());
+
+  // Cancel once the first progress is on screen (bounded retries in case a
+  // scan ever finishes first).
+  bool cancelled = false;
+  qint64 seen_scanned = -1, seen_total = -1, final_scanned = -1;
+  for (int attempt = 0; attempt < 3 && !cancelled; ++attempt) {
+    bool clicked = false;
+    bool finished = false;
+    auto conn1 = QObject::connect(&c.client, &ferry_client::browse_progress, b,
+                                  [&](qint64 scanned, qint64 of) {
+                                    if (clicked || scanned <= 0)
+                                      return;
+                                    seen_scanned = scanned;
+                                    seen_total = of;
+                                    clicked = true;
+                                    cancel->click(); // runs after the view's own slot
+                                  });
+    auto conn2 = QObject::connect(&c.client, &ferry_client::browse_finished, b,
+                                  [&](qint64 scanned, qint64, bool was_cancelled, const QString&) {
+                                    finished = true;
+                                    cancelled = was_cancelled;
+                                    final_scanned = scanned;
+                                  });
+    read->click();
+    QVERIFY(b->busy());
+    QVERIFY(cancel->isEnabled());
+    QVERIFY(!read->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(finished, 60000);
+    QObject::disconnect(conn1);
+    QObject::disconnect(conn2);
+  }
+  QVERIFY2(cancelled, "the scan always finished before Cancel took effect");
+  qInfo("cancelled after %lld of %d records (Cancel clicked at %lld)", final_scanned, total,
+        seen_scanned);
+  QCOMPARE(seen_total, total);
+  QVERIFY(seen_scanned > 0);
+  // The scan waits for the window to take each batch, so it stops exactly
+  // at the batch on screen when Cancel was clicked.
+  QCOMPARE(final_scanned, seen_scanned);
+  QVERIFY(final_scanned < total);
+  // The progress bar showed the range; the status says what happened.
+  QCOMPARE(progress->maximum(), total);
+  QVERIFY(progress->value() > 0 && progress->value() < total);
+  QCOMPARE(label_text(b), QStringLiteral("cancelled after %1 records, 0 match").arg(final_scanned));
+  QVERIFY(!b->busy());
+  QVERIFY(read->isEnabled());
+  QVERIFY(!cancel->isEnabled());
+  QCOMPARE(b->messages()->rowCount(), 0);
+
+  // The browser is usable again: a filtered read to the end.
+  c.client.set_browse_batch(500);
+  child<QLineEdit>(b, "payload_filter")->setText("record-1999");
+  read->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!b->busy(), 60000);
+  QCOMPARE(label_text(b), QStringLiteral("done: scanned %1 records, 11 match").arg(total));
+  QCOMPARE(b->messages()->rowCount(), 11); // record-1999 and record-19990..19999
+  QCOMPARE(progress->value(), total);
+
+  // A read that fails (no such partition) says why, in the browser and in
+  // the event list.
+  child<QSpinBox>(b, "partition")->setValue(5);
+  read->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!b->busy(), 30000);
+  QVERIFY2(label_text(b).startsWith("stopped after 0 records: "), qPrintable(label_text(b)));
+  QVERIFY(contains_event(c.win, "message read failed after 0 records: "));
+  QVERIFY(read->isEnabled());
+  child<QSpinBox>(b, "partition")->setValue(0);
+
+  // A read that replaces a running one: the first one's late "finished"
+  // does not end the second (its matches all arrive).
+  child<QLineEdit>(b, "payload_filter")->setText("record-1998");
+  b->read();
+  b->read();
+  QVERIFY(b->busy());
+  QTRY_VERIFY_WITH_TIMEOUT(!b->busy(), 60000);
+  QCOMPARE(label_text(b), QStringLiteral("done: scanned %1 records, 11 match").arg(total));
+  QCOMPARE(b->messages()->rowCount(), 11);
+  QCOMPARE(d.stop(), 0);
+}
+
+// -- DLQ: group and filter by error, redrive range, rate limit -----------------------
+
+void console_live_test::dlq_groups_filters_and_redrives_a_range_rate_limited() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  auto r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "topic",
+                                                    "create", "work", "--partitions", "1"});
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  std::string lines;
+  for (int i = 0; i < 8; ++i)
+    lines += "job-" + std::to_string(i) + "\n";
+  r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "produce", "work"},
+                               30s, lines);
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  const QString timeout_error = "timeout: upstream slow";
+  const QString payload_error = "invalid payload: bad json";
+  auto err = dead_letter(d, "work", "crunchers", 8, [&](int64_t off) {
+    return (off < 3 ? timeout_error : payload_error).toStdString();
+  });
+  QVERIFY2(err.empty(), err.c_str());
+
+  console c(d.endpoint(), d.metrics_port());
+  auto* dlq = c.win.dlq();
+  c.win.tabs()->setCurrentWidget(dlq);
+  const QString dlq_topic = "work.crunchers.dlq";
+  auto depth = [&] {
+    for (auto& row : dlq->dlqs()->rows())
+      if (row.topic == dlq_topic)
+        return row.depth;
+    return qint64{-1};
+  };
+  QTRY_COMPARE_WITH_TIMEOUT(depth(), 8, 30000);
+  dlq->select_dlq(dlq_topic);
+  QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 8, 10000);
+
+  // Grouped by error, most frequent first.
+  QCOMPARE(dlq->errors()->rowCount(), 2);
+  QCOMPARE(dlq->errors()->rows()[0].error, payload_error);
+  QCOMPARE(dlq->errors()->rows()[0].count, 5);
+  QCOMPARE(dlq->errors()->rows()[1].error, timeout_error);
+  QCOMPARE(dlq->errors()->rows()[1].count, 3);
+
+  // Clicking an error filters the records by it (on the broker).
+  auto* errors = child<QTableView>(dlq, "errors");
+  QTest::qWait(0);
+  auto rect = errors->visualRect(dlq->errors()->index(1, 0));
+  QVERIFY(rect.isValid());
+  QTest::mouseClick(errors->viewport(), Qt::LeftButton, {}, rect.center());
+  QCOMPARE(child<QLineEdit>(dlq, "error_filter")->text(), timeout_error);
+  QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 3, 10000);
+  for (auto& rec : dlq->records()->rows()) {
+    QCOMPARE(rec.error, timeout_error);
+    QVERIFY(rec.original_offset < 3);
+  }
+  QCOMPARE(dlq->errors()->rowCount(), 2); // the grouping stays while filtered
+  // Text filter on top: one record.
+  child<QLineEdit>(dlq, "text_filter")->setText("job-1");
+  child<QPushButton>(dlq, "show_records")->click();
+  QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 1, 10000);
+  QCOMPARE(dlq->records()->rows()[0].message.value, QByteArray("job-1"));
+  child<QLineEdit>(dlq, "text_filter")->clear();
+  child<QLineEdit>(dlq, "error_filter")->clear();
+  child<QPushButton>(dlq, "show_records")->click();
+  QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 8, 10000);
+
+  // The DLQ's offsets of the original offsets 4..6.
+  QList<qint64> chosen;
+  for (auto& rec : dlq->records()->rows())
+    if (rec.original_offset >= 4 && rec.original_offset <= 6)
+      chosen << rec.message.offset;
+  std::sort(chosen.begin(), chosen.end());
+  QCOMPARE(chosen.size(), 3);
+  QCOMPARE(chosen.back() - chosen.front(), 2);
+
+  // Redrive range through its dialog, rate limited; the real confirmation
+  // box names the range and the rate. "No" first: nothing happens.
+  child<QSpinBox>(dlq, "rate")->setValue(5);
+  auto range_text = QStringLiteral("0:%1-%2").arg(chosen.front()).arg(chosen.back());
+  QString question;
+  bool range_shown = false;
+  auto answer_range = [&](QMessageBox::StandardButton answer) {
+    on_modal<QInputDialog>([&, answer](QInputDialog* dlg) {
+      range_shown = dlg->windowTitle() == "Redrive range";
+      dlg->setTextValue(range_text);
+      on_modal<QMessageBox>([&, answer](QMessageBox* box) {
+        question = box->text();
+        box->button(answer)->click();
+      });
+      dlg->accept();
+    });
+    child<QPushButton>(dlq, "redrive_range")->click();
+  };
+  answer_range(QMessageBox::No);
+  QVERIFY(range_shown);
+  QCOMPARE(question, QStringLiteral("Redrive partition 0 offsets %1..%2 of %3 to their original "
+                                    "topics (at most 5 msg/s)?")
+                       .arg(chosen.front())
+                       .arg(chosen.back())
+                       .arg(dlq_topic));
+  QElapsedTimer clock;
+  clock.start();
+  question.clear();
+  answer_range(QMessageBox::Yes);
+  QVERIFY(!question.isEmpty());
+  QTRY_VERIFY_WITH_TIMEOUT(
+    contains_event(c.win, QStringLiteral("redrove 3 record(s) of %1 (0 already redriven)").arg(dlq_topic)),
+    30000);
+  // 3 records at 5/s: the second and third wait 200 ms each (a lower bound,
+  // whatever the machine's speed).
+  QVERIFY2(clock.elapsed() >= 400, qPrintable(QString::number(clock.elapsed())));
+  // Exactly the chosen offsets are marked redriven.
+  auto redriven_offsets = [&] {
+    QList<qint64> out;
+    for (auto& rec : dlq->records()->rows())
+      if (rec.redriven)
+        out << rec.message.offset;
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  QTRY_COMPARE_WITH_TIMEOUT(redriven_offsets(), chosen, 10000);
+  QCOMPARE(dlq->records()->rowCount(), 8);
+  // ...and exactly their records are back in "work", after the 8 originals.
+  auto back = consume(d, "work", 0, 10, 8);
+  QCOMPARE(back.size(), 3);
+  for (int i = 0; i < 3; ++i)
+    QCOMPARE(back[i]["value"].toString(), QStringLiteral("job-%1").arg(4 + i));
+
+  // Stop: a redrive of the original offsets 0..2 at 1 msg/s goes one record
+  // per second; Stop after the first one ends it before the end.
+  QList<qint64> first3;
+  for (auto& rec : dlq->records()->rows())
+    if (rec.original_offset < 3)
+      first3 << rec.message.offset;
+  std::sort(first3.begin(), first3.end());
+  QCOMPARE(first3.size(), 3);
+  child<QSpinBox>(dlq, "rate")->setValue(1);
+  auto* stop = child<QPushButton>(dlq, "stop_redrive");
+  QVERIFY(!stop->isEnabled());
+  bool stop_clicked = false;
+  auto conn = QObject::connect(&c.client, &ferry_client::redrive_progress, dlq,
+                               [&](qint64 n, qint64) {
+                                 if (n >= 1 && !stop_clicked && stop->isEnabled()) {
+                                   stop_clicked = true;
+                                   stop->click();
+                                 }
+                               });
+  range_text = QStringLiteral("0:%1-%2").arg(first3.front()).arg(first3.back());
+  answer_range(QMessageBox::Yes);
+  QVERIFY(stop->isEnabled());
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "stopped before the end"), 30000);
+  QObject::disconnect(conn);
+  QVERIFY(stop_clicked);
+  QVERIFY(!stop->isEnabled());
+  auto stopped_line = c.win.events().filter("stopped before the end").front();
+  static const QRegularExpression stopped_re(R"(redrove (\d+) record\(s\) of (\S+) \(0 already redriven\), stopped before the end)");
+  auto sm = stopped_re.match(stopped_line);
+  QVERIFY2(sm.hasMatch(), qPrintable(stopped_line));
+  auto stopped_after = sm.captured(1).toInt();
+  QVERIFY(stopped_after >= 1 && stopped_after < 3);
+  QTRY_COMPARE_WITH_TIMEOUT(redriven_offsets().size(), 3 + stopped_after, 10000);
+  QCOMPARE(consume(d, "work", 0, 10, 11).size(), stopped_after);
+
+  // Redrive all (unlimited) skips what was redriven: the "No" above redrove
+  // nothing.
+  child<QSpinBox>(dlq, "rate")->setValue(0);
+  question.clear();
+  on_modal<QMessageBox>([&](QMessageBox* box) {
+    question = box->text();
+    box->button(QMessageBox::Yes)->click();
+  });
+  child<QPushButton>(dlq, "redrive_all")->click();
+  QCOMPARE(question, QStringLiteral("Redrive all records of %1 to their original topics "
+                                    "(no rate limit)?")
+                       .arg(dlq_topic));
+  QTRY_VERIFY_WITH_TIMEOUT(
+    contains_event(c.win, QStringLiteral("redrove %1 record(s) of %2 (%3 already redriven)")
+                            .arg(5 - stopped_after)
+                            .arg(dlq_topic)
+                            .arg(3 + stopped_after)),
+    30000);
+  QCOMPARE(consume(d, "work", 0, 20, 8).size(), 8);
+
+  // A bad range is refused in the window, no request.
+  on_modal<QInputDialog>([&](QInputDialog* dlg) {
+    dlg->setTextValue("zero to five");
+    dlg->accept();
+  });
+  child<QPushButton>(dlq, "redrive_range")->click();
+  QCOMPARE(label_text(dlq), QString("range must look like 0:100-250"));
+  // Redrive to a topic that does not exist: the broker's error in the events.
+  child<QLineEdit>(dlq, "to_topic")->setText("no-such-topic");
+  on_modal<QMessageBox>([&](QMessageBox* box) { box->button(QMessageBox::Yes)->click(); });
+  child<QPushButton>(dlq, "redrive_all")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(
+    contains_event(c.win, QStringLiteral("dlq redrive %1 failed: ").arg(dlq_topic)), 30000);
   QCOMPARE(d.stop(), 0);
 }
 

@@ -10,4 +10,9 @@ private slots:
   void initTestCase();
   void topics_view_lists_topic_created_by_ferryctl();
   void dlq_view_shows_dead_lettered_record_and_redrives_it();
+  void recent_clusters_are_remembered();
+  void topic_dialogs_create_alter_and_delete();
+  void produce_and_reproduce_dialogs();
+  void browser_cancel_stops_long_filtered_scan();
+  void dlq_groups_filters_and_redrives_a_range_rate_limited();
 };

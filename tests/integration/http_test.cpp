@@ -628,6 +628,97 @@ TEST(http_port, a_taken_port_fails_clearly_and_minus_one_disables_the_api) {
   EXPECT_EQ(first.stop(), 0);
 }
 
+TEST_F(http_api, queue_mode_receive_ack_nack_reject_extend) {
+  create_topic("jobs", 1);
+  produce("jobs", {{"records", {{{"key", "a"}, {"value", "one"}},
+                                {{"key", "b"}, {"value", "two"}},
+                                {{"key", "c"}, {"value", "three"}}}}});
+  auto r = post("/v1/groups/workers/queue/jobs/receive",
+                {{"member", "m1"}, {"max", 10}, {"visibilityMs", 20000}, {"waitMs", 5000}});
+  ASSERT_EQ(r.status, 200) << r.body << r.error;
+  auto recs = r.j()["records"];
+  ASSERT_EQ(recs.size(), 3u) << r.body;
+  for (auto& x : recs) {
+    EXPECT_EQ(x["topic"], "jobs");
+    EXPECT_EQ(x["partition"], 0);
+    EXPECT_EQ(x["attempt"], 1);
+    EXPECT_TRUE(x["leaseId"].is_string());
+    EXPECT_GT(x["deadline"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(recs[0]["key"], "a");
+  EXPECT_EQ(recs[0]["value"], "one");
+  auto settle = [&](const char* kind, const json& rec, json extra = json::object()) {
+    json body{{"member", "m1"},
+              {"partition", rec["partition"]},
+              {"offset", rec["offset"]},
+              {"leaseId", rec["leaseId"]}};
+    for (auto& [k, v] : extra.items())
+      body[k] = v;
+    return post(std::string{"/v1/groups/workers/queue/jobs/"} + kind, body);
+  };
+  // extend, then ack the first record.
+  auto e = settle("extend", recs[0], {{"extendMs", 60000}});
+  ASSERT_EQ(e.status, 200) << e.body;
+  EXPECT_EQ(e.j()["result"], "extend");
+  EXPECT_GT(e.j()["deadline"].get<int64_t>(), recs[0]["deadline"].get<int64_t>());
+  auto a = settle("ack", recs[0]);
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.j()["result"], "ack");
+  // A second ack of the same lease finds nothing.
+  auto again = settle("ack", recs[0]);
+  EXPECT_EQ(again.status, 404) << again.body;
+  EXPECT_EQ(again.code(), "lease_not_found");
+  // Another member may not settle m1's lease.
+  json other{{"member", "m2"}, {"partition", 0}, {"offset", recs[1]["offset"]},
+             {"leaseId", recs[1]["leaseId"]}};
+  auto wrong = post("/v1/groups/workers/queue/jobs/ack", other);
+  EXPECT_EQ(wrong.status, 409) << wrong.body;
+  EXPECT_EQ(wrong.code(), "not_lease_owner");
+  // nack the second: delivered again (attempt 2) after the backoff.
+  auto n = settle("nack", recs[1], {{"error", "db down"}});
+  ASSERT_EQ(n.status, 200) << n.body;
+  EXPECT_EQ(n.j()["result"], "nack");
+  EXPECT_EQ(n.j()["attempts"], 1);
+  EXPECT_EQ(n.j()["deadLetter"], false);
+  EXPECT_TRUE(n.j().contains("retryAt"));
+  // reject the third: dead-lettered.
+  auto rj = settle("reject", recs[2], {{"error", "bad payload"}});
+  ASSERT_EQ(rj.status, 200) << rj.body;
+  EXPECT_EQ(rj.j()["deadLetter"], true);
+  auto r2 = post("/v1/groups/workers/queue/jobs/receive",
+                 {{"member", "m2"}, {"waitMs", 10000}});
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  auto recs2 = r2.j()["records"];
+  ASSERT_EQ(recs2.size(), 1u) << r2.body;
+  EXPECT_EQ(recs2[0]["offset"], recs[1]["offset"]);
+  EXPECT_EQ(recs2[0]["attempt"], 2);
+  json ack2{{"member", "m2"}, {"partition", 0}, {"offset", recs2[0]["offset"]},
+            {"leaseId", recs2[0]["leaseId"]}};
+  ASSERT_EQ(post("/v1/groups/workers/queue/jobs/ack", ack2).status, 200);
+  // The rejected record is in the DLQ with its headers; the group is done.
+  json dlq_msgs;
+  for (int i = 0; i < 100; ++i) {
+    auto f = get("/v1/topics/jobs.workers.dlq/partitions/0/messages?offset=0");
+    if (f.status == 200 && !f.j()["messages"].empty()) {
+      dlq_msgs = f.j()["messages"];
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(dlq_msgs.size(), 1u);
+  EXPECT_EQ(dlq_msgs[0]["value"], "three");
+  EXPECT_EQ(dlq_msgs[0]["headers"]["ferry-error"], "bad payload");
+  EXPECT_EQ(dlq_msgs[0]["headers"]["ferry-group"], "workers");
+  auto g = get("/v1/groups/workers");
+  ASSERT_EQ(g.status, 200) << g.body;
+  EXPECT_EQ(g.j()["mode"], "queue") << g.body;
+  // Nothing left: an empty long poll.
+  auto r3 = post("/v1/groups/workers/queue/jobs/receive",
+                 {{"member", "m2"}, {"waitMs", 200}});
+  ASSERT_EQ(r3.status, 200) << r3.body;
+  EXPECT_TRUE(r3.j()["records"].empty());
+}
+
 // -- bad requests ----------------------------------------------------------------
 
 struct bad_case {
@@ -693,6 +784,27 @@ TEST_F(http_api, bad_requests_get_their_status_and_error_code) {
     {"reset to nowhere", v::post, "/v1/groups/g/reset", R"({"topic":"orders","to":"sideways"})", 400, "invalid_request"},
     {"reset offset without value", v::post, "/v1/groups/g/reset", R"({"topic":"orders","to":"offset"})", 400, "invalid_request"},
     {"reset unknown topic", v::post, "/v1/groups/g/reset", R"({"topic":"nope","to":"earliest"})", 404, "unknown_topic"},
+    {"queue receive without member", v::post, "/v1/groups/qg/queue/orders/receive", R"({"max":1})", 400, "invalid_request"},
+    {"queue receive zero max", v::post, "/v1/groups/qg/queue/orders/receive", R"({"member":"m","max":0})", 400, "invalid_request"},
+    {"queue receive wait too long", v::post, "/v1/groups/qg/queue/orders/receive", R"({"member":"m","waitMs":99999999})", 400, "invalid_request"},
+    {"queue receive unknown topic", v::post, "/v1/groups/qg/queue/nope/receive", R"({"member":"m"})", 404, "unknown_topic"},
+    {"queue receive wrong method", v::get, "/v1/groups/qg/queue/orders/receive", "", 405, "invalid_request"},
+    {"queue ack unknown group", v::post, "/v1/groups/nogroup/queue/orders/ack", R"({"member":"m","partition":0,"offset":0,"leaseId":"5"})", 404, "unknown_group"},
+    {"queue ack unknown lease", v::post, "/v1/groups/qg/queue/orders/ack", R"({"member":"m","partition":0,"offset":0,"leaseId":"5"})", 404, "lease_not_found"},
+    {"queue ack without lease id", v::post, "/v1/groups/qg/queue/orders/ack", R"({"member":"m","partition":0,"offset":0})", 400, "invalid_request"},
+    {"queue ack bad lease id", v::post, "/v1/groups/qg/queue/orders/ack", R"({"member":"m","partition":0,"offset":0,"leaseId":"x1"})", 400, "invalid_request"},
+    {"queue nack negative delay", v::post, "/v1/groups/qg/queue/orders/nack", R"({"member":"m","partition":0,"offset":0,"leaseId":1,"delayMs":-1})", 400, "invalid_request"},
+    {"queue extend without extendMs", v::post, "/v1/groups/qg/queue/orders/extend", R"({"member":"m","partition":0,"offset":0,"leaseId":1})", 400, "invalid_request"},
+    {"queue reject body not an object", v::post, "/v1/groups/qg/queue/orders/reject", "[]", 400, "invalid_request"},
+    {"dlq show unknown topic", v::get, "/v1/dlq/nope.dlq", "", 404, "unknown_topic"},
+    {"dlq show a topic that is no DLQ", v::get, "/v1/dlq/orders", "", 400, "invalid_request"},
+    {"dlq show zero max", v::get, "/v1/dlq/orders?max=0", "", 400, "invalid_request"},
+    {"dlq redrive without a selection", v::post, "/v1/dlq/orders/redrive", "{}", 400, "invalid_request"},
+    {"dlq redrive all and a range", v::post, "/v1/dlq/orders/redrive", R"({"all":true,"fromOffset":1})", 400, "invalid_request"},
+    {"dlq redrive unknown topic", v::post, "/v1/dlq/nope.dlq/redrive", R"({"all":true})", 404, "unknown_topic"},
+    {"dlq purge negative offset", v::post, "/v1/dlq/orders/purge", R"({"beforeOffset":-5})", 400, "invalid_request"},
+    {"dlq purge a topic that is no DLQ", v::post, "/v1/dlq/orders/purge", "{}", 400, "invalid_request"},
+    {"wrong method on dlq", v::delete_, "/v1/dlq", "", 405, "invalid_request"},
   };
   for (auto& c : cases) {
     auto r = call(port_, c.method, c.target, c.body);

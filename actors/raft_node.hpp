@@ -1,0 +1,112 @@
+#pragma once
+// raft_node: one member of the Raft metadata quorum as a CAF actor. It wraps
+// broker/raft_core.hpp (the algorithm) over a raft_log_store (LMDB in
+// production: broker/raft_storage.hpp), drives it with a timer, moves its
+// messages between peers, and applies committed commands to a
+// raft_state_machine. A later raft_metadata actor implements metadata_actor
+// on top of it: its commands are encoded metadata changes.
+//
+// Transport: peers are plain actor handles that receive
+// (raft_atom, raft_message) and are told apart by raft_message::to; a node
+// sends each outgoing message to the handle of its `to`. Production passes
+// the peers' raft actors (local or remote proxies, replaced after a
+// reconnect with connect_atom); tests pass a network actor that drops,
+// duplicates, reorders and partitions. Messages to a peer without a handle
+// are dropped (Raft retransmits).
+//
+// Clock: a delayed tick_atom every tick_interval (virtual time on CAF's test
+// coordinator). Each tick is one raft_core::tick().
+//
+// Proposals: propose(bytes) is answered once the entry is committed and
+// applied here, with its index and apply()'s result. A non-leader answers
+// not_leader at once; an entry overwritten by a newer leader is answered
+// not_leader when the overwriting entry commits. A leader cut off from the
+// quorum never answers (callers use a request timeout), until it learns the
+// outcome after the partition heals.
+//
+// State machine: apply() for each committed command, in index order, once
+// per incarnation of the actor; restore() with a snapshot first when one
+// exists (at start, or when the leader installs one). After
+// snapshot_threshold applied entries beyond the last snapshot, the node
+// takes snapshot() and compacts the log. All calls run in the actor.
+//
+// Cost: every proposal is one durable LMDB commit on the leader (~270 us on
+// these machines) and every append message one on each follower, so this is
+// a metadata log (thousands of changes per second), not a data path.
+//
+// Failure: a storage error (or a failing restore) stops the actor with that
+// error; committed data is safe in the store and a respawn continues.
+
+#include "actors/interfaces.hpp"
+#include "broker/raft_core.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+/// What the replicated log drives. Implementations must be deterministic:
+/// every node applies the same commands in the same order and must end in
+/// the same state.
+class raft_state_machine {
+public:
+  virtual ~raft_state_machine() = default;
+  /// Applies the committed command at `index`; the result goes back to the
+  /// proposer (if it was proposed on this node).
+  virtual std::string apply(uint64_t index, std::string_view command) = 0;
+  /// The whole state, as restore() takes it.
+  virtual std::string snapshot() = 0;
+  /// Replaces the whole state by a snapshot taken at `index`.
+  virtual caf::error restore(uint64_t index, std::string_view snapshot) = 0;
+};
+
+struct raft_node_config {
+  /// Id, voters, election and heartbeat ticks, RNG seed.
+  raft_config raft;
+  /// Durable Raft state (shared with whoever respawns the node).
+  std::shared_ptr<raft_log_store> store;
+  /// The state machine this node applies to (fresh or kept on respawn:
+  /// restore() resets it either way when there is a snapshot).
+  std::shared_ptr<raft_state_machine> machine;
+  /// Peer id -> the actor that takes (raft_atom, raft_message) for it.
+  std::map<int32_t, caf::actor> peers;
+  /// Length of one Raft tick.
+  caf::timespan tick_interval = std::chrono::milliseconds{50};
+  /// Compact once this many entries are applied beyond the last snapshot
+  /// (0 = never).
+  uint64_t snapshot_threshold = 1000;
+};
+
+struct raft_node_state {
+  raft_node_config cfg;
+  std::unique_ptr<raft_core> core;
+  /// Index of the last entry applied to the state machine.
+  uint64_t last_applied = 0;
+  /// Proposals waiting for their index: index -> (term, promise).
+  struct pending {
+    uint64_t term = 0;
+    caf::typed_response_promise<raft_applied> promise;
+  };
+  std::map<uint64_t, pending> waiting;
+  std::vector<caf::actor> subscribers;
+  /// Role, term and leader last reported to subscribers.
+  raft_status reported;
+  static inline const char* name = "raft-node";
+};
+
+/// A Raft member. @pre cfg.store and cfg.machine are set; cfg.raft is valid
+/// (else the actor quits with ec::invalid_argument).
+raft_actor::behavior_type
+raft_node(raft_actor::stateful_pointer<raft_node_state> self,
+          raft_node_config cfg);
+
+} // namespace ferry

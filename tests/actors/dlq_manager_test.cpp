@@ -1,0 +1,551 @@
+// DLQ operations (list, show, redrive, purge) through a real node on CAF's
+// deterministic test scheduler (virtual time): replicas on disk, a queue
+// group that dead-letters rejected records, and the node's DLQ manager.
+
+#include "actors/dlq_manager.hpp"
+
+#include "actors/interfaces.hpp"
+#include "actors/node.hpp"
+#include "actors/queue_coordinator.hpp"
+#include "broker/dlq_store.hpp"
+#include "broker/error.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/record_batch.hpp"
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace ferry {
+namespace {
+
+constexpr timestamp_ms t0 = 1'700'000'000'000;
+
+template <class T>
+struct reply {
+  bool done = false;
+  std::optional<T> value;
+  caf::error err;
+};
+
+std::map<std::string, std::string> headers_of(const consumed_message& m) {
+  std::map<std::string, std::string> out;
+  for (auto& h : m.headers)
+    out[h.key] = h.value;
+  return out;
+}
+
+class DlqManagerTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-dlqm-XXXXXX")
+                  .string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir = tmpl;
+    lmdb::env_options opts;
+    opts.no_sync = true;
+    opts.initial_map_size = size_t{8} << 20;
+    auto s = metadata_store::open(dir / "meta", opts);
+    ASSERT_TRUE(s) << describe(s.error());
+    store = std::shared_ptr<metadata_store>(std::move(*s));
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    register_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    settings.max_attempts = 1;
+    settings.jitter = 0.0;
+    settings.visibility_timeout_ms = 5000;
+    start_node();
+  }
+
+  void TearDown() override {
+    stop_node();
+    sys.reset();
+    store.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  clock_fn test_clock() {
+    auto* s = sys.get();
+    return [s] {
+      return t0
+             + std::chrono::duration_cast<std::chrono::milliseconds>(
+                 s->clock().now().time_since_epoch())
+                 .count();
+    };
+  }
+
+  void start_node() {
+    node_config nc;
+    nc.node_id = 1;
+    nc.data_dir = dir / "node";
+    nc.store = store;
+    nc.cluster_id = "test";
+    nc.replica_defaults.tick_interval = 0ms;
+    nc.queue_defaults.fetch_wait = 500ms;
+    nc.queue_defaults.broker_timeout = 1h;
+    nc.queue_defaults.clock = test_clock();
+    n = sys->spawn(node, nc);
+    sched->run();
+  }
+
+  void stop_node() {
+    if (!n)
+      return;
+    caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
+    advance(1000ms);
+    n = nullptr;
+  }
+
+  void advance(caf::timespan d) {
+    while (d.count() > 0) {
+      auto step = std::min<caf::timespan>(d, 100ms);
+      sched->advance_time(step);
+      sched->run();
+      d -= step;
+    }
+  }
+
+  template <class T, class... Ts>
+  std::shared_ptr<reply<T>> ask(Ts... xs) {
+    auto r = std::make_shared<reply<T>>();
+    auto dest = n;
+    sys->spawn([r, dest, xs...](caf::event_based_actor* self) {
+      self->request(dest, caf::infinite, xs...)
+        .then(
+          [r](T& x) {
+            r->done = true;
+            r->value = std::move(x);
+          },
+          [r](caf::error& err) {
+            r->done = true;
+            r->err = std::move(err);
+          });
+    });
+    sched->run();
+    return r;
+  }
+
+  template <class T, class... Ts>
+  T ok(Ts... xs) {
+    auto r = ask<T>(xs...);
+    EXPECT_TRUE(r->done);
+    EXPECT_FALSE(r->err) << describe(r->err);
+    return r->value.value_or(T{});
+  }
+
+  void create_topic(const std::string& name, int32_t partitions) {
+    topic_config tc;
+    tc.partitions = partitions;
+    ok<topic_metadata>(create_atom_v, topic_atom_v, name, tc);
+  }
+
+  void produce(const std::string& topic, int32_t p,
+               std::vector<std::string> values,
+               std::vector<record_header> headers = {}) {
+    std::vector<record> rs;
+    for (size_t i = 0; i < values.size(); ++i) {
+      record r;
+      r.offset_delta = static_cast<int32_t>(i);
+      r.timestamp = test_clock()();
+      r.key = "k-" + values[i];
+      r.value = values[i];
+      r.headers = headers;
+      rs.push_back(std::move(r));
+    }
+    auto b = encode_batch(batch_meta{}, rs);
+    ASSERT_TRUE(b);
+    ok<produce_response>(produce_atom_v,
+                         produce_request{topic, partition_id{p},
+                                         acks_mode::all, *b});
+  }
+
+  std::vector<leased_message> receive(int32_t max = 100) {
+    return ok<std::vector<leased_message>>(
+      receive_atom_v,
+      queue_receive_request{"workers", "orders", "w1", max, 0, 0});
+  }
+
+  void settle(const leased_message& m, queue_ack_kind k,
+              std::string err = {}) {
+    queue_ack_request req{"workers",     "w1", "orders", m.message.partition,
+                          m.message.off, m.lease_id, k, 0, 0, err};
+    ok<queue_ack_response>(ack_atom_v, req);
+  }
+
+  /// Creates the group, produces `values` to orders-0 and rejects those
+  /// whose value starts with "bad" (the rest are acked). Waits for the DLQ.
+  void dead_letter(std::vector<std::string> values) {
+    ok<queue_group_config>(create_atom_v, group_atom_v,
+                           std::string{"workers"}, settings);
+    produce("orders", 0, values);
+    for (int round = 0; round < 5; ++round) {
+      auto got = receive();
+      for (auto& m : got)
+        settle(m, m.message.value.rfind("bad", 0) == 0
+                    ? queue_ack_kind::reject
+                    : queue_ack_kind::ack,
+               "cannot parse " + m.message.value);
+      advance(1000ms);
+    }
+  }
+
+  std::vector<dlq_info> list() {
+    return ok<std::vector<dlq_info>>(list_atom_v, dlq_atom_v);
+  }
+
+  dlq_show_response show(dlq_show_request req) {
+    return ok<dlq_show_response>(show_atom_v, req);
+  }
+
+  dlq_redrive_response redrive(dlq_redrive_request req) {
+    return ok<dlq_redrive_response>(redrive_atom_v, req);
+  }
+
+  std::vector<consumed_message> read_all(const std::string& topic,
+                                         int32_t p = 0) {
+    std::vector<consumed_message> out;
+    auto fr = ok<fetch_response>(
+      fetch_atom_v, fetch_request{topic, partition_id{p}, offset{0}, 1 << 20,
+                                  1, 0, -1});
+    std::string_view data{fr.data};
+    while (!data.empty()) {
+      auto h = parse_batch_header(data);
+      if (!h)
+        break;
+      auto b = decode_batch(data.substr(0, h->total_size()));
+      data.remove_prefix(h->total_size());
+      EXPECT_TRUE(b);
+      if (!b)
+        break;
+      for (auto& r : b->records) {
+        auto d = to_dlq_record(topic, partition_id{p},
+                               h->base_offset + r.offset_delta, r);
+        out.push_back(d.message);
+      }
+    }
+    return out;
+  }
+
+  std::filesystem::path dir;
+  std::shared_ptr<metadata_store> store;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  queue_group_config settings;
+  broker_actor n;
+};
+
+const std::string dlq = "orders.workers.dlq";
+
+TEST_F(DlqManagerTest, ListShowsTheGroupsDlqWithDepth) {
+  create_topic("orders", 1);
+  dead_letter({"ok-1", "bad-1", "ok-2", "bad-2"});
+  auto infos = list();
+  ASSERT_EQ(infos.size(), 1u);
+  auto& x = infos[0];
+  EXPECT_EQ(x.topic, dlq);
+  EXPECT_EQ(x.groups, std::vector<std::string>{"workers"});
+  EXPECT_EQ(x.source_topic, "orders");
+  EXPECT_EQ(x.partitions, 1);
+  EXPECT_EQ(x.total, 2);
+  EXPECT_EQ(x.depth, 2);
+  EXPECT_EQ(x.redriven, 0);
+  EXPECT_GT(x.oldest_timestamp, 0);
+  // (The rate uses the wall clock; these records carry virtual times.)
+  // A topic named *.dlq counts too, even without a group; a stream group's
+  // "<topic>.<group>.dlq" names its source and group.
+  create_topic("manual.dlq", 1);
+  create_topic("orders.audit.dlq", 1);
+  infos = list();
+  ASSERT_EQ(infos.size(), 3u);
+  std::map<std::string, dlq_info> by_name;
+  for (auto& i : infos)
+    by_name[i.topic] = i;
+  EXPECT_EQ(by_name["manual.dlq"].source_topic, "");
+  EXPECT_TRUE(by_name["manual.dlq"].groups.empty());
+  EXPECT_EQ(by_name["orders.audit.dlq"].source_topic, "orders");
+  EXPECT_EQ(by_name["orders.audit.dlq"].groups,
+            std::vector<std::string>{"audit"});
+  EXPECT_EQ(by_name["orders.audit.dlq"].depth, 0);
+}
+
+TEST_F(DlqManagerTest, ShowDecodesHeadersAndFilters) {
+  create_topic("orders", 1);
+  dead_letter({"bad-apple", "ok", "bad-pear", "bad-plum"});
+  dlq_show_request req;
+  req.topic = dlq;
+  auto all = show(req);
+  ASSERT_EQ(all.records.size(), 3u);
+  EXPECT_TRUE(all.end_reached);
+  EXPECT_EQ(all.scanned, 3);
+  auto& r = all.records[0];
+  EXPECT_EQ(r.message.value, "bad-apple");
+  EXPECT_EQ(r.message.key, "k-bad-apple");
+  EXPECT_EQ(r.original_topic, "orders");
+  EXPECT_EQ(r.original_partition, 0);
+  EXPECT_EQ(r.original_offset, 0);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_EQ(r.error, "cannot parse bad-apple");
+  EXPECT_EQ(r.group, "workers");
+  EXPECT_GT(r.first_failure_ts, 0);
+  EXPECT_FALSE(r.redriven);
+  EXPECT_EQ(all.records[1].original_offset, 2);
+  // Filters.
+  req.grep = "pear";
+  auto pear = show(req);
+  ASSERT_EQ(pear.records.size(), 1u);
+  EXPECT_EQ(pear.records[0].message.value, "bad-pear");
+  req.grep.clear();
+  req.error_contains = "plum";
+  auto plum = show(req);
+  ASSERT_EQ(plum.records.size(), 1u);
+  EXPECT_EQ(plum.records[0].original_offset, 3);
+  // Paging: max_records 2 continues where it stopped.
+  dlq_show_request page;
+  page.topic = dlq;
+  page.max_records = 2;
+  auto p1 = show(page);
+  ASSERT_EQ(p1.records.size(), 2u);
+  EXPECT_FALSE(p1.end_reached);
+  ASSERT_EQ(p1.next_offsets.size(), 1u);
+  page.from_offset = p1.next_offsets[0].committed.value;
+  auto p2 = show(page);
+  ASSERT_EQ(p2.records.size(), 1u);
+  EXPECT_EQ(p2.records[0].message.value, "bad-plum");
+  EXPECT_TRUE(p2.end_reached);
+}
+
+TEST_F(DlqManagerTest, RedriveRoundTripProcessesRecordsOnce) {
+  create_topic("orders", 1);
+  dead_letter({"bad-1", "ok", "bad-2"});
+  ASSERT_EQ(list().at(0).depth, 2);
+  dlq_redrive_request req;
+  req.topic = dlq;
+  auto resp = redrive(req);
+  EXPECT_EQ(resp.redriven, 2);
+  EXPECT_EQ(resp.skipped, 0);
+  EXPECT_TRUE(resp.end_reached);
+  ASSERT_EQ(resp.reports.size(), 2u);
+  EXPECT_EQ(resp.reports[0].topic, "orders");
+  EXPECT_EQ(resp.reports[0].off, offset{3});
+  // The copies carry the redrive headers.
+  auto orders = read_all("orders");
+  ASSERT_EQ(orders.size(), 5u);
+  auto h = headers_of(orders[3]);
+  EXPECT_EQ(h["ferry-redriven-from"], dlq + "/0/0");
+  EXPECT_EQ(h["ferry-redrive-count"], "1");
+  EXPECT_EQ(orders[3].value, "bad-1");
+  EXPECT_EQ(orders[3].key, "k-bad-1");
+  // The group receives them once more, exactly once.
+  std::vector<std::string> seen;
+  for (int round = 0; round < 5; ++round) {
+    for (auto& m : receive()) {
+      seen.push_back(m.message.value);
+      settle(m, queue_ack_kind::ack);
+    }
+    advance(1000ms);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"bad-1", "bad-2"}));
+  // Marked: a second redrive skips them; list shows them redriven.
+  auto again = redrive(req);
+  EXPECT_EQ(again.redriven, 0);
+  EXPECT_EQ(again.skipped, 2);
+  auto info = list().at(0);
+  EXPECT_EQ(info.depth, 0);
+  EXPECT_EQ(info.redriven, 2);
+  dlq_show_request sr;
+  sr.topic = dlq;
+  EXPECT_TRUE(show(sr).records.at(0).redriven);
+  sr.include_redriven = false;
+  EXPECT_TRUE(show(sr).records.empty());
+  // The marks survive a node restart.
+  stop_node();
+  start_node();
+  EXPECT_EQ(redrive(req).skipped, 2);
+  EXPECT_EQ(list().at(0).redriven, 2);
+}
+
+TEST_F(DlqManagerTest, RedriveAgainAfterFailingKeepsACount) {
+  create_topic("orders", 1);
+  dead_letter({"bad-1"});
+  dlq_redrive_request req;
+  req.topic = dlq;
+  EXPECT_EQ(redrive(req).redriven, 1);
+  // It fails again: back in the DLQ with the redrive headers kept.
+  for (int round = 0; round < 3; ++round) {
+    for (auto& m : receive())
+      settle(m, queue_ack_kind::reject, "still broken");
+    advance(1000ms);
+  }
+  dlq_show_request sr;
+  sr.topic = dlq;
+  auto all = show(sr);
+  ASSERT_EQ(all.records.size(), 2u);
+  EXPECT_EQ(all.records[1].redrive_count, 1);
+  EXPECT_EQ(all.records[1].error, "still broken");
+  EXPECT_EQ(headers_of(all.records[1].message)["ferry-redriven-from"],
+            dlq + "/0/0");
+  auto second = redrive(req);
+  EXPECT_EQ(second.redriven, 1);
+  EXPECT_EQ(second.skipped, 1);
+  auto orders = read_all("orders");
+  EXPECT_EQ(headers_of(orders.back())["ferry-redrive-count"], "2");
+}
+
+TEST_F(DlqManagerTest, RetriedRedriveAfterACrashWritesOneCopy) {
+  create_topic("orders", 1);
+  dead_letter({"bad-1"});
+  dlq_redrive_request req;
+  req.topic = dlq;
+  ASSERT_EQ(redrive(req).redriven, 1);
+  // A crash between the produce and the mark: the mark is lost.
+  dlq_store ds{*store};
+  auto erased = ds.erase_below(dlq, partition_id{0}, offset{1});
+  ASSERT_TRUE(erased);
+  ASSERT_EQ(*erased, 1u);
+  auto again = redrive(req);
+  EXPECT_EQ(again.redriven, 1);
+  ASSERT_EQ(again.reports.size(), 1u);
+  EXPECT_EQ(again.reports[0].off, offset{1}); // the first copy's offset
+  EXPECT_EQ(read_all("orders").size(), 2u);   // original + one copy
+}
+
+TEST_F(DlqManagerTest, RedriveSelectsOffsetsTargetsAndChunks) {
+  create_topic("orders", 1);
+  create_topic("replay", 1);
+  dead_letter({"bad-0", "bad-1", "bad-2", "bad-3"});
+  dlq_redrive_request one;
+  one.topic = dlq;
+  one.to_topic = "replay";
+  one.offsets = {partition_offset{dlq, partition_id{0}, offset{2}, ""}};
+  auto r1 = redrive(one);
+  EXPECT_EQ(r1.redriven, 1);
+  auto replay = read_all("replay");
+  ASSERT_EQ(replay.size(), 1u);
+  EXPECT_EQ(replay[0].value, "bad-2");
+  // A range, in chunks of one.
+  dlq_redrive_request range;
+  range.topic = dlq;
+  range.partition = 0;
+  range.from_offset = 0;
+  range.to_offset = 1;
+  range.max_records = 1;
+  auto c1 = redrive(range);
+  EXPECT_EQ(c1.redriven, 1);
+  EXPECT_FALSE(c1.end_reached);
+  ASSERT_EQ(c1.next_offsets.size(), 1u);
+  range.from_offset = c1.next_offsets[0].committed.value;
+  auto c2 = redrive(range);
+  EXPECT_EQ(c2.redriven, 1);
+  auto c3 = redrive(range);
+  EXPECT_EQ(c3.redriven, 0);
+  EXPECT_TRUE(c3.end_reached);
+  EXPECT_EQ(list().at(0).depth, 1); // offset 3 left
+}
+
+TEST_F(DlqManagerTest, RateLimitedRedrivePacesWithVirtualTime) {
+  create_topic("orders", 1);
+  dead_letter({"bad-0", "bad-1", "bad-2", "bad-3"});
+  dlq_redrive_request req;
+  req.topic = dlq;
+  req.rate_per_second = 2;
+  auto r = ask<dlq_redrive_response>(redrive_atom_v, req);
+  EXPECT_FALSE(r->done); // the first goes at once, then 500 ms apart
+  advance(1000ms);
+  EXPECT_FALSE(r->done);
+  advance(1000ms);
+  ASSERT_TRUE(r->done);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  EXPECT_EQ(r->value->redriven, 4);
+}
+
+TEST_F(DlqManagerTest, PurgeMovesTheLogStartAndDropsMarks) {
+  create_topic("orders", 1);
+  dead_letter({"bad-0", "bad-1", "bad-2"});
+  dlq_redrive_request req;
+  req.topic = dlq;
+  req.offsets = {partition_offset{dlq, partition_id{0}, offset{0}, ""}};
+  ASSERT_EQ(redrive(req).redriven, 1);
+  dlq_purge_request pr;
+  pr.topic = dlq;
+  pr.before_offset = 2;
+  auto p1 = ok<dlq_purge_response>(purge_atom_v, pr);
+  EXPECT_EQ(p1.purged, 2);
+  ASSERT_EQ(p1.log_starts.size(), 1u);
+  EXPECT_EQ(p1.log_starts[0].committed, offset{2});
+  dlq_store ds{*store};
+  EXPECT_TRUE(ds.marked(dlq, partition_id{0}, offset{0}, offset{10})->empty());
+  dlq_show_request sr;
+  sr.topic = dlq;
+  auto left = show(sr);
+  ASSERT_EQ(left.records.size(), 1u);
+  EXPECT_EQ(left.records[0].message.value, "bad-2");
+  pr.before_offset = -1;
+  EXPECT_EQ(ok<dlq_purge_response>(purge_atom_v, pr).purged, 1);
+  auto info = list().at(0);
+  EXPECT_EQ(info.total, 0);
+  EXPECT_EQ(info.depth, 0);
+  EXPECT_EQ(info.oldest_timestamp, 0);
+}
+
+TEST_F(DlqManagerTest, DeletingTheDlqDropsItsMarks) {
+  create_topic("orders", 1);
+  dead_letter({"bad-0"});
+  dlq_redrive_request req;
+  req.topic = dlq;
+  ASSERT_EQ(redrive(req).redriven, 1);
+  dlq_store ds{*store};
+  EXPECT_EQ(ds.topics()->count(dlq), 1u);
+  ok<topic_metadata>(delete_atom_v, topic_atom_v, dlq);
+  advance(1000ms);
+  EXPECT_EQ(ds.topics()->count(dlq), 0u);
+}
+
+TEST_F(DlqManagerTest, BadRequestsGetSpecificErrors) {
+  create_topic("orders", 1);
+  create_topic("plain.dlq", 2);
+  dlq_show_request sr;
+  sr.topic = "nope.dlq";
+  EXPECT_TRUE(is(ask<dlq_show_response>(show_atom_v, sr)->err,
+                 ec::unknown_topic));
+  sr.topic = "orders";
+  EXPECT_TRUE(is(ask<dlq_show_response>(show_atom_v, sr)->err,
+                 ec::invalid_request));
+  sr.topic = "plain.dlq";
+  sr.partition = 5;
+  EXPECT_TRUE(is(ask<dlq_show_response>(show_atom_v, sr)->err,
+                 ec::unknown_partition));
+  dlq_purge_request pr;
+  pr.topic = "orders";
+  EXPECT_TRUE(is(ask<dlq_purge_response>(purge_atom_v, pr)->err,
+                 ec::invalid_request));
+  dlq_redrive_request rr;
+  rr.topic = "plain.dlq";
+  rr.to_topic = "missing";
+  EXPECT_TRUE(is(ask<dlq_redrive_response>(redrive_atom_v, rr)->err,
+                 ec::unknown_topic));
+  // A record without ferry-original-topic needs a target.
+  produce("plain.dlq", 1, {"x"});
+  rr.to_topic.clear();
+  EXPECT_TRUE(is(ask<dlq_redrive_response>(redrive_atom_v, rr)->err,
+                 ec::invalid_request));
+  rr.to_topic = "orders";
+  EXPECT_EQ(redrive(rr).redriven, 1);
+}
+
+} // namespace
+} // namespace ferry
