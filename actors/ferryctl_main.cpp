@@ -779,6 +779,29 @@ int group_describe(context& ctx) {
             << "  Assignor: " << (g.assignor.empty() ? "-" : g.assignor)
             << "  Generation: " << g.generation << "  Members: " << g.members.size()
             << '\n';
+  if (g.mode == "queue") {
+    // The queue group's settings and record counts (leases, retries, DLQ).
+    auto q = call<queue_group_description>(ctx, describe_atom_v, queue_atom_v,
+                                           ctx.opt.name);
+    auto& c = q.config;
+    std::cout << "Queue: max_attempts=" << c.max_attempts
+              << " backoff_ms=" << c.initial_backoff_ms << ".." << c.max_backoff_ms
+              << " (x" << c.backoff_multiplier << ", jitter " << c.jitter << ")"
+              << " visibility_ms=" << c.visibility_timeout_ms
+              << " ordering=" << c.ordering << " dlq="
+              << (c.dlq_topic.empty() ? "<topic>." + q.group + ".dlq" : c.dlq_topic)
+              << '\n';
+    std::vector<std::vector<std::string>> qrows;
+    for (auto& p : q.partitions)
+      qrows.push_back({p.topic, std::to_string(p.partition.value),
+                       std::to_string(p.available), std::to_string(p.leased),
+                       std::to_string(p.delayed), std::to_string(p.dead_letter_pending),
+                       p.dlq_topic, std::to_string(p.dead_lettered)});
+    if (!qrows.empty())
+      print_table({"TOPIC", "PARTITION", "AVAILABLE", "LEASED", "RETRYING", "TO_DLQ", "DLQ",
+                   "DEAD_LETTERED"},
+                  qrows);
+  }
   std::vector<std::vector<std::string>> rows;
   for (auto& p : g.partitions)
     rows.push_back({p.topic, std::to_string(p.partition.value), offset_text(p.committed),

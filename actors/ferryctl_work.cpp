@@ -95,6 +95,9 @@ struct work_options {
   std::optional<int32_t> max_attempts;
   std::optional<int64_t> backoff_ms;
   std::optional<int64_t> visibility_ms;
+  std::optional<int64_t> max_backoff_ms;
+  std::optional<std::string> ordering;
+  std::optional<std::string> dlq_topic;
   int64_t request_timeout_ms = 30000;
 };
 
@@ -477,7 +480,8 @@ struct work_failure {
 void apply_group_settings(caf::scoped_actor& self, broker_actor broker,
                           milliseconds timeout) {
   auto& o = opts();
-  if (!o.max_attempts && !o.backoff_ms && !o.visibility_ms)
+  if (!o.max_attempts && !o.backoff_ms && !o.visibility_ms && !o.max_backoff_ms
+      && !o.ordering && !o.dlq_topic)
     return;
   std::optional<queue_group_config> current;
   caf::error err;
@@ -495,6 +499,15 @@ void apply_group_settings(caf::scoped_actor& self, broker_actor broker,
   }
   if (o.visibility_ms)
     qc.visibility_timeout_ms = *o.visibility_ms;
+  if (o.max_backoff_ms) {
+    qc.max_backoff_ms = *o.max_backoff_ms;
+    if (!o.backoff_ms)
+      qc.initial_backoff_ms = std::min(qc.initial_backoff_ms, *o.max_backoff_ms);
+  }
+  if (o.ordering)
+    qc.ordering = *o.ordering;
+  if (o.dlq_topic) // the broker refuses to change it on an existing group
+    qc.dlq_topic = *o.dlq_topic;
   if (current && *current == qc)
     return;
   err = caf::error{};
@@ -696,7 +709,11 @@ int run_stream(caf::actor_system& sys, connection_actor conn, milliseconds max_i
   dcfg.group = o.group;
   dcfg.retry.max_attempts = o.max_attempts.value_or(5);
   dcfg.retry.initial_backoff = milliseconds{o.backoff_ms.value_or(1000)};
-  dcfg.retry.max_backoff = std::max(dcfg.retry.initial_backoff, milliseconds{60000});
+  dcfg.retry.max_backoff = o.max_backoff_ms
+                             ? milliseconds{*o.max_backoff_ms}
+                             : std::max(dcfg.retry.initial_backoff, milliseconds{60000});
+  if (o.dlq_topic)
+    dcfg.dlq_topic = *o.dlq_topic;
   dcfg.request_timeout = timeout;
   stream_dlq helper{sys, conn, *prod, dcfg};
   child_registry reg;
@@ -860,6 +877,16 @@ void add_work_command(CLI::App& app, std::function<void()> on_selected) {
   w->add_option("--visibility-ms", o.visibility_ms,
                 "lease time in ms (queue mode: sets the group's config)")
     ->check(CLI::Range(int64_t{1}, int64_t{43200000}));
+  w->add_option("--max-backoff-ms", o.max_backoff_ms,
+                "cap of the retry backoff in ms (queue: sets the group's config)")
+    ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
+  w->add_option("--ordering", o.ordering,
+                "none (any member, any record) or key (one record of a key at a "
+                "time, in order; queue: sets the group's config)")
+    ->check(CLI::IsMember({"none", "key"}));
+  w->add_option("--dlq-topic", o.dlq_topic,
+                "dead-letter topic (default <topic>.<group>.dlq; queue: only when "
+                "the group is created)");
   w->callback(std::move(on_selected));
 }
 
@@ -872,6 +899,9 @@ int run_work(caf::actor_system& sys, connection_actor conn, broker_actor broker)
                          + "': expected e.g. 20s, 500ms, 2m"};
     if (o.mode == "stream" && o.visibility_ms)
       throw work_failure{"invalid_config: --visibility-ms is for --mode queue"};
+    if (o.mode == "stream" && o.ordering)
+      throw work_failure{"invalid_config: --ordering is for --mode queue (a stream "
+                         "group keeps each partition in order)"};
     // Children may exit without reading stdin: EPIPE, not SIGPIPE.
     std::signal(SIGPIPE, SIG_IGN);
     std::signal(SIGINT, on_stop_signal);

@@ -529,6 +529,45 @@ TEST(QueueWork, FerryctlWorkAcksDeadLettersRejectsAndExhaustedNacks) {
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
+// Every queue setting can be chosen from the command line, and `group
+// describe` shows them; what cannot change is refused with its reason.
+TEST(QueueWork, FerryctlWorkSetsOrderingBackoffCapAndDlqTopic) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  create_topic(broker, "ord", 1);
+  produce_lines(broker, "ord");
+  auto r = ctl(broker,
+               {"work", "ord", "--group", "og", "--exec", "exit 1", "--max-idle", "2s",
+                "--max-attempts", "2", "--backoff-ms", "20", "--max-backoff-ms", "40",
+                "--ordering", "key", "--dlq-topic", "ord-dead"},
+               90s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dead-letter after 2 attempts"), std::string::npos) << r.out;
+  auto d = ctl(broker, {"group", "describe", "og"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("Queue: max_attempts=2 backoff_ms=20..40"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("ordering=key dlq=ord-dead"), std::string::npos) << d.out;
+  // Every record failed twice: all five are in the chosen DLQ.
+  auto list = ctl(broker, {"dlq", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("ord-dead"), std::string::npos) << list.out;
+  EXPECT_EQ(dlq_records(broker, "ord-dead", 5).size(), 5u);
+  // The DLQ topic of an existing group is fixed; ordering is for queue mode.
+  auto fixed = ctl(broker, {"work", "ord", "--group", "og", "--exec", "true", "--max-idle",
+                            "1s", "--dlq-topic", "elsewhere"});
+  EXPECT_NE(fixed.exit_code, 0);
+  EXPECT_NE(fixed.err.find("cannot be altered"), std::string::npos) << fixed.err;
+  auto stream = ctl(broker, {"work", "ord", "--group", "sg2", "--mode", "stream", "--exec",
+                             "true", "--ordering", "key"});
+  EXPECT_NE(stream.exit_code, 0);
+  EXPECT_NE(stream.err.find("--ordering is for --mode queue"), std::string::npos)
+    << stream.err;
+  auto bad = ctl(broker, {"work", "ord", "--group", "og", "--exec", "true", "--ordering",
+                          "random"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(broker.stop(20s), 0) << broker.output();
+}
+
 // -- (c) SIGTERM releases the worker's leases -------------------------------------------------
 
 TEST(QueueWork, SigtermStopsTheWorkerAndReleasesItsLeases) {
