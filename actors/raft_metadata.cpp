@@ -1,0 +1,473 @@
+#include "actors/raft_metadata.hpp"
+
+#include "actors/raft_node.hpp"
+#include "broker/error.hpp"
+#include "broker/logging.hpp"
+#include "broker/topic_config.hpp"
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace ferry {
+
+namespace {
+
+constexpr uint8_t command_version = 1;
+constexpr uint8_t snapshot_version = 1;
+constexpr uint8_t result_ok = 0;
+constexpr uint8_t result_error = 1;
+
+/// Serializes `xs...` after the bytes already in `prefix`.
+template <class... Ts>
+std::string serialize(std::vector<char> buf, Ts&... xs) {
+  caf::binary_serializer sink{nullptr, buf};
+  if (auto err = sink(xs...))
+    return {}; // cannot happen for these plain types
+  return std::string{buf.begin(), buf.end()};
+}
+
+std::string command_head(metadata_command k) {
+  return {static_cast<char>(command_version), static_cast<char>(k)};
+}
+
+template <class... Ts>
+std::string encode_command(metadata_command k, Ts... xs) {
+  auto head = command_head(k);
+  return serialize(std::vector<char>{head.begin(), head.end()}, xs...);
+}
+
+template <class T>
+std::string encode_ok(T x) {
+  return serialize(std::vector<char>{static_cast<char>(result_ok)}, x);
+}
+
+std::string encode_error(const caf::error& err) {
+  auto code = static_cast<uint8_t>(code_of(err));
+  std::string context;
+  if (code == 0) {
+    code = static_cast<uint8_t>(ec::invalid_request);
+    context = describe(err);
+  } else if (err.context().match_elements<std::string>()) {
+    context = err.context().get_as<std::string>(0);
+  }
+  return serialize(std::vector<char>{static_cast<char>(result_error)}, code,
+                   context);
+}
+
+template <class T>
+caf::expected<T> decode_result(std::string_view s) {
+  if (s.empty())
+    return make_error(ec::corrupt_segment, "empty metadata result");
+  caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
+  if (static_cast<uint8_t>(s[0]) == result_error) {
+    uint8_t code = 0;
+    std::string context;
+    if (auto err = source(code, context))
+      return make_error(ec::corrupt_segment, "metadata result does not decode");
+    return make_error(static_cast<ec>(code), std::move(context));
+  }
+  T x;
+  if (auto err = source(x))
+    return make_error(ec::corrupt_segment, "metadata result does not decode");
+  return x;
+}
+
+caf::error unknown_topic(const std::string& name) {
+  return make_error(ec::unknown_topic, "topic " + name + " does not exist");
+}
+
+} // namespace
+
+std::string encode_create_topic(const std::string& name,
+                                const topic_config& tc) {
+  return encode_command(metadata_command::create, name, tc);
+}
+
+std::string encode_delete_topic(const std::string& name) {
+  return encode_command(metadata_command::remove, name);
+}
+
+std::string encode_alter_topic(const std::string& name,
+                               const std::map<std::string, std::string>& ch) {
+  return encode_command(metadata_command::alter, name, ch);
+}
+
+std::string encode_add_partitions(const std::string& name, int32_t n) {
+  return encode_command(metadata_command::add_parts, name, n);
+}
+
+std::string encode_init_pid() {
+  return command_head(metadata_command::init_pid);
+}
+
+caf::expected<topic_metadata> decode_topic_result(std::string_view result) {
+  return decode_result<topic_metadata>(result);
+}
+
+caf::expected<producer_identity> decode_pid_result(std::string_view result) {
+  return decode_result<producer_identity>(result);
+}
+
+// -- metadata_state_machine ---------------------------------------------------
+
+namespace {
+
+class machine_adapter : public raft_state_machine {
+public:
+  explicit machine_adapter(std::shared_ptr<metadata_state_machine> m)
+    : m_(std::move(m)) {
+  }
+  std::string apply(uint64_t index, std::string_view command) override {
+    return m_->apply(index, command);
+  }
+  std::string snapshot() override { return m_->snapshot(); }
+  caf::error restore(uint64_t index, std::string_view s) override {
+    return m_->restore(index, s);
+  }
+
+private:
+  std::shared_ptr<metadata_state_machine> m_;
+};
+
+} // namespace
+
+metadata_state_machine::metadata_state_machine(std::vector<int32_t> voters,
+                                               int16_t max_replication_factor)
+  : voters_(std::move(voters)), max_rf_(max_replication_factor) {
+  std::sort(voters_.begin(), voters_.end());
+  auto n = static_cast<int16_t>(std::max<size_t>(voters_.size(), 1));
+  max_rf_ = std::max<int16_t>(1, std::min(max_rf_, n));
+}
+
+std::shared_ptr<raft_state_machine>
+metadata_state_machine::adapter(std::shared_ptr<metadata_state_machine> m) {
+  return std::make_shared<machine_adapter>(std::move(m));
+}
+
+int16_t metadata_state_machine::max_replication_factor() const {
+  return max_rf_;
+}
+
+partition_assignment metadata_state_machine::assignment(int32_t p,
+                                                        int16_t rf) const {
+  partition_assignment pa;
+  pa.partition = partition_id{p};
+  pa.epoch = leader_epoch{0};
+  auto n = voters_.size();
+  for (int16_t k = 0; k < rf && n > 0; ++k)
+    pa.replicas.push_back(
+      voters_[(static_cast<size_t>(p) + static_cast<size_t>(k)) % n]);
+  pa.leader = pa.replicas.empty() ? -1 : pa.replicas.front();
+  pa.isr = pa.replicas;
+  return pa;
+}
+
+std::string metadata_state_machine::apply(uint64_t, std::string_view command) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  last_was_pid_ = false;
+  auto md = apply_command(command);
+  if (!md)
+    return encode_error(md.error());
+  if (last_was_pid_)
+    return encode_ok(last_pid_);
+  notify_locked();
+  return encode_ok(*md);
+}
+
+caf::expected<topic_metadata>
+metadata_state_machine::apply_command(std::string_view command) {
+  if (command.size() < 2 || static_cast<uint8_t>(command[0]) != command_version)
+    return make_error(ec::invalid_request,
+                      "metadata command has an unknown version");
+  auto kind = static_cast<metadata_command>(command[1]);
+  caf::binary_deserializer source{nullptr, command.data() + 2,
+                                  command.size() - 2};
+  auto bad = [] {
+    return make_error(ec::invalid_request, "metadata command does not decode");
+  };
+  std::string name;
+  switch (kind) {
+    case metadata_command::create: {
+      topic_config tc;
+      if (source(name, tc) || source.remaining() != 0)
+        return bad();
+      if (auto err = validate_topic_name(name))
+        return err;
+      if (auto err = validate_topic_config(tc, max_rf_))
+        return err;
+      if (topics_.count(name) > 0)
+        return make_error(ec::topic_exists,
+                          "topic " + name + " already exists");
+      topic_metadata md;
+      md.name = name;
+      md.config = tc;
+      for (int32_t p = 0; p < tc.partitions; ++p)
+        md.partitions.push_back(assignment(p, tc.replication_factor));
+      topics_.emplace(name, md);
+      log::info("metadata: created topic {} with {} partitions", name,
+                tc.partitions);
+      return md;
+    }
+    case metadata_command::remove: {
+      if (source(name) || source.remaining() != 0)
+        return bad();
+      auto i = topics_.find(name);
+      if (i == topics_.end())
+        return unknown_topic(name);
+      auto md = std::move(i->second);
+      topics_.erase(i);
+      log::info("metadata: deleted topic {}", name);
+      return md;
+    }
+    case metadata_command::alter: {
+      std::map<std::string, std::string> changes;
+      if (source(name, changes) || source.remaining() != 0)
+        return bad();
+      auto i = topics_.find(name);
+      if (i == topics_.end())
+        return unknown_topic(name);
+      auto tc = apply_topic_config(i->second.config, changes, max_rf_);
+      if (!tc)
+        return std::move(tc.error());
+      i->second.config = *tc;
+      return i->second;
+    }
+    case metadata_command::add_parts: {
+      int32_t n = 0;
+      if (source(name, n) || source.remaining() != 0)
+        return bad();
+      auto i = topics_.find(name);
+      if (i == topics_.end())
+        return unknown_topic(name);
+      auto have = i->second.config.partitions;
+      if (n <= have)
+        return make_error(ec::invalid_request,
+                          "topic " + name + " has " + std::to_string(have)
+                            + " partitions; it can only grow, not to "
+                            + std::to_string(n));
+      if (auto err = validate_partition_count(n))
+        return err;
+      auto& md = i->second;
+      md.config.partitions = n;
+      for (int32_t p = have; p < n; ++p)
+        md.partitions.push_back(assignment(p, md.config.replication_factor));
+      return md;
+    }
+    case metadata_command::init_pid: {
+      if (command.size() != 2)
+        return bad();
+      last_pid_ = producer_identity{};
+      last_pid_.id = producer_id{next_producer_id_++};
+      last_pid_.epoch = 0;
+      last_was_pid_ = true;
+      return topic_metadata{};
+    }
+  }
+  return make_error(ec::invalid_request, "unknown metadata command kind "
+                                           + std::to_string(command[1]));
+}
+
+std::string metadata_state_machine::snapshot() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto list = topics_locked();
+  auto next = next_producer_id_;
+  return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
+                   next, list);
+}
+
+caf::error metadata_state_machine::restore(uint64_t index,
+                                           std::string_view s) {
+  if (s.empty() || static_cast<uint8_t>(s[0]) != snapshot_version)
+    return make_error(ec::corrupt_segment,
+                      "metadata snapshot has an unknown version");
+  int64_t next = 0;
+  std::vector<topic_metadata> list;
+  caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
+  if (source(next, list) || source.remaining() != 0)
+    return make_error(ec::corrupt_segment,
+                      "metadata snapshot at " + std::to_string(index)
+                        + " does not decode");
+  std::lock_guard<std::mutex> guard{mtx_};
+  topics_.clear();
+  for (auto& md : list)
+    topics_.emplace(md.name, std::move(md));
+  next_producer_id_ = next;
+  log::info("metadata: restored {} topics from the snapshot at {}",
+            topics_.size(), index);
+  notify_locked();
+  return caf::none;
+}
+
+std::vector<topic_metadata> metadata_state_machine::topics_locked() const {
+  std::vector<topic_metadata> out;
+  out.reserve(topics_.size());
+  for (auto& [name, md] : topics_)
+    out.push_back(md);
+  return out;
+}
+
+std::vector<topic_metadata> metadata_state_machine::topics() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return topics_locked();
+}
+
+caf::expected<topic_metadata>
+metadata_state_machine::topic(const std::string& name) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = topics_.find(name);
+  if (i == topics_.end())
+    return unknown_topic(name);
+  return i->second;
+}
+
+void metadata_state_machine::notify_locked() {
+  if (subscribers_.empty())
+    return;
+  auto list = topics_locked();
+  for (auto& sub : subscribers_)
+    send_locked(sub, list);
+}
+
+void metadata_state_machine::send_locked(const caf::actor& to,
+                                         std::vector<topic_metadata> list) {
+  if (!to)
+    return;
+  auto from = caf::actor_cast<caf::strong_actor_ptr>(sender_);
+  caf::actor_cast<caf::abstract_actor*>(to)->enqueue(
+    std::move(from), caf::make_message_id(),
+    caf::make_message(update_atom_v, std::move(list)), nullptr);
+}
+
+void metadata_state_machine::set_sender(caf::actor_addr sender) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  sender_ = std::move(sender);
+}
+
+void metadata_state_machine::add_subscriber(caf::actor listener) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (std::find(subscribers_.begin(), subscribers_.end(), listener)
+      == subscribers_.end())
+    subscribers_.push_back(listener);
+  send_locked(listener, topics_locked());
+}
+
+void metadata_state_machine::remove_subscriber(
+  const caf::actor_addr& listener) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  subscribers_.erase(std::remove_if(subscribers_.begin(), subscribers_.end(),
+                                    [&](const caf::actor& a) {
+                                      return a.address() == listener;
+                                    }),
+                     subscribers_.end());
+}
+
+// -- raft_metadata ------------------------------------------------------------
+
+namespace {
+
+using self_ptr = metadata_actor::stateful_pointer<raft_metadata_state>;
+
+caf::error map_request_error(caf::error err) {
+  if (err == caf::sec::request_timeout)
+    return make_error(ec::request_timed_out,
+                      "the metadata change did not commit in time (no quorum "
+                      "reachable?); it may still commit later");
+  return err;
+}
+
+/// Proposes `cmd`; the response decodes the result with `decode`.
+template <class T, class Decode>
+caf::result<T> propose(self_ptr self, std::string cmd, Decode decode) {
+  auto rp = self->make_response_promise<T>();
+  self
+    ->request(self->state.cfg.raft, self->state.cfg.request_timeout,
+              propose_atom_v, std::move(cmd))
+    .then(
+      [rp, decode](const raft_applied& r) mutable {
+        auto x = decode(r.result);
+        if (x)
+          rp.deliver(std::move(*x));
+        else
+          rp.deliver(std::move(x.error()));
+      },
+      [rp](caf::error& err) mutable {
+        rp.deliver(map_request_error(std::move(err)));
+      });
+  return rp;
+}
+
+caf::result<topic_metadata> propose_topic(self_ptr self, std::string cmd) {
+  return propose<topic_metadata>(self, std::move(cmd), decode_topic_result);
+}
+
+} // namespace
+
+metadata_actor::behavior_type
+raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
+              raft_metadata_config cfg) {
+  self->state.cfg = std::move(cfg);
+  if (!self->state.cfg.raft || !self->state.cfg.machine) {
+    log::error("raft metadata: raft node and state machine needed");
+    self->quit(make_error(ec::invalid_argument,
+                          "raft metadata: raft node and machine needed"));
+  }
+  if (self->state.cfg.machine)
+    self->state.cfg.machine->set_sender(self->address());
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    if (self->state.cfg.machine)
+      self->state.cfg.machine->remove_subscriber(dm.source);
+  });
+  return {
+    [self](create_atom, topic_atom, const std::string& name,
+           const topic_config& tc) -> caf::result<topic_metadata> {
+      // The same checks run again when the command applies; checking here
+      // keeps bad input out of the log.
+      if (auto err = validate_topic_name(name))
+        return err;
+      if (auto err = validate_topic_config(
+            tc, self->state.cfg.machine->max_replication_factor()))
+        return err;
+      return propose_topic(self, encode_create_topic(name, tc));
+    },
+    [self](delete_atom, topic_atom,
+           const std::string& name) -> caf::result<topic_metadata> {
+      return propose_topic(self, encode_delete_topic(name));
+    },
+    [self](list_atom, topic_atom) -> caf::result<std::vector<topic_metadata>> {
+      return self->state.cfg.machine->topics();
+    },
+    [self](describe_atom, topic_atom,
+           const std::string& name) -> caf::result<topic_metadata> {
+      auto md = self->state.cfg.machine->topic(name);
+      if (!md)
+        return std::move(md.error());
+      return std::move(*md);
+    },
+    [self](alter_atom, topic_atom, const std::string& name,
+           const std::map<std::string, std::string>& changes)
+      -> caf::result<topic_metadata> {
+      return propose_topic(self, encode_alter_topic(name, changes));
+    },
+    [self](add_parts_atom, const std::string& name,
+           int32_t n) -> caf::result<topic_metadata> {
+      return propose_topic(self, encode_add_partitions(name, n));
+    },
+    [self](init_pid_atom) -> caf::result<producer_identity> {
+      return propose<producer_identity>(self, encode_init_pid(),
+                                        decode_pid_result);
+    },
+    [self](subscribe_atom, const caf::actor& listener) {
+      if (!listener)
+        return;
+      self->monitor(listener);
+      self->state.cfg.machine->add_subscriber(listener);
+    },
+  };
+}
+
+} // namespace ferry

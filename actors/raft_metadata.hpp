@@ -1,0 +1,155 @@
+#pragma once
+// raft_metadata: the metadata_actor of a Raft quorum. Same interface and the
+// same validation rules as local_metadata (broker/topic_config.hpp: topic
+// names, config keys, replication factor), but every change is a command
+// replicated through the local raft_node (actors/raft_node.hpp) and applied
+// by a metadata_state_machine on every node.
+//
+// Commands and results use CAF's binary_serializer (the encoding
+// local_metadata already uses for its records):
+//   command: version byte 1, kind byte (metadata_command), then the fields:
+//     create:    name, topic_config
+//     remove:    name
+//     alter:     name, map<string,string>
+//     add_parts: name, int32 count
+//     init_pid:  nothing
+//   result:  byte 0 then the topic_metadata / producer_identity, or
+//            byte 1 then the ferry error code (uint8) and its context string.
+//   snapshot: version byte 1, next producer id (int64), all topic_metadata.
+// Validation happens when a command is applied (so duplicates racing through
+// the log are decided by log order, identically on every node); the leader
+// also checks names and configs before proposing, with the same functions,
+// so bad input never enters the log.
+//
+// Writes: forwarded to the local raft node. On a follower it answers
+// not_leader with context "... leader=<id>" (-1 unknown); clients retry at
+// that node (no forwarding). A leader cut off from the quorum answers
+// request_timed_out after request_timeout (the change may still commit
+// later).
+//
+// Reads (list, describe) come from the locally applied state: on a follower
+// they may lag the leader by the entries not yet applied there.
+//
+// Subscribers: (update_atom, all topics) now and after every applied change
+// (and after a snapshot restore) on every node, followers included, in apply
+// order. The state machine sends them from the raft node's actor but with
+// the raft_metadata actor as the sender (as local_metadata does: the node
+// ignores topic updates from anyone but its metadata actor). init_pid does not
+// change topics and sends nothing. Terminated subscribers are dropped.
+//
+// Partition assignment is deterministic: partition p of a topic with
+// replication factor rf gets replicas voters[(p + k) % n] for k < rf, leader
+// = the first replica, isr = replicas, epoch 0. The replication factor may
+// be at most min(max_replication_factor, number of voters).
+//
+// Producer ids: the next id is part of the replicated state; each init_pid
+// is one log entry, so ids are unique across leader changes and restarts.
+
+#include "actors/interfaces.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+class raft_state_machine;
+
+/// The kinds of replicated metadata commands (values are stable: they are in
+/// the log).
+enum class metadata_command : uint8_t {
+  create = 1,
+  remove = 2,
+  alter = 3,
+  add_parts = 4,
+  init_pid = 5,
+};
+
+/// Command encoders (see the file comment).
+std::string encode_create_topic(const std::string& name,
+                                const topic_config& tc);
+std::string encode_delete_topic(const std::string& name);
+std::string encode_alter_topic(const std::string& name,
+                               const std::map<std::string, std::string>& ch);
+std::string encode_add_partitions(const std::string& name, int32_t n);
+std::string encode_init_pid();
+
+/// Result decoders: the value, or the ferry error apply() returned.
+caf::expected<topic_metadata> decode_topic_result(std::string_view result);
+caf::expected<producer_identity> decode_pid_result(std::string_view result);
+
+/// The replicated metadata state. apply/snapshot/restore run in the raft
+/// node's actor; the read accessors and add_subscriber in the raft_metadata
+/// actor, so all of them lock one mutex.
+class metadata_state_machine {
+public:
+  /// `voters`: the quorum's node ids (the same list on every node).
+  metadata_state_machine(std::vector<int32_t> voters,
+                         int16_t max_replication_factor);
+
+  /// A raft_state_machine adapter that drives this object.
+  static std::shared_ptr<raft_state_machine>
+  adapter(std::shared_ptr<metadata_state_machine> m);
+
+  /// Applies one committed command; returns the encoded result.
+  std::string apply(uint64_t index, std::string_view command);
+  std::string snapshot();
+  caf::error restore(uint64_t index, std::string_view snapshot);
+
+  std::vector<topic_metadata> topics() const;
+  caf::expected<topic_metadata> topic(const std::string& name) const;
+  /// The largest replication factor a create accepts.
+  int16_t max_replication_factor() const;
+  /// Sets the sender of topic updates (the raft_metadata actor; held weakly).
+  void set_sender(caf::actor_addr sender);
+  /// Adds a listener and sends it the current topic list.
+  void add_subscriber(caf::actor listener);
+  /// Drops a terminated listener.
+  void remove_subscriber(const caf::actor_addr& listener);
+
+private:
+  caf::expected<topic_metadata> apply_command(std::string_view command);
+  std::vector<topic_metadata> topics_locked() const;
+  void notify_locked();
+  void send_locked(const caf::actor& to, std::vector<topic_metadata> list);
+  partition_assignment assignment(int32_t p, int16_t rf) const;
+
+  mutable std::mutex mtx_;
+  std::vector<int32_t> voters_;
+  int16_t max_rf_;
+  std::map<std::string, topic_metadata> topics_;
+  int64_t next_producer_id_ = 0;
+  producer_identity last_pid_;
+  bool last_was_pid_ = false;
+  std::vector<caf::actor> subscribers_;
+  caf::actor_addr sender_;
+};
+
+struct raft_metadata_config {
+  /// The local raft node whose state machine is `machine`'s adapter.
+  raft_actor raft;
+  std::shared_ptr<metadata_state_machine> machine;
+  /// How long a write waits for its entry to commit.
+  caf::timespan request_timeout = std::chrono::seconds{5};
+};
+
+struct raft_metadata_state {
+  raft_metadata_config cfg;
+  static inline const char* name = "raft-metadata";
+};
+
+/// The metadata actor over a raft node. @pre cfg.raft and cfg.machine set.
+metadata_actor::behavior_type
+raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
+              raft_metadata_config cfg);
+
+} // namespace ferry
