@@ -446,6 +446,8 @@ QString ferry_client::connect_to(const QString& address) {
         [g, addr](connect_atom, broker_actor b) {
           bool up = static_cast<bool>(b);
           g->post([up, addr](ferry_client* q) {
+            if (q->address() != addr)
+              return; // a replaced connection's late news
             emit q->connection_changed(up, up ? QStringLiteral("connected to %1").arg(addr)
                                               : QStringLiteral("lost %1, reconnecting")
                                                   .arg(addr));

@@ -106,10 +106,16 @@ main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl me
             state_->setText(detail);
             state_->setStyleSheet(up ? QString{} : QStringLiteral("color: #c02020"));
             log(detail, !up);
-            if (up)
+            if (up) {
+              // Only an address that answered becomes a recent cluster.
+              auto before = recent_clusters();
+              remember_cluster(client_->address());
+              if (recent_clusters() != before)
+                show_recent(client_->address());
               refresh();
-            else
+            } else {
               mark_unreachable();
+            }
           });
   connect(client_, &ferry_client::cluster_updated, this, [this](const cluster_snapshot& snap) {
     last_snapshot_ = snap;
@@ -183,20 +189,21 @@ void main_window::connect_to(const QString& address) {
     log(QStringLiteral("cannot connect: %1").arg(err), true);
     return;
   }
-  remember_cluster(address.trimmed());
-  {
-    // The drop-down lists the recent clusters, this one first.
-    QSignalBlocker block(address_);
-    address_->clear();
-    address_->addItems(recent_clusters());
-    address_->setCurrentText(address.trimmed());
-  }
+  // Remembered once connected (connection_changed), not before.
   state_->setText(QStringLiteral("connecting to %1…").arg(address));
   if (metrics_fixed_)
     metrics_->start();
   if (!timer_->isActive())
     timer_->start(2000);
   refresh();
+}
+
+void main_window::show_recent(const QString& current) {
+  // The drop-down lists the recent clusters, the current one shown.
+  QSignalBlocker block(address_);
+  address_->clear();
+  address_->addItems(recent_clusters());
+  address_->setCurrentText(current);
 }
 
 void main_window::set_refresh_interval_ms(int ms) {

@@ -38,7 +38,8 @@ public:
   main_window(ferry_client* client, metrics_sampler* metrics, QUrl metrics_url = {},
               QWidget* parent = nullptr);
 
-  /// Connects to "HOST:PORT" and remembers it among the recent clusters.
+  /// Connects to "HOST:PORT"; once connected, it is remembered among the
+  /// recent clusters (an address that never answers is not).
   void connect_to(const QString& address);
   /// Asks for everything now (also done by the refresh timer).
   void refresh();
@@ -63,6 +64,8 @@ public:
 
 private:
   void log(const QString& line, bool error);
+  /// Refills the address drop-down from the recent clusters.
+  void show_recent(const QString& current);
   void show_snapshot(const cluster_snapshot& snap);
   /// The connection is lost: the node we talk to and the partitions it
   /// leads are shown as down / offline until it answers again.

@@ -281,16 +281,25 @@ void topics_view::delete_topic() {
 }
 
 void topics_view::alter_config() {
-  auto name = selected_topic();
-  if (name.isEmpty())
+  auto* row = topics_->row_at(selected_row(topic_table_));
+  if (row == nullptr)
     return;
+  auto name = row->name;
+  auto current = row->config;
+  // The dialog starts with the topic's config, one key=value per line: the
+  // operator edits rather than retypes, and only the keys whose value
+  // changed (or that are new) are sent.
+  QStringList lines;
+  for (auto i = current.begin(); i != current.end(); ++i)
+    lines << QStringLiteral("%1=%2").arg(i.key(), i.value());
   bool ok = false;
-  auto text = QInputDialog::getText(this, QStringLiteral("Alter config of %1").arg(name),
-                                    QStringLiteral("key=value, ... (retention.ms, "
-                                                   "retention.bytes, segment.bytes, "
-                                                   "segment.ms, max.message.bytes, "
-                                                   "min.insync.replicas)"),
-                                    QLineEdit::Normal, {}, &ok);
+  auto text = QInputDialog::getMultiLineText(this, QStringLiteral("Alter config of %1").arg(name),
+                                             QStringLiteral("key=value, one per line "
+                                                            "(retention.ms, retention.bytes, "
+                                                            "segment.bytes, segment.ms, "
+                                                            "max.message.bytes, "
+                                                            "min.insync.replicas)"),
+                                             lines.join('\n'), &ok);
   if (!ok || text.trimmed().isEmpty())
     return;
   QMap<QString, QString> config;
@@ -298,7 +307,15 @@ void topics_view::alter_config() {
     emit client_->failed(QStringLiteral("alter topic %1").arg(name), err);
     return;
   }
-  client_->alter_topic(name, config);
+  QMap<QString, QString> changed;
+  for (auto i = config.begin(); i != config.end(); ++i)
+    if (!current.contains(i.key()) || current.value(i.key()) != i.value())
+      changed.insert(i.key(), i.value());
+  if (changed.isEmpty()) {
+    emit client_->done(QStringLiteral("topic %1 config unchanged").arg(name));
+    return;
+  }
+  client_->alter_topic(name, changed);
 }
 
 // -- groups ----------------------------------------------------------------------

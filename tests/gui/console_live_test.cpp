@@ -38,6 +38,7 @@
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTabWidget>
+#include <QTcpServer>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
@@ -449,34 +450,62 @@ void console_live_test::recent_clusters_are_remembered() {
       out << box->itemText(i);
     return out;
   };
+  // A port nobody listens on: bound for a moment, then released.
+  quint16 dead_port = 0;
+  {
+    QTcpServer probe;
+    QVERIFY(probe.listen(QHostAddress::LocalHost, 0));
+    dead_port = probe.serverPort();
+  }
+  const auto dead = QStringLiteral("127.0.0.1:%1").arg(dead_port);
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  const auto live = QString::fromStdString(d.endpoint());
   {
     ferry_client client;
+    client.set_request_timeout_ms(1000);
     metrics_sampler sampler;
     main_window w(&client, &sampler, QUrl(QStringLiteral("http://127.0.0.1:1/metrics")));
     w.set_refresh_interval_ms(60000);
     QVERIFY(items(w).isEmpty());
-    // Nothing listens there: the addresses are well formed, which is all
-    // remembering needs.
-    w.connect_to(QStringLiteral("127.0.0.1:1"));
-    w.connect_to(QStringLiteral(" 127.0.0.1:2 "));
-    w.connect_to(QStringLiteral("127.0.0.1:1"));
+    // Refused: the requests fail (so the attempt is over), nothing is
+    // remembered.
+    w.connect_to(dead);
+    QTRY_VERIFY_WITH_TIMEOUT(contains_event(w, QStringLiteral("cluster describe failed")), 20000);
+    QVERIFY(items(w).isEmpty());
+    QVERIFY(QSettings().value("recent_clusters").toStringList().isEmpty());
+    // A node that answers is remembered once connected.
+    w.connect_to(QStringLiteral(" %1 ").arg(live));
+    QTRY_VERIFY_WITH_TIMEOUT(contains_event(w, QStringLiteral("connected to %1").arg(live)),
+                             20000);
+    QCOMPARE(items(w), QStringList({live}));
     w.connect_to(QStringLiteral("127.0.0.1:http")); // malformed: logged, not remembered
     QVERIFY(contains_event(w, QStringLiteral("cannot connect")));
-    // The open window's drop-down follows, most recent first, no duplicates.
-    QCOMPARE(items(w), QStringList({"127.0.0.1:1", "127.0.0.1:2"}));
+    w.connect_to(dead); // refused again: still only the live one
+    w.connect_to(live); // and back: connected, no duplicate
+    QTRY_COMPARE_WITH_TIMEOUT(w.events().filter(QStringLiteral("connected to %1").arg(live)).size(),
+                              2, 20000);
+    QCOMPARE(items(w), QStringList({live}));
   }
   QVERIFY(QFile::exists(settings_dir->path() + "/ferry-test/ferry-console-test.conf"));
-  // A new window (the next start of the program) offers them.
+  // At most 10 are kept, the last connected first. Earlier ones come from
+  // the settings, as after earlier runs of the program.
+  QStringList earlier;
+  for (int i = 0; i < 12; ++i)
+    earlier << QStringLiteral("127.0.0.1:%1").arg(100 + i);
+  QSettings().setValue("recent_clusters", earlier);
   ferry_client client;
   metrics_sampler sampler;
   main_window w(&client, &sampler, QUrl(QStringLiteral("http://127.0.0.1:1/metrics")));
-  QCOMPARE(items(w), QStringList({"127.0.0.1:1", "127.0.0.1:2"}));
-  // At most 10 are kept.
-  for (int i = 0; i < 12; ++i)
-    w.connect_to(QStringLiteral("127.0.0.1:%1").arg(100 + i));
-  QCOMPARE(items(w).size(), 10);
-  QCOMPARE(items(w).front(), QString("127.0.0.1:111"));
+  w.set_refresh_interval_ms(60000);
+  // A new window (the next start of the program) offers them.
+  QCOMPARE(items(w), earlier);
+  w.connect_to(live);
+  QTRY_COMPARE_WITH_TIMEOUT(items(w).size(), 10, 20000);
+  QCOMPARE(items(w).front(), live);
+  QCOMPARE(items(w)[1], QString("127.0.0.1:100"));
   QCOMPARE(QSettings().value("recent_clusters").toStringList(), items(w));
+  QCOMPARE(d.stop(), 0);
 }
 
 // -- topic dialogs -------------------------------------------------------------------
@@ -514,21 +543,33 @@ void console_live_test::topic_dialogs_create_alter_and_delete() {
   // Cancel creates nothing.
   QVERIFY(create("dlg-cancelled", 1, "", false));
 
-  // Alter config through its dialog; the topic describe shows the change,
-  // the untouched keys keep their values.
+  // Alter config through its dialog, which starts with the topic's config
+  // (key=value per line); the operator edits one value and adds a key. The
+  // topic describe shows the change, the untouched keys keep their values.
   topics->select_topic("dlg-orders");
   QCOMPARE(topics->selected_topic(), QString("dlg-orders"));
+  QTRY_COMPARE_WITH_TIMEOUT(find_topic(topics->topics(), "dlg-orders")->config.value("retention.ms"),
+                            QString("120000"), 10000);
   bool alter_shown = false;
   QString alter_title;
+  QStringList prefilled;
+  bool multi_line = false;
   on_modal<QInputDialog>([&](QInputDialog* dlg) {
     alter_shown = true;
     alter_title = dlg->windowTitle();
-    dlg->setTextValue("retention.ms=3600000, retention.bytes=5000000");
+    multi_line = dlg->options().testFlag(QInputDialog::UsePlainTextEditForTextInput);
+    auto text = dlg->textValue();
+    prefilled = text.split('\n');
+    text.replace("retention.ms=120000", "retention.ms=3600000");
+    dlg->setTextValue(text + "\nretention.bytes=5000000");
     dlg->accept();
   });
   child<QPushButton>(topics, "alter_config")->click();
   QVERIFY(alter_shown);
   QCOMPARE(alter_title, QString("Alter config of dlg-orders"));
+  QVERIFY(multi_line);
+  QVERIFY2(prefilled.contains("retention.ms=120000"), qPrintable(prefilled.join('|')));
+  QVERIFY2(prefilled.contains("max.message.bytes=2048"), qPrintable(prefilled.join('|')));
   QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "topic dlg-orders config changed"), 20000);
   desc = describe(d, "dlg-orders");
   QCOMPARE(desc["config"].toObject()["retention.ms"].toInteger(), 3600000);
@@ -537,6 +578,20 @@ void console_live_test::topic_dialogs_create_alter_and_delete() {
   // The topics view shows the new config too.
   QTRY_COMPARE_WITH_TIMEOUT(find_topic(topics->topics(), "dlg-orders")->config.value("retention.ms"),
                             QString("3600000"), 10000);
+  QTRY_COMPARE_WITH_TIMEOUT(find_topic(topics->topics(), "dlg-orders")->config.value("retention.bytes"),
+                            QString("5000000"), 10000);
+  // The next dialog starts with the new values; accepting it unchanged
+  // sends nothing (only changed keys are sent).
+  prefilled.clear();
+  on_modal<QInputDialog>([&](QInputDialog* dlg) {
+    prefilled = dlg->textValue().split('\n');
+    dlg->accept();
+  });
+  child<QPushButton>(topics, "alter_config")->click();
+  QVERIFY2(prefilled.contains("retention.ms=3600000"), qPrintable(prefilled.join('|')));
+  QVERIFY2(prefilled.contains("retention.bytes=5000000"), qPrintable(prefilled.join('|')));
+  QVERIFY(contains_event(c.win, "topic dlg-orders config unchanged"));
+  QCOMPARE(c.win.events().filter("topic dlg-orders config changed").size(), 1);
 
   // Errors land in the event list; the window lives on.
   QVERIFY(create("bad name/!", 1, ""));
@@ -970,6 +1025,78 @@ void console_live_test::dlq_groups_filters_and_redrives_a_range_rate_limited() {
   child<QPushButton>(dlq, "redrive_all")->click();
   QTRY_VERIFY_WITH_TIMEOUT(
     contains_event(c.win, QStringLiteral("dlq redrive %1 failed: ").arg(dlq_topic)), 30000);
+  QCOMPARE(d.stop(), 0);
+}
+
+// -- DLQ: purge through its real confirmation box ----------------------------------
+
+void console_live_test::dlq_purge_asks_through_its_confirmation_box() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  auto r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "topic",
+                                                    "create", "tasks", "--partitions", "1"});
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "produce", "tasks"},
+                               30s, "t-0\nt-1\nt-2\n");
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  auto err = dead_letter(d, "tasks", "doers", 3, [](int64_t) { return std::string{"nope"}; });
+  QVERIFY2(err.empty(), err.c_str());
+  const QString dlq_topic = "tasks.doers.dlq";
+  // `ferryctl dlq show` as JSON: the records present.
+  auto shown = [&] {
+    auto out = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "--json",
+                                                        "dlq", "show", dlq_topic.toStdString()});
+    if (out.exit_code != 0)
+      return -1;
+    return static_cast<int>(QJsonDocument::fromJson(QByteArray::fromStdString(out.out))
+                              .object()["records"]
+                              .toArray()
+                              .size());
+  };
+  QCOMPARE(shown(), 3);
+
+  console c(d.endpoint(), d.metrics_port());
+  auto* dlq = c.win.dlq();
+  c.win.tabs()->setCurrentWidget(dlq);
+  auto depth = [&] {
+    for (auto& row : dlq->dlqs()->rows())
+      if (row.topic == dlq_topic)
+        return row.depth;
+    return qint64{-1};
+  };
+  QTRY_COMPARE_WITH_TIMEOUT(depth(), 3, 30000);
+  dlq->select_dlq(dlq_topic);
+  QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 3, 10000);
+
+  // "No": the real box asks, nothing is purged.
+  QString question;
+  on_modal<QMessageBox>([&](QMessageBox* box) {
+    question = box->text();
+    box->button(QMessageBox::No)->click();
+  });
+  child<QPushButton>(dlq, "purge")->click();
+  QCOMPARE(question, QStringLiteral("Purge every record of %1? This cannot be undone.")
+                       .arg(dlq_topic));
+  QVERIFY(!contains_event(c.win, "purged"));
+  QCOMPARE(shown(), 3);
+  c.win.refresh();
+  QTest::qWait(500); // a refresh cycle: still all there
+  QCOMPARE(depth(), 3);
+  QCOMPARE(dlq->records()->rowCount(), 3);
+
+  // "Yes": purged; the view shows depth 0 and no records, ferryctl agrees.
+  question.clear();
+  on_modal<QMessageBox>([&](QMessageBox* box) {
+    question = box->text();
+    box->button(QMessageBox::Yes)->click();
+  });
+  child<QPushButton>(dlq, "purge")->click();
+  QVERIFY(!question.isEmpty());
+  QTRY_VERIFY_WITH_TIMEOUT(
+    contains_event(c.win, QStringLiteral("purged 3 record(s) of %1").arg(dlq_topic)), 20000);
+  QTRY_COMPARE_WITH_TIMEOUT(depth(), 0, 20000);
+  QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 0, 10000);
+  QCOMPARE(shown(), 0);
   QCOMPARE(d.stop(), 0);
 }
 

@@ -15,4 +15,5 @@ private slots:
   void produce_and_reproduce_dialogs();
   void browser_cancel_stops_long_filtered_scan();
   void dlq_groups_filters_and_redrives_a_range_rate_limited();
+  void dlq_purge_asks_through_its_confirmation_box();
 };
