@@ -11,6 +11,7 @@
 // Tables by default, JSON (the HTTP API's shapes) with --json.
 
 #include "actors/ferryctl_dlq.hpp"
+#include "actors/ferryctl_table.hpp"
 
 #include "actors/http_json.hpp"
 #include "actors/interfaces.hpp"
@@ -81,27 +82,6 @@ Result call(caf::actor_system& sys, broker_actor broker, Timeout timeout,
   return std::move(*out);
 }
 
-void print_table(const std::vector<std::string>& header,
-                 const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t i = 0; i < header.size(); ++i)
-    width[i] = header[i].size();
-  for (auto& r : rows)
-    for (size_t i = 0; i < r.size() && i < width.size(); ++i)
-      width[i] = std::max(width[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& r) {
-    std::string out;
-    for (size_t i = 0; i < r.size(); ++i) {
-      out += r[i];
-      if (i + 1 < r.size())
-        out += std::string(width[i] - r[i].size() + 2, ' ');
-    }
-    std::cout << out << '\n';
-  };
-  line(header);
-  for (auto& r : rows)
-    line(r);
-}
 
 timestamp_ms wall_now_ms() {
   return std::chrono::duration_cast<milliseconds>(

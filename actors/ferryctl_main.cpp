@@ -8,6 +8,7 @@
 #include "actors/client_connection.hpp"
 #include "actors/consumer.hpp"
 #include "actors/ferryctl_dlq.hpp"
+#include "actors/ferryctl_table.hpp"
 #include "actors/ferryctl_work.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/producer.hpp"
@@ -149,28 +150,7 @@ void connect(context& ctx) {
 
 // -- small helpers -------------------------------------------------------------------
 
-/// Prints rows as aligned columns.
-void print_table(const std::vector<std::string>& header,
-                 const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t i = 0; i < header.size(); ++i)
-    width[i] = header[i].size();
-  for (auto& r : rows)
-    for (size_t i = 0; i < r.size() && i < width.size(); ++i)
-      width[i] = std::max(width[i], r[i].size());
-  auto line = [&](const std::vector<std::string>& r) {
-    std::string out;
-    for (size_t i = 0; i < r.size(); ++i) {
-      out += r[i];
-      if (i + 1 < r.size())
-        out += std::string(width[i] - r[i].size() + 2, ' ');
-    }
-    std::cout << out << '\n';
-  };
-  line(header);
-  for (auto& r : rows)
-    line(r);
-}
+using ferry::ctl::print_table;
 
 std::string join_ints(const std::vector<int32_t>& xs) {
   std::string out;
