@@ -1,6 +1,7 @@
 // ferryctl and the client library against a real ferryd child process.
 // Every ferryd and ferryctl run is bounded and always stopped (process.hpp).
 
+#include "client_system.hpp"
 #include "process.hpp"
 
 #include "actors/client_connection.hpp"
@@ -356,15 +357,7 @@ TEST(CliConnection, BadBrokerAddressFailsWithinTheTimeout) {
 
 // -- the client library in this process, ferryd in another ----------------------------
 
-struct client_system {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-
-  client_system() {
-    ferry::configure_client(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-};
+using ferry::test::client_system;
 
 /// Sends `n` keyed messages through `prod`, many in flight; returns the
 /// reports in send order (offset -1 for a failure, with `errors` counted).

@@ -16,6 +16,7 @@
 // (process.hpp), and the client actors are killed before their actor system
 // goes away, even when an assertion returns early.
 
+#include "client_system.hpp"
 #include "process.hpp"
 
 #include "actors/client_connection.hpp"
@@ -48,31 +49,8 @@ using ferry::test::run_command;
 using json = nlohmann::json;
 using steady = std::chrono::steady_clock;
 
-/// An actor system for the client actors. Actors handed to track() are
-/// killed before the system shuts down (it waits for all actors), so a
-/// failed assertion cannot leave the test hanging on a live consumer.
-struct client_system {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::vector<caf::actor> tracked;
-
-  client_system() {
-    ferry::configure_client(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-
-  ~client_system() {
-    for (auto& a : tracked)
-      caf::anon_send_exit(a, caf::exit_reason::kill);
-    tracked.clear();
-    sys.reset();
-  }
-
-  template <class Handle>
-  Handle track(Handle h) {
-    tracked.push_back(caf::actor_cast<caf::actor>(h));
-    return h;
-  }
+/// ferry::test::client_system plus spawning tracked producers and consumers.
+struct client_system : ferry::test::client_system {
 
   ferry::producer_actor producer(const std::string& endpoint) {
     ferry::producer_config pcfg;

@@ -23,6 +23,7 @@
 // (process.hpp), and the client actors are killed before their actor system
 // goes away.
 
+#include "client_system.hpp"
 #include "process.hpp"
 
 #include "actors/client_connection.hpp"
@@ -60,30 +61,7 @@ using ferry::test::run_command;
 using json = nlohmann::json;
 using steady = std::chrono::steady_clock;
 
-/// Client actors handed to track() are killed before the system goes.
-struct client_system {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::vector<caf::actor> tracked;
-
-  client_system() {
-    ferry::configure_client(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-  }
-
-  ~client_system() {
-    for (auto& a : tracked)
-      caf::anon_send_exit(a, caf::exit_reason::kill);
-    tracked.clear();
-    sys.reset();
-  }
-
-  template <class Handle>
-  Handle track(Handle h) {
-    tracked.push_back(caf::actor_cast<caf::actor>(h));
-    return h;
-  }
-};
+using ferry::test::client_system;
 
 ferry::test::command_result ctl(const ferryd_process& d, std::vector<std::string> args,
                                 std::chrono::milliseconds timeout = 60s) {
