@@ -15,6 +15,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -29,8 +30,32 @@ void configure_client(caf::actor_system_config& cfg) {
   cfg.set("middleman.connection-timeout", caf::timespan{5s});
 }
 
-caf::expected<connection_config> parse_broker_address(std::string_view addr) {
-  connection_config cfg;
+std::string to_string(const broker_endpoint& ep) {
+  if (ep.host.find(':') != std::string::npos)
+    return "[" + ep.host + "]:" + std::to_string(ep.port);
+  return ep.host + ":" + std::to_string(ep.port);
+}
+
+std::vector<broker_endpoint> connection_config::targets() const {
+  if (!endpoints.empty())
+    return endpoints;
+  return {broker_endpoint{host, port}};
+}
+
+namespace {
+
+std::string_view trim(std::string_view x) {
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!x.empty() && blank(x.front()))
+    x.remove_prefix(1);
+  while (!x.empty() && blank(x.back()))
+    x.remove_suffix(1);
+  return x;
+}
+
+/// Parses one "HOST[:PORT]" element.
+caf::expected<broker_endpoint> parse_endpoint(std::string_view addr) {
+  broker_endpoint ep;
   if (addr.empty())
     return make_error(ec::invalid_config, "empty broker address");
   std::string_view host = addr;
@@ -56,7 +81,7 @@ caf::expected<connection_config> parse_broker_address(std::string_view addr) {
   if (host.empty())
     return make_error(ec::invalid_config,
                       "broker address '" + std::string{addr} + "': empty host");
-  cfg.host = std::string{host};
+  ep.host = std::string{host};
   if (!port.empty() || addr.back() == ':') {
     unsigned value = 0;
     auto [end, err] = std::from_chars(port.data(), port.data() + port.size(), value);
@@ -65,14 +90,60 @@ caf::expected<connection_config> parse_broker_address(std::string_view addr) {
       return make_error(ec::invalid_config, "broker address '" + std::string{addr}
                                               + "': bad port '" + std::string{port}
                                               + "'");
-    cfg.port = static_cast<uint16_t>(value);
+    ep.port = static_cast<uint16_t>(value);
   }
+  return ep;
+}
+
+} // namespace
+
+caf::expected<connection_config> parse_broker_address(std::string_view addr) {
+  connection_config cfg;
+  if (trim(addr).empty())
+    return make_error(ec::invalid_config, "empty broker address");
+  size_t index = 0;
+  for (std::string_view rest = addr;;) {
+    ++index;
+    auto comma = rest.find(',');
+    auto element = trim(rest.substr(0, comma));
+    if (element.empty())
+      return make_error(ec::invalid_config, "broker address list '" + std::string{addr}
+                                              + "': element " + std::to_string(index)
+                                              + " is empty");
+    auto ep = parse_endpoint(element);
+    if (!ep)
+      return std::move(ep.error());
+    cfg.endpoints.push_back(std::move(*ep));
+    if (comma == std::string_view::npos)
+      break;
+    rest = rest.substr(comma + 1);
+  }
+  cfg.host = cfg.endpoints.front().host;
+  cfg.port = cfg.endpoints.front().port;
   return cfg;
 }
 
 std::string default_broker_address() {
   if (auto env = std::getenv("FERRY_BROKER"); env != nullptr && *env != '\0')
     return env;
+  // A local cluster started here (deploy/local-cluster.sh): its brokers file.
+  std::string dir = "ferry-cluster";
+  if (auto env = std::getenv("FERRY_CLUSTER_DIR"); env != nullptr && *env != '\0')
+    dir = env;
+  if (std::ifstream in{dir + "/brokers"}) {
+    std::string list;
+    std::string line;
+    while (std::getline(in, line)) {
+      auto ep = trim(line);
+      if (ep.empty() || ep.front() == '#')
+        continue;
+      if (!list.empty())
+        list += ',';
+      list += ep;
+    }
+    if (!list.empty())
+      return list;
+  }
   return "127.0.0.1:9092";
 }
 
@@ -85,6 +156,7 @@ bool is_retriable(const caf::error& err) {
       case ec::throttled:
       case ec::request_timed_out:
       case ec::not_enough_replicas:
+      case ec::fenced_leader_epoch:
       case ec::coordinator_not_available:
         return true;
       default:
@@ -139,6 +211,13 @@ struct waiter {
 
 struct connection_state {
   connection_config cfg;
+  /// cfg.targets(): never empty.
+  std::vector<broker_endpoint> endpoints;
+  /// The endpoint being tried or connected to.
+  size_t current = 0;
+  /// The endpoint the current round started with: when `current` comes back
+  /// to it, every endpoint has failed once and the backoff applies.
+  size_t round_start = 0;
   broker_actor broker;
   std::vector<connection_listener> listeners;
   std::vector<waiter> waiters;
@@ -146,6 +225,8 @@ struct connection_state {
   bool connecting = false;
   bool ever_connected = false;
   caf::error last_error;
+  /// The endpoint last_error came from.
+  std::string last_error_at;
   std::chrono::milliseconds backoff{0};
   clock::time_point next_attempt{};
   std::thread worker;
@@ -168,8 +249,20 @@ struct connection_state {
 
 using connection_pointer = connection_actor::stateful_pointer<connection_state>;
 
+/// The endpoint being tried or connected to.
 std::string where(const connection_state& st) {
-  return st.cfg.host + ":" + std::to_string(st.cfg.port);
+  return to_string(st.endpoints[st.current]);
+}
+
+/// Every endpoint, comma-separated (as the user gave them).
+std::string all_endpoints(const connection_state& st) {
+  std::string out;
+  for (auto& ep : st.endpoints) {
+    if (!out.empty())
+      out += ',';
+    out += to_string(ep);
+  }
+  return out;
 }
 
 void start_attempt(connection_pointer self) {
@@ -184,8 +277,8 @@ void start_attempt(connection_pointer self) {
   st.worker_done = done;
   connection_actor me = self;
   auto* sys = &self->system();
-  st.worker = std::thread{[sys, me, id, done, host = st.cfg.host,
-                           port = st.cfg.port] {
+  auto& ep = st.endpoints[st.current];
+  st.worker = std::thread{[sys, me, id, done, host = ep.host, port = ep.port] {
     auto res = sys->middleman().remote_actor<broker_actor>(host, port);
     if (res)
       caf::anon_send(me, connect_atom_v, id, std::move(*res));
@@ -202,9 +295,11 @@ void expire_waiters(connection_pointer self) {
                           [&](const waiter& w) { return w.deadline > now; });
   for (auto j = i; j != st.waiters.end(); ++j) {
     auto ms = st.cfg.connect_wait.count();
-    std::string text = "not connected to " + where(st) + " after "
+    std::string text = "not connected to " + all_endpoints(st) + " after "
                        + std::to_string(ms) + " ms";
-    if (st.last_error)
+    if (st.last_error && st.endpoints.size() > 1)
+      text += " (last: " + st.last_error_at + ": " + error_text(st.last_error) + ")";
+    else if (st.last_error)
       text += " (" + error_text(st.last_error) + ")";
     j->rp.deliver(make_error(ec::request_timed_out, std::move(text)));
   }
@@ -226,9 +321,23 @@ void schedule_retry(connection_pointer self) {
   self->delayed_send(self, st.backoff, tick_atom_v);
 }
 
+/// The current endpoint failed or was lost: moves on to the next one, at
+/// once while the round has endpoints left, else after the backoff (and a
+/// new round starts there).
+void next_endpoint(connection_pointer self) {
+  auto& st = self->state;
+  st.current = (st.current + 1) % st.endpoints.size();
+  if (st.current != st.round_start) {
+    start_attempt(self);
+    return;
+  }
+  schedule_retry(self);
+}
+
 connection_actor::behavior_type connection(connection_pointer self,
                                            connection_config cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.endpoints = self->state.cfg.targets();
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
     if (!st.broker || msg.source != st.broker.address())
@@ -237,9 +346,13 @@ connection_actor::behavior_type connection(connection_pointer self,
     st.last_error = msg.reason ? msg.reason
                                : make_error(ec::request_timed_out,
                                             "connection to " + where(st) + " closed");
+    st.last_error_at = where(st);
     notify(self);
+    // The lost endpoint opens the new round: the others are tried at once,
+    // the lost one (the only one, for a single endpoint) after backoff_min.
     st.backoff = std::chrono::milliseconds{0};
-    schedule_retry(self);
+    st.round_start = st.current;
+    next_endpoint(self);
   });
   start_attempt(self);
   return {
@@ -267,11 +380,13 @@ connection_actor::behavior_type connection(connection_pointer self,
       st.connecting = false;
       if (!hdl) {
         st.last_error = make_error(ec::request_timed_out, "no broker at " + where(st));
-        schedule_retry(self);
+        st.last_error_at = where(st);
+        next_endpoint(self);
         return;
       }
       st.broker = std::move(hdl);
       st.ever_connected = true;
+      st.round_start = st.current;
       st.backoff = std::chrono::milliseconds{0};
       st.last_error = caf::error{};
       self->monitor(st.broker);
@@ -286,7 +401,8 @@ connection_actor::behavior_type connection(connection_pointer self,
         return;
       st.connecting = false;
       st.last_error = std::move(err);
-      schedule_retry(self);
+      st.last_error_at = where(st);
+      next_endpoint(self);
     },
     [self](tick_atom) {
       auto& st = self->state;
@@ -298,7 +414,7 @@ connection_actor::behavior_type connection(connection_pointer self,
       auto& st = self->state;
       for (auto& w : st.waiters)
         w.rp.deliver(make_error(ec::request_timed_out,
-                                "connection to " + where(st) + " stopped"));
+                                "connection to " + all_endpoints(st) + " stopped"));
       st.waiters.clear();
       self->quit();
     },

@@ -30,7 +30,8 @@ namespace ferry {
 
 /// Consumer settings; the Kafka name of each is in its comment.
 struct consumer_config {
-  /// bootstrap.servers: "HOST:PORT", used when no connection is passed.
+  /// bootstrap.servers: "HOST:PORT" or "H1:P1,H2:P2,..." (tried in order;
+  /// parse_broker_address), used when no connection is passed.
   std::string bootstrap = "127.0.0.1:9092";
   /// client.id
   std::string client_id = "ferry-consumer";

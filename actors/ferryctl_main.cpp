@@ -1,5 +1,7 @@
 // ferryctl: the command-line client. Topics, produce, consume, groups,
-// offsets and the cluster, against one broker's CAF endpoint.
+// offsets and the cluster, against one broker's CAF endpoint (--broker: one
+// HOST:PORT or a list of them, tried in order; default_broker_address() in
+// client_connection.hpp says where the default comes from).
 //
 // Output is a human-readable table by default and JSON with --json. Any
 // failure prints one line `ferryctl: <code>: <what>` to stderr and exits 1
@@ -878,15 +880,51 @@ int cluster_describe(context& ctx) {
               << '\n';
     return 0;
   }
-  std::cout << "Cluster: " << c.cluster_id << "  Controller: " << c.controller
-            << "  RaftTerm: " << c.raft_term << "  Topics: " << c.topics.size() << '\n';
-  std::vector<std::vector<std::string>> rows;
+  // Summary line, then the nodes and every partition (as `topic describe`
+  // shows them, for all topics at once).
+  size_t alive = 0;
   for (auto& n : c.nodes)
-    rows.push_back({std::to_string(n.id), n.host, std::to_string(n.port),
-                    n.http_port ? std::to_string(n.http_port) : "-",
-                    n.metrics_port ? std::to_string(n.metrics_port) : "-",
-                    n.alive ? "yes" : "no", n.controller ? "yes" : "no"});
-  print_table({"NODE", "HOST", "PORT", "HTTP", "METRICS", "ALIVE", "CONTROLLER"}, rows);
+    alive += n.alive ? 1 : 0;
+  size_t partitions = 0;
+  size_t offline = 0;
+  size_t under_replicated = 0;
+  for (auto& t : c.topics)
+    for (auto& p : t.partitions) {
+      ++partitions;
+      offline += p.online && p.leader >= 0 ? 0 : 1;
+      under_replicated += p.isr.size() < p.replicas.size() ? 1 : 0;
+    }
+  std::cout << "Cluster: " << c.cluster_id
+            << "  Controller: " << (c.controller >= 0 ? std::to_string(c.controller) : "none")
+            << "  RaftTerm: " << c.raft_term << "  Nodes: " << c.nodes.size() << " (" << alive
+            << " alive)  Topics: " << c.topics.size() << "  Partitions: " << partitions << " ("
+            << offline << " offline, " << under_replicated << " under-replicated)\n\n";
+  auto port_text = [](uint16_t port) { return port ? std::to_string(port) : std::string{"-"}; };
+  std::vector<std::vector<std::string>> rows;
+  for (auto& n : c.nodes) {
+    auto endpoint = n.host.find(':') != std::string::npos
+                      ? "[" + n.host + "]:" + std::to_string(n.port)
+                      : n.host + ":" + std::to_string(n.port);
+    rows.push_back({std::to_string(n.id), endpoint, port_text(n.http_port),
+                    port_text(n.metrics_port), n.alive ? "yes" : "no",
+                    n.controller ? "*" : ""});
+  }
+  print_table({"NODE", "ENDPOINT", "HTTP", "METRICS", "ALIVE", "CONTROLLER"}, rows);
+  std::cout << '\n';
+  rows.clear();
+  auto ints_text = [](const std::vector<int32_t>& xs) {
+    return xs.empty() ? std::string{"-"} : join_ints(xs);
+  };
+  for (auto& t : c.topics)
+    for (auto& p : t.partitions)
+      rows.push_back({t.name, std::to_string(p.partition.value),
+                      p.leader >= 0 ? std::to_string(p.leader) : "none",
+                      std::to_string(p.epoch.value), ints_text(p.replicas), ints_text(p.isr),
+                      std::to_string(p.high_watermark.value), std::to_string(p.log_end.value),
+                      p.online ? "yes" : "no"});
+  print_table({"TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HIGH_WATERMARK",
+               "LOG_END", "ONLINE"},
+              rows);
   return 0;
 }
 
@@ -898,7 +936,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Global options (--broker, --json, ...) may also follow the subcommand.
   app.fallthrough();
-  app.add_option("--broker", opt.broker, "broker HOST:PORT (env FERRY_BROKER)")
+  app.add_option("--broker", opt.broker,
+                 "broker HOST:PORT, or a comma-separated list of them (any nodes of "
+                 "one cluster; tried in order, the next one when a connect fails or "
+                 "the connection is lost). Default: $FERRY_BROKER; else, when "
+                 "$FERRY_CLUSTER_DIR/brokers (./ferry-cluster/brokers when "
+                 "FERRY_CLUSTER_DIR is unset) exists, the nodes it lists, node 1 "
+                 "first (a local cluster of deploy/local-cluster.sh started from "
+                 "here); else 127.0.0.1:9092")
     ->capture_default_str();
   app.add_flag("--json", opt.json, "print JSON instead of tables");
   app.add_option("--connect-timeout", opt.connect_timeout_ms, "ms to wait for the broker")
@@ -996,7 +1041,9 @@ int main(int argc, char** argv) {
   // cluster
   auto cluster = app.add_subcommand("cluster", "the cluster");
   cluster->require_subcommand(1);
-  auto c_describe = cluster->add_subcommand("describe", "nodes, controller, topics");
+  auto c_describe = cluster->add_subcommand(
+    "describe", "cluster id, controller, Raft term, the nodes and every partition's "
+                "leader, epoch, replicas, ISR and offsets");
   c_describe->callback([&] { run = cluster_describe; });
 
   // work (actors/ferryctl_work.cpp)

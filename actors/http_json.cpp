@@ -369,6 +369,7 @@ unsigned status_of(ec code) {
     case ec::not_leader:
     case ec::coordinator_not_available:
     case ec::not_enough_replicas:
+    case ec::fenced_leader_epoch:
     case ec::log_closed:
       return 503;
     case ec::request_timed_out:

@@ -54,7 +54,9 @@ struct topic_config {
   int64_t segment_bytes = 1LL << 30;             ///< segment.bytes
   int64_t segment_ms = 7LL * 24 * 3600 * 1000;   ///< segment.ms
   int32_t max_message_bytes = 1 << 20;           ///< max.message.bytes (1 MiB)
-  int32_t min_insync_replicas = 1;               ///< min.insync.replicas
+  /// min.insync.replicas; 0 = a majority of the replication factor
+  /// (rf / 2 + 1: 2 for RF=3), resolved when the topic is created.
+  int32_t min_insync_replicas = 0;
   bool operator==(const topic_config&) const = default;
 };
 
@@ -73,6 +75,7 @@ struct partition_assignment {
   leader_epoch epoch{0};
   std::vector<int32_t> replicas;  ///< node ids
   std::vector<int32_t> isr;       ///< node ids in sync
+  bool operator==(const partition_assignment&) const = default;
 };
 
 template <class Inspector>
@@ -92,6 +95,44 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, topic_metadata& x) {
   return f(caf::meta::type_name("ferry::topic_metadata"), x.name, x.config,
            x.partitions);
+}
+
+/// A broker as the metadata quorum records it. A node registers itself
+/// (endpoints) once a controller is known; the controller fences a broker
+/// whose connection is gone (fenced = true: it leads nothing and leaves
+/// every ISR) and unfences it when it registers again.
+struct broker_registration {
+  int32_t id = -1;
+  std::string host;
+  uint16_t port = 0;      ///< CAF endpoint
+  uint16_t http_port = 0; ///< 0 = none
+  uint16_t metrics_port = 0;
+  bool fenced = false;
+  /// Bumped by every registration (a restarted broker is a new incarnation).
+  int64_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, broker_registration& x) {
+  return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
+           x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
+}
+
+/// A partition leader's request to change the ISR (shrink a lagging
+/// follower, expand a caught-up one). Applied only while `leader` still
+/// leads the partition in `epoch` (else not_leader / fenced_leader_epoch).
+struct isr_change {
+  std::string topic;
+  partition_id partition{0};
+  int32_t leader = -1;
+  leader_epoch epoch{0};
+  std::vector<int32_t> isr;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, isr_change& x) {
+  return f(caf::meta::type_name("ferry::isr_change"), x.topic, x.partition,
+           x.leader, x.epoch, x.isr);
 }
 
 /// Live state of one partition replica (what `topic describe` shows).
@@ -207,12 +248,18 @@ struct fetch_request {
   int32_t min_bytes = 1;   ///< answer once this many bytes are available...
   int32_t max_wait_ms = 0; ///< ...or this long has passed
   int32_t replica_id = -1; ///< -1 for consumers; followers set their node id
+  /// Followers: the leader epoch they follow (a leader in another epoch
+  /// answers fenced_leader_epoch / not_leader), and the epoch of the last
+  /// batch they hold (-1: empty log), for the divergence check.
+  int32_t leader_epoch = -1;
+  int32_t last_fetched_epoch = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_request& x) {
   return f(caf::meta::type_name("ferry::fetch_request"), x.topic, x.partition,
-           x.from, x.max_bytes, x.min_bytes, x.max_wait_ms, x.replica_id);
+           x.from, x.max_bytes, x.min_bytes, x.max_wait_ms, x.replica_id,
+           x.leader_epoch, x.last_fetched_epoch);
 }
 
 struct fetch_response {
@@ -221,12 +268,19 @@ struct fetch_response {
   offset high_watermark{0};
   offset log_start{0};
   offset log_end{0};
+  /// Set for a follower whose log diverges from the leader's: its last
+  /// fetched epoch ends at diverging_end on the leader (or the largest epoch
+  /// the leader has below it is diverging_epoch). The follower truncates to
+  /// diverging_end and fetches again; `data` is empty then.
+  int32_t diverging_epoch = -1;
+  offset diverging_end{-1};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_response& x) {
   return f(caf::meta::type_name("ferry::fetch_response"), x.data,
-           x.next_offset, x.high_watermark, x.log_start, x.log_end);
+           x.next_offset, x.high_watermark, x.log_start, x.log_end,
+           x.diverging_epoch, x.diverging_end);
 }
 
 /// Offset lookup: earliest, latest or by timestamp.
@@ -920,6 +974,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::raft_applied))
   CAF_ADD_ATOM(ferry, ferry, raft_atom, "raft")
   CAF_ADD_ATOM(ferry, ferry, propose_atom, "propose")
+
+  // Cluster: brokers, ISR changes (appended).
+  CAF_ADD_TYPE_ID(ferry, (ferry::broker_registration))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::broker_registration>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::isr_change))
+  CAF_ADD_ATOM(ferry, ferry, broker_atom, "broker")
+  CAF_ADD_ATOM(ferry, ferry, isr_atom, "isr")
 CAF_END_TYPE_ID_BLOCK(ferry)
 
 // -- typed actor interfaces -----------------------------------------------------
@@ -947,6 +1008,19 @@ using metadata_actor = caf::typed_actor<
   caf::replies_to<add_parts_atom, std::string, int32_t>::with<topic_metadata>,
   /// Hands out a new idempotent producer id (unique across restarts).
   caf::replies_to<init_pid_atom>::with<producer_identity>,
+  /// Registers (fenced=false) or fences (fenced=true) a broker; answers the
+  /// stored registration. Fencing moves the leadership of every partition it
+  /// leads to the next live ISR member (epoch + 1; leader -1 when none) and
+  /// removes it from every ISR (never the last member); registering elects
+  /// it for partitions left without a leader whose ISR names it.
+  caf::replies_to<update_atom, broker_atom, broker_registration>::with<broker_registration>,
+  /// Every broker registered so far.
+  caf::replies_to<list_atom, broker_atom>::with<std::vector<broker_registration>>,
+  /// A partition leader's ISR change; answers the new assignment.
+  /// not_leader / fenced_leader_epoch when the proposer no longer leads in
+  /// that epoch; invalid_request for an ISR without the leader or with
+  /// non-replicas.
+  caf::replies_to<alter_atom, isr_atom, isr_change>::with<partition_assignment>,
   /// The listener receives (update_atom, std::vector<topic_metadata>) with
   /// the full topic list now and after every change.
   caf::reacts_to<subscribe_atom, caf::actor>>;
@@ -976,7 +1050,14 @@ using partition_actor = caf::typed_actor<
   /// min(offset, high watermark); answers the log start after it.
   caf::replies_to<purge_atom, offset>::with<offset>,
   /// Stops the replica; with `true` also deletes its data (topic deleted).
-  caf::replies_to<stop_atom, bool>::with<bool>>;
+  caf::replies_to<stop_atom, bool>::with<bool>,
+  /// The partition's assignment changed (leader, epoch, replicas, ISR): the
+  /// replica takes the leader role when it is the leader, else follows the
+  /// leader node's broker (the handle; null while unknown or offline).
+  caf::reacts_to<update_atom, partition_assignment, caf::actor>,
+  /// Internal (follower): fetch from the leader again (for the follower
+  /// incarnation with this number; stale ones are ignored).
+  caf::reacts_to<fetch_atom, uint64_t>>;
 
 /// Coordinator of one consumer group (stream mode: Kafka semantics).
 using group_coordinator_actor = caf::typed_actor<
@@ -1054,6 +1135,22 @@ using broker_actor = caf::typed_actor<
   /// DeleteRecords; used by DLQ purge): moves the log start to
   /// min(offset, high watermark) and answers the log start after it.
   caf::replies_to<purge_atom, topic_partition, offset>::with<offset>,
+  /// Cluster: the live status of one partition from the node hosting it
+  /// (describe asks each partition's leader node).
+  caf::replies_to<status_atom, topic_partition>::with<partition_status>,
+  /// Cluster: a broker registers or is fenced (relayed to the controller).
+  caf::replies_to<update_atom, broker_atom, broker_registration>::with<broker_registration>,
+  /// Cluster: a partition leader's ISR change (relayed to the controller).
+  caf::replies_to<alter_atom, isr_atom, isr_change>::with<partition_assignment>,
+  /// Cluster: a Raft message from a peer, for this node's quorum member.
+  caf::reacts_to<raft_atom, raft_message>,
+  /// Internal: the link to peer node `id` is up (its broker handle) or down
+  /// (a null handle).
+  caf::reacts_to<connect_atom, int32_t, caf::actor>,
+  /// Internal: this node's quorum member changed role, term or leader.
+  caf::reacts_to<update_atom, raft_status>,
+  /// Internal (cluster): the registration, readiness and controller timer.
+  caf::reacts_to<tick_atom>,
   /// Internal: the metadata changed; start, stop or reconfigure replicas.
   caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
 

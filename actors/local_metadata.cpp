@@ -160,7 +160,7 @@ local_metadata(metadata_actor::stateful_pointer<local_metadata_state> self,
                           "topic " + name + " already exists");
       topic_metadata md;
       md.name = name;
-      md.config = tc;
+      md.config = with_defaults(tc);
       for (int32_t p = 0; p < tc.partitions; ++p)
         md.partitions.push_back(make_assignment(st.cfg.node_id, p));
       if (auto err = persist(self, md))
@@ -259,6 +259,31 @@ local_metadata(metadata_actor::stateful_pointer<local_metadata_state> self,
       out.id = producer_id{st.next_producer_id++};
       out.epoch = 0;
       return out;
+    },
+    // A cluster of one: the only broker is this node, never fenced (its
+    // endpoints are the node's business: cluster describe), and an ISR of
+    // one replica cannot change.
+    [self](update_atom, broker_atom,
+           broker_registration& reg) -> caf::result<broker_registration> {
+      if (reg.id != self->state.cfg.node_id)
+        return make_error(ec::invalid_request,
+                          "broker " + std::to_string(reg.id)
+                            + " is not part of this single-node cluster (node "
+                            + std::to_string(self->state.cfg.node_id) + ")");
+      reg.fenced = false;
+      return reg;
+    },
+    [self](list_atom, broker_atom) -> std::vector<broker_registration> {
+      broker_registration me;
+      me.id = self->state.cfg.node_id;
+      return {me};
+    },
+    [](alter_atom, isr_atom,
+       const isr_change& ch) -> caf::result<partition_assignment> {
+      return make_error(ec::invalid_request,
+                        "the ISR of " + ch.topic + "/"
+                          + std::to_string(ch.partition.value)
+                          + " cannot change in a single-node cluster");
     },
     [self](subscribe_atom, const caf::actor& listener) {
       if (!listener)

@@ -1,10 +1,13 @@
 #include "actors/node.hpp"
 
 #include "actors/local_metadata.hpp"
+#include "actors/raft_metadata.hpp"
+#include "actors/raft_node.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
+#include "broker/raft_storage.hpp"
 #include "metrics/group_probe.hpp"
 #include "metrics/node_probe.hpp"
 #include "metrics/partition_probe.hpp"
@@ -19,6 +22,7 @@
 #include <caf/unit.hpp>
 
 #include <algorithm>
+#include <random>
 #include <system_error>
 
 namespace ferry {
@@ -90,6 +94,101 @@ void relay_void(self_ptr self, caf::response_promise rp, const Dest& dest,
           [self, rp](caf::error& err) mutable {
             rp.deliver(failed(self, std::move(err)));
           });
+}
+
+// -- cluster helpers ----------------------------------------------------------
+
+bool cluster_mode(const node_state& st) {
+  return !st.cfg.voters.empty();
+}
+
+/// The broker of the node leading `pa`, when that is another, linked node.
+caf::actor leader_handle(const node_state& st, const partition_assignment& pa) {
+  if (!cluster_mode(st) || pa.leader < 0 || pa.leader == st.cfg.node_id)
+    return {};
+  auto i = st.peers.find(pa.leader);
+  if (i == st.peers.end())
+    return {};
+  return caf::actor_cast<caf::actor>(i->second);
+}
+
+/// True when the current message came from a peer node (it was forwarded
+/// there already, or it is a peer's replica or quorum member).
+bool from_peer(self_ptr self) {
+  auto& sender = self->current_sender();
+  if (!sender || sender->node() == self->node())
+    return false;
+  for (auto& [id, b] : self->state.peers)
+    if (b && b.node() == sender->node())
+      return true;
+  return false;
+}
+
+/// The leader id named in a not_leader error ("leader=<id>"), else the Raft
+/// leader this node knows of.
+int32_t leader_hint(const node_state& st, const caf::error& err) {
+  if (err.context().match_elements<std::string>()) {
+    const auto& ctx = err.context().get_as<std::string>(0);
+    auto pos = ctx.rfind("leader=");
+    if (pos != std::string::npos) {
+      try {
+        return std::stoi(ctx.substr(pos + 7));
+      } catch (...) {
+        // fall through
+      }
+    }
+  }
+  return st.raft_st.leader;
+}
+
+/// Sends a metadata request to the local metadata actor; `ok` gets a local
+/// answer. In a cluster a not_leader answer is forwarded once to the Raft
+/// leader's node, whose answer goes straight to `rp`; other errors too.
+template <class T, class Ok, class... Ts>
+void meta_call(self_ptr self, caf::typed_response_promise<T> rp,
+               caf::timespan timeout, Ok ok, Ts... xs) {
+  bool forwarded = from_peer(self);
+  self->request(self->state.cfg.metadata, timeout, xs...)
+    .then(
+      [rp, ok](T& x) mutable { ok(rp, x); },
+      [self, rp, forwarded, timeout, xs...](caf::error& err) mutable {
+        auto& st = self->state;
+        if (!forwarded && cluster_mode(st) && is(err, ec::not_leader)) {
+          auto id = leader_hint(st, err);
+          auto p = st.peers.find(id);
+          if (id != st.cfg.node_id && p != st.peers.end()) {
+            self->request(p->second, timeout, xs...)
+              .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+                    [self, rp](caf::error& e2) mutable {
+                      rp.deliver(failed(self, std::move(e2)));
+                    });
+            return;
+          }
+        }
+        rp.deliver(failed(self, std::move(err)));
+      });
+}
+
+/// meta_call that answers `rp` with the local answer as it is.
+template <class T, class... Ts>
+void meta_relay(self_ptr self, caf::typed_response_promise<T> rp,
+                caf::timespan timeout, Ts... xs) {
+  meta_call(
+    self, rp, timeout,
+    [](caf::typed_response_promise<T>& p, T& x) { p.deliver(std::move(x)); },
+    xs...);
+}
+
+/// Receives a peer link's broker handle changes and hands them to the node
+/// with the peer's id.
+connection_listener::behavior_type
+peer_listener(connection_listener::pointer self, int32_t id, caf::actor node) {
+  return {
+    [self, id, node](connect_atom, const broker_actor& b) {
+      self->send(caf::actor_cast<broker_actor>(node), connect_atom_v, id,
+                 caf::actor_cast<caf::actor>(b));
+    },
+  };
 }
 
 /// Samples the data dir's disk into `probe` now and every `interval` until
@@ -198,6 +297,13 @@ void spawn_replica(self_ptr self, const topic_partition& key,
   rc.node_id = st.cfg.node_id;
   rc.epoch = pa.epoch;
   rc.store = st.cfg.store;
+  if (cluster_mode(st)) {
+    rc.assignment = pa;
+    rc.leader_broker = leader_handle(st, pa);
+    rc.controller = caf::actor_cast<caf::actor>(self);
+    r.assignment = pa;
+    r.leader_handle = rc.leader_broker;
+  }
   // A fresh probe per spawn: never shared through replica_defaults.
   rc.probe = st.cfg.metrics ? std::make_shared<metrics::partition_probe>(
                                 st.cfg.metrics, key.topic, key.partition)
@@ -220,7 +326,7 @@ void check_create_waiters(self_ptr self);
 /// Brings the hosted replicas in line with the topic list.
 void reconcile(self_ptr self) {
   auto& st = self->state;
-  if (st.shutting_down)
+  if (st.shutting_down || (cluster_mode(st) && !st.cluster_ready))
     return;
   auto t_now = now(self);
   // Stop what is no longer hosted here.
@@ -259,10 +365,21 @@ void reconcile(self_ptr self) {
           continue;
         }
         spawn_replica(self, key, md, pa, r);
-      } else if (!(r.config == md.config)) {
-        self->send(r.handle, update_atom_v, md.config);
-        r.config = md.config;
-        log::info("node: new config for {}", tp_name(name, pa.partition));
+      } else {
+        if (!(r.config == md.config)) {
+          self->send(r.handle, update_atom_v, md.config);
+          r.config = md.config;
+          log::info("node: new config for {}", tp_name(name, pa.partition));
+        }
+        if (cluster_mode(st)) {
+          auto lh = leader_handle(st, pa);
+          if (!(r.assignment == pa) || r.leader_handle != lh) {
+            self->send(r.handle, update_atom_v, pa, lh);
+            r.assignment = pa;
+            r.leader_handle = lh;
+            r.epoch = pa.epoch;
+          }
+        }
       }
     }
   }
@@ -295,32 +412,46 @@ void gather_status(self_ptr self, const topic_metadata& md,
     ps.online = false;
     g->td.partitions.push_back(std::move(ps));
   }
+  auto on_error = [g](caf::error&) {
+    if (--g->pending == 0)
+      g->done(std::move(g->td));
+  };
+  // The metadata's view of placement wins; the replica adds the live
+  // offsets and sizes (and its ISR, which is the committed one).
+  auto on_status = [g](size_t idx) {
+    return [g, idx](partition_status& ps) {
+      auto& slot = g->td.partitions[idx];
+      slot.log_start = ps.log_start;
+      slot.log_end = ps.log_end;
+      slot.high_watermark = ps.high_watermark;
+      slot.size_bytes = ps.size_bytes;
+      if (!ps.isr.empty())
+        slot.isr = ps.isr;
+      slot.online = ps.online;
+      if (--g->pending == 0)
+        g->done(std::move(g->td));
+    };
+  };
   for (size_t idx = 0; idx < md.partitions.size(); ++idx) {
-    auto r = st.replicas.find(topic_partition{md.name,
-                                              md.partitions[idx].partition});
+    const auto& pa = md.partitions[idx];
+    if (cluster_mode(st) && pa.leader != st.cfg.node_id) {
+      // The leader's node knows the live offsets.
+      auto p = st.peers.find(pa.leader);
+      if (p == st.peers.end())
+        continue;
+      ++g->pending;
+      self
+        ->request(p->second, st.cfg.status_timeout, status_atom_v,
+                  topic_partition{md.name, pa.partition})
+        .then(on_status(idx), on_error);
+      continue;
+    }
+    auto r = st.replicas.find(topic_partition{md.name, pa.partition});
     if (r == st.replicas.end() || !r->second.handle)
       continue;
     ++g->pending;
     self->request(r->second.handle, st.cfg.status_timeout, status_atom_v)
-      .then(
-        [g, idx](partition_status& ps) {
-          auto& slot = g->td.partitions[idx];
-          // The metadata's view of placement wins; the replica adds the
-          // live offsets and sizes.
-          slot.log_start = ps.log_start;
-          slot.log_end = ps.log_end;
-          slot.high_watermark = ps.high_watermark;
-          slot.size_bytes = ps.size_bytes;
-          if (!ps.isr.empty())
-            slot.isr = ps.isr;
-          slot.online = true;
-          if (--g->pending == 0)
-            g->done(std::move(g->td));
-        },
-        [g](caf::error&) {
-          if (--g->pending == 0)
-            g->done(std::move(g->td));
-        });
+      .then(on_status(idx), on_error);
   }
   if (g->pending == 0)
     g->done(std::move(g->td));
@@ -388,7 +519,34 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
   me.metrics_port = st.cfg.metrics_port;
   me.alive = true;
   me.controller = true;
-  cd->nodes.push_back(std::move(me));
+  if (!cluster_mode(st)) {
+    cd->nodes.push_back(std::move(me));
+  } else {
+    cd->controller = st.raft_st.leader;
+    cd->raft_term = static_cast<int64_t>(st.raft_st.term);
+    std::map<int32_t, broker_registration> regs;
+    if (st.machine)
+      for (auto& b : st.machine->brokers())
+        regs.emplace(b.id, b);
+    for (auto& v : st.cfg.voters) {
+      if (v.id == st.cfg.node_id) {
+        me.controller = v.id == st.raft_st.leader;
+        cd->nodes.push_back(me);
+        continue;
+      }
+      node_info ni;
+      ni.id = v.id;
+      ni.host = v.host;
+      ni.port = v.port;
+      if (auto r = regs.find(v.id); r != regs.end()) {
+        ni.http_port = r->second.http_port;
+        ni.metrics_port = r->second.metrics_port;
+      }
+      ni.alive = st.peers.count(v.id) > 0;
+      ni.controller = v.id == st.raft_st.leader;
+      cd->nodes.push_back(std::move(ni));
+    }
+  }
   cd->topics.resize(topics.size());
   if (topics.empty()) {
     rp.deliver(std::move(*cd));
@@ -426,6 +584,69 @@ caf::expected<partition_actor> route(self_ptr self, const std::string& topic,
                                         + " is not online on node "
                                         + std::to_string(st.cfg.node_id));
   return r->second.handle;
+}
+
+/// Where a client's partition request goes: the local replica, or (in a
+/// cluster) the broker of the leader's node.
+struct route_target {
+  partition_actor local;
+  broker_actor remote;
+};
+
+/// route() for client requests: in a cluster, a partition led by another
+/// node goes to that node (unless the request was forwarded already).
+/// `follower`: a follower fetch, only ever served by the local replica.
+caf::expected<route_target> route_client(self_ptr self,
+                                         const std::string& topic,
+                                         partition_id p, bool follower) {
+  auto& st = self->state;
+  if (cluster_mode(st) && !follower) {
+    auto t = st.topics.find(topic);
+    if (t != st.topics.end() && p.value >= 0
+        && static_cast<size_t>(p.value) < t->second.partitions.size()) {
+      const auto& pa = t->second.partitions[static_cast<size_t>(p.value)];
+      if (pa.leader < 0)
+        return make_error(ec::not_leader,
+                          "partition " + tp_name(topic, p)
+                            + " has no leader: no in-sync replica is up "
+                              "(leader=-1)");
+      if (pa.leader != st.cfg.node_id) {
+        auto peer = st.peers.find(pa.leader);
+        if (from_peer(self) || peer == st.peers.end())
+          return make_error(ec::not_leader,
+                            "partition " + tp_name(topic, p) + " is led by node "
+                              + std::to_string(pa.leader) + ", not node "
+                              + std::to_string(st.cfg.node_id) + " (leader="
+                              + std::to_string(pa.leader) + ")");
+        return route_target{partition_actor{}, peer->second};
+      }
+    }
+  }
+  auto r = route(self, topic, p);
+  if (!r)
+    return std::move(r.error());
+  return route_target{*r, broker_actor{}};
+}
+
+/// Serves a client's partition request: delegated to the local replica (it
+/// answers the client directly) or forwarded to the leader's node.
+template <class T, class Req, class Atom>
+void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
+                     Atom atom, Req req, bool follower) {
+  auto r = route_client(self, req.topic, req.partition, follower);
+  if (!r) {
+    rp.deliver(failed(self, std::move(r.error())));
+    return;
+  }
+  if (r->local) {
+    rp.delegate(r->local, atom, std::move(req));
+    return;
+  }
+  self->request(r->remote, caf::infinite, atom, std::move(req))
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
 }
 
 // -- groups -------------------------------------------------------------------
@@ -617,6 +838,207 @@ caf::result<T> to_dlq(self_ptr self, Ts... xs) {
   return rp;
 }
 
+// -- cluster: readiness, registration, controller --------------------------------
+
+/// Marks the node ready (first topic list in, and in a cluster the metadata
+/// caught up) and serves the requests held until then.
+void mark_ready(self_ptr self) {
+  auto& st = self->state;
+  if (st.ready)
+    return;
+  st.ready = true;
+  size_t partitions = 0;
+  for (auto& [name, md] : st.topics)
+    partitions += md.partitions.size();
+  log::info("node: {} topics with {} partitions recovered", st.topics.size(),
+            partitions);
+  auto deferred = std::move(st.deferred);
+  st.deferred.clear();
+  for (auto& f : deferred)
+    f();
+}
+
+bool is_controller(const node_state& st) {
+  return cluster_mode(st) && st.raft_st.role == raft_role::leader
+         && st.raft_st.leader == st.cfg.node_id;
+}
+
+/// Registers this node through the metadata (forwarded to the controller's
+/// node when the local quorum member does not lead).
+void register_self(self_ptr self) {
+  auto& st = self->state;
+  broker_registration reg;
+  reg.id = st.cfg.node_id;
+  reg.host = st.cfg.host;
+  reg.port = st.cfg.port ? st.cfg.port->load() : 0;
+  reg.http_port = st.cfg.http_port;
+  reg.metrics_port = st.cfg.metrics_port;
+  st.registering = true;
+  auto done = [self](const broker_registration& b) {
+    auto& st = self->state;
+    st.registering = false;
+    st.registered = !b.fenced;
+    log::info("node: registered with the controller (broker epoch {})",
+              b.epoch);
+  };
+  auto failed_once = [self](const caf::error& err) {
+    self->state.registering = false;
+    log::debug("node: registration failed: {}", err);
+  };
+  self
+    ->request(st.cfg.metadata, std::chrono::seconds{5}, update_atom_v,
+              broker_atom_v, reg)
+    .then(done, [self, reg, done, failed_once](caf::error& err) {
+      auto& st = self->state;
+      auto id = leader_hint(st, err);
+      auto p = st.peers.find(id);
+      if (!is(err, ec::not_leader) || p == st.peers.end()) {
+        failed_once(err);
+        return;
+      }
+      self
+        ->request(p->second, std::chrono::seconds{5}, update_atom_v,
+                  broker_atom_v, reg)
+        .then(done, failed_once);
+    });
+}
+
+/// The controller's duty: fence voters whose link is down for too long.
+void control(self_ptr self) {
+  auto& st = self->state;
+  auto t_now = now(self);
+  std::map<int32_t, broker_registration> regs;
+  for (auto& b : st.machine->brokers())
+    regs.emplace(b.id, b);
+  for (auto& v : st.cfg.voters) {
+    if (v.id == st.cfg.node_id || st.peers.count(v.id) > 0
+        || st.fencing.count(v.id) > 0)
+      continue;
+    auto r = regs.find(v.id);
+    if (r != regs.end() && r->second.fenced)
+      continue;
+    auto d = st.down_since.find(v.id);
+    auto deadline = d != st.down_since.end()
+                      ? d->second + std::chrono::duration_cast<caf::timespan>(
+                          st.cfg.fence_after)
+                      : st.controller_since
+                          + std::chrono::duration_cast<caf::timespan>(
+                            st.cfg.controller_grace);
+    if (t_now < deadline)
+      continue;
+    broker_registration reg;
+    reg.id = v.id;
+    reg.fenced = true;
+    st.fencing.insert(v.id);
+    log::warn("node: controller fences broker {} (unreachable)", v.id);
+    self
+      ->request(st.cfg.metadata, std::chrono::seconds{5}, update_atom_v,
+                broker_atom_v, reg)
+      .then([self, id = v.id](const broker_registration&) {
+              self->state.fencing.erase(id);
+            },
+            [self, id = v.id](caf::error& err) {
+              self->state.fencing.erase(id);
+              log::warn("node: fencing broker {} failed: {}", id, err);
+            });
+  }
+}
+
+/// The cluster timer: readiness, registration, control; every cluster_tick.
+void cluster_tick(self_ptr self) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || st.shutting_down)
+    return;
+  if (!st.cluster_ready) {
+    self->request(st.raft, st.cfg.status_timeout, status_atom_v)
+      .then(
+        [self](const raft_status& rs) {
+          auto& st = self->state;
+          if (st.cluster_ready || st.shutting_down)
+            return;
+          if (rs.leader < 0 || rs.last_applied < rs.commit_index) {
+            st.ready_probes = 0;
+            return;
+          }
+          if (++st.ready_probes < 2)
+            return;
+          st.cluster_ready = true;
+          log::info("node: metadata caught up at index {} (Raft leader {}, "
+                    "term {})",
+                    rs.last_applied, rs.leader, rs.term);
+          reconcile(self);
+          mark_ready(self);
+        },
+        [](caf::error&) {});
+  } else if (!st.registering && st.raft_st.leader >= 0 && st.cfg.port
+             && st.cfg.port->load() != 0) {
+    bool fenced = false;
+    for (auto& b : st.machine->brokers())
+      if (b.id == st.cfg.node_id)
+        fenced = b.fenced;
+    if (!st.registered || fenced)
+      register_self(self);
+  }
+  if (is_controller(st))
+    control(self);
+  self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
+}
+
+/// Spawns the quorum member, raft_metadata over it and the peer links.
+caf::error start_cluster(self_ptr self) {
+  auto& st = self->state;
+  auto storage = raft_storage::open(st.cfg.store->environment());
+  if (!storage)
+    return std::move(storage.error());
+  std::vector<int32_t> ids;
+  bool member = false;
+  for (auto& v : st.cfg.voters) {
+    ids.push_back(v.id);
+    member = member || v.id == st.cfg.node_id;
+  }
+  if (!member)
+    return make_error(ec::invalid_config,
+                      "node id " + std::to_string(st.cfg.node_id)
+                        + " is not in the voter list");
+  auto max_rf = static_cast<int16_t>(std::min<size_t>(ids.size(), 32767));
+  st.machine = std::make_shared<metadata_state_machine>(ids, max_rf);
+  raft_node_config rc;
+  rc.raft.id = st.cfg.node_id;
+  rc.raft.voters = ids;
+  rc.raft.election_ticks = st.cfg.election_ticks;
+  rc.raft.heartbeat_ticks = st.cfg.heartbeat_ticks;
+  rc.raft.seed = std::random_device{}();
+  rc.store = std::shared_ptr<raft_log_store>(std::move(*storage));
+  rc.machine = metadata_state_machine::adapter(st.machine);
+  rc.tick_interval = st.cfg.raft_tick;
+  st.raft = self->spawn(raft_node, std::move(rc));
+  self->monitor(st.raft);
+  self->send(st.raft, subscribe_atom_v, caf::actor_cast<caf::actor>(self));
+  raft_metadata_config mc;
+  mc.raft = st.raft;
+  mc.machine = st.machine;
+  st.cfg.metadata = self->spawn(raft_metadata, std::move(mc));
+  st.own_metadata = true;
+  for (auto& v : st.cfg.voters) {
+    if (v.id == st.cfg.node_id)
+      continue;
+    connection_config cc;
+    cc.host = v.host;
+    cc.port = v.port;
+    cc.backoff_min = std::chrono::milliseconds{100};
+    cc.backoff_max = std::chrono::milliseconds{1000};
+    auto link = spawn_connection(self->system(), cc);
+    auto listener = self->spawn<caf::linked>(peer_listener, v.id,
+                                             caf::actor_cast<caf::actor>(self));
+    self->send(link, subscribe_atom_v, listener);
+    st.links[v.id] = link; // never seen yet: controller_grace applies
+  }
+  log::info("node: cluster member {} of {} voters", st.cfg.node_id,
+            ids.size());
+  self->send(self, tick_atom_v);
+  return caf::none;
+}
+
 // -- lifecycle ----------------------------------------------------------------
 
 void finish_shutdown(self_ptr self) {
@@ -629,6 +1051,14 @@ void finish_shutdown(self_ptr self) {
   st.create_waiters.clear();
   if (st.own_metadata && st.cfg.metadata)
     self->send_exit(st.cfg.metadata, caf::exit_reason::user_shutdown);
+  if (st.raft) {
+    self->demonitor(st.raft.address());
+    self->send_exit(st.raft, caf::exit_reason::user_shutdown);
+  }
+  for (auto& [id, link] : st.links)
+    self->send_exit(link, caf::exit_reason::user_shutdown);
+  st.links.clear();
+  st.peers.clear();
   if (st.disk_sampler)
     self->send_exit(st.disk_sampler, caf::exit_reason::user_shutdown);
   log::info("node: shutdown complete");
@@ -703,6 +1133,15 @@ void begin_shutdown(self_ptr self, caf::error reason) {
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
+  if (st.raft && caf::actor_cast<caf::actor_addr>(st.raft) == dm.source) {
+    if (st.shutting_down)
+      return;
+    log::critical("node: the Raft quorum member terminated: {}", dm.reason);
+    begin_shutdown(self, dm.reason ? dm.reason
+                                   : make_error(ec::coordinator_not_available,
+                                                "Raft member ended"));
+    return;
+  }
   if (st.cfg.metadata
       && caf::actor_cast<caf::actor_addr>(st.cfg.metadata) == dm.source) {
     if (st.shutting_down)
@@ -795,6 +1234,13 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
                                              [store](offset_store* p) {
                                                delete p;
                                              });
+  if (!st.cfg.metadata && cluster_mode(st)) {
+    if (auto err = start_cluster(self)) {
+      log::critical("node: cannot start the cluster member: {}", err);
+      self->quit(std::move(err));
+      return broker_actor::behavior_type::make_empty_behavior();
+    }
+  }
   if (!st.cfg.metadata) {
     local_metadata_config mc;
     mc.node_id = st.cfg.node_id;
@@ -804,7 +1250,8 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
   }
   if (st.cfg.metrics) {
     st.probe = std::make_shared<metrics::node_probe>(st.cfg.metrics);
-    st.probe->standalone(); // until Raft exists
+    if (!cluster_mode(st))
+      st.probe->standalone(); // a cluster of one: no Raft
     st.disk_sampler = self->spawn(
       disk_sampler, st.probe, st.cfg.data_dir,
       std::chrono::duration_cast<caf::timespan>(
@@ -841,39 +1288,28 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
       auto rp = self->make_response_promise<produce_response>();
       when_ready(self, [self, rp, req = std::move(req)]() mutable {
-        auto r = route(self, req.topic, req.partition);
-        if (!r)
-          rp.deliver(failed(self, std::move(r.error())));
-        else
-          rp.delegate(*r, produce_atom_v, std::move(req));
+        serve_partition(self, rp, produce_atom_v, std::move(req), false);
       });
       return rp;
     },
     [self](fetch_atom, fetch_request& req) -> caf::result<fetch_response> {
       auto rp = self->make_response_promise<fetch_response>();
       when_ready(self, [self, rp, req = std::move(req)]() mutable {
-        auto r = route(self, req.topic, req.partition);
-        if (!r)
-          rp.deliver(failed(self, std::move(r.error())));
-        else
-          rp.delegate(*r, fetch_atom_v, std::move(req));
+        bool follower = req.replica_id >= 0;
+        serve_partition(self, rp, fetch_atom_v, std::move(req), follower);
       });
       return rp;
     },
     [self](offsets_atom, list_offsets_request& req) -> caf::result<offset> {
       auto rp = self->make_response_promise<offset>();
       when_ready(self, [self, rp, req = std::move(req)]() mutable {
-        auto r = route(self, req.topic, req.partition);
-        if (!r)
-          rp.deliver(failed(self, std::move(r.error())));
-        else
-          rp.delegate(*r, offsets_atom_v, std::move(req));
+        serve_partition(self, rp, offsets_atom_v, std::move(req), false);
       });
       return rp;
     },
     [self](init_pid_atom) -> caf::result<producer_identity> {
       auto rp = self->make_response_promise<producer_identity>();
-      relay(self, rp, self->state.cfg.metadata, init_pid_atom_v);
+      meta_relay(self, rp, std::chrono::seconds{10}, init_pid_atom_v);
       return rp;
     },
     // -- topic admin: through the metadata actor ------------------------------
@@ -881,23 +1317,20 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
            topic_config& tc) -> caf::result<topic_metadata> {
       auto rp = self->make_response_promise<topic_metadata>();
       auto& st = self->state;
-      self
-        ->request(st.cfg.metadata, st.cfg.create_timeout, create_atom_v,
-                  topic_atom_v, std::move(name), std::move(tc))
-        .then(
-          [self, rp](topic_metadata& md) mutable {
-            await_replicas(self, std::move(md), rp);
-          },
-          [self, rp](caf::error& err) mutable {
-            rp.deliver(failed(self, std::move(err)));
-          });
+      meta_call(
+        self, rp, st.cfg.create_timeout,
+        [self](caf::typed_response_promise<topic_metadata>& p,
+               topic_metadata& md) {
+          await_replicas(self, std::move(md), p);
+        },
+        create_atom_v, topic_atom_v, std::move(name), std::move(tc));
       return rp;
     },
     [self](delete_atom, topic_atom,
            std::string& name) -> caf::result<topic_metadata> {
       auto rp = self->make_response_promise<topic_metadata>();
-      relay(self, rp, self->state.cfg.metadata, delete_atom_v, topic_atom_v,
-            std::move(name));
+      meta_relay(self, rp, self->state.cfg.create_timeout, delete_atom_v,
+                 topic_atom_v, std::move(name));
       return rp;
     },
     [self](list_atom, topic_atom) -> caf::result<std::vector<topic_metadata>> {
@@ -929,24 +1362,21 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
            std::map<std::string, std::string>& changes)
       -> caf::result<topic_metadata> {
       auto rp = self->make_response_promise<topic_metadata>();
-      relay(self, rp, self->state.cfg.metadata, alter_atom_v, topic_atom_v,
-            std::move(name), std::move(changes));
+      meta_relay(self, rp, self->state.cfg.create_timeout, alter_atom_v,
+                 topic_atom_v, std::move(name), std::move(changes));
       return rp;
     },
     [self](add_parts_atom, std::string& name,
            int32_t n) -> caf::result<topic_metadata> {
       auto rp = self->make_response_promise<topic_metadata>();
       auto& st = self->state;
-      self
-        ->request(st.cfg.metadata, st.cfg.create_timeout, add_parts_atom_v,
-                  std::move(name), n)
-        .then(
-          [self, rp](topic_metadata& md) mutable {
-            await_replicas(self, std::move(md), rp);
-          },
-          [self, rp](caf::error& err) mutable {
-            rp.deliver(failed(self, std::move(err)));
-          });
+      meta_call(
+        self, rp, st.cfg.create_timeout,
+        [self](caf::typed_response_promise<topic_metadata>& p,
+               topic_metadata& md) {
+          await_replicas(self, std::move(md), p);
+        },
+        add_parts_atom_v, std::move(name), n);
       return rp;
     },
     [self](cluster_atom) -> caf::result<cluster_description> {
@@ -1257,19 +1687,75 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       if (st.dlq)
         self->send(st.dlq, update_atom_v, list);
       reconcile(self);
-      if (!st.ready) {
-        st.ready = true;
-        size_t partitions = 0;
-        for (auto& [name, md] : st.topics)
-          partitions += md.partitions.size();
-        log::info("node: {} topics with {} partitions recovered",
-                  st.topics.size(), partitions);
-        auto deferred = std::move(st.deferred);
-        st.deferred.clear();
-        for (auto& f : deferred)
-          f();
-      }
+      if (!cluster_mode(st) || st.cluster_ready)
+        mark_ready(self);
     },
+    // -- cluster ----------------------------------------------------------------
+    [self](status_atom,
+           const topic_partition& tp) -> caf::result<partition_status> {
+      auto rp = self->make_response_promise<partition_status>();
+      when_ready(self, [self, rp, tp]() mutable {
+        auto r = route(self, tp.topic, tp.partition);
+        if (!r)
+          rp.deliver(failed(self, std::move(r.error())));
+        else
+          relay(self, rp, *r, status_atom_v);
+      });
+      return rp;
+    },
+    [self](update_atom, broker_atom, broker_registration& reg)
+      -> caf::result<broker_registration> {
+      auto rp = self->make_response_promise<broker_registration>();
+      meta_relay(self, rp, std::chrono::seconds{5}, update_atom_v,
+                 broker_atom_v, std::move(reg));
+      return rp;
+    },
+    [self](alter_atom, isr_atom,
+           isr_change& ch) -> caf::result<partition_assignment> {
+      auto rp = self->make_response_promise<partition_assignment>();
+      meta_relay(self, rp, std::chrono::seconds{5}, alter_atom_v, isr_atom_v,
+                 std::move(ch));
+      return rp;
+    },
+    [self](raft_atom, raft_message& m) {
+      if (self->state.raft)
+        self->send(self->state.raft, raft_atom_v, std::move(m));
+    },
+    [self](connect_atom, int32_t id, const caf::actor& peer) {
+      auto& st = self->state;
+      if (st.shutting_down || st.links.count(id) == 0)
+        return;
+      if (peer) {
+        st.peers[id] = caf::actor_cast<broker_actor>(peer);
+        st.down_since.erase(id);
+        log::info("node: link to node {} is up", id);
+      } else {
+        st.peers.erase(id);
+        st.down_since[id] = now(self);
+        log::warn("node: link to node {} is down", id);
+      }
+      if (st.raft)
+        self->send(st.raft, connect_atom_v, id, peer);
+      reconcile(self);
+    },
+    [self](update_atom, const raft_status& rs) {
+      auto& st = self->state;
+      bool was = is_controller(st);
+      auto old_leader = st.raft_st.leader;
+      st.raft_st = rs;
+      if (is_controller(st) && !was) {
+        st.controller_since = now(self);
+        log::info("node: controller in Raft term {}", rs.term);
+      }
+      if (rs.leader != old_leader)
+        log::info("node: Raft leader is node {} (term {})", rs.leader,
+                  rs.term);
+      if (st.probe)
+        st.probe->raft(static_cast<int64_t>(rs.term),
+                       rs.role == raft_role::leader,
+                       static_cast<int64_t>(rs.commit_index));
+    },
+    [self](tick_atom) { cluster_tick(self); },
   };
 }
 

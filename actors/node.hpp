@@ -55,17 +55,46 @@
 // path) and the replica counts its own errors through the node_probe it is
 // given (partition_replica_config::node_probe).
 //
+// Cluster (node_config::voters set): the node spawns this node's Raft
+// quorum member (actors/raft_node.hpp, LMDB state in the node's store) and
+// raft_metadata over it as its metadata actor, and keeps a client link
+// (actors/client_connection.hpp: reconnects with backoff) to every other
+// voter's node. Raft messages travel node to node: (raft_atom, msg) to the
+// peer's broker, which hands it to its own quorum member.
+// - Readiness: replicas start, and requests are served, once the applied
+//   metadata caught up (a leader is known and the applied index reached the
+//   commit index in two probes one tick apart), so a restarted node never
+//   acts on its old view.
+// - Registration: once a leader is known and the port is open, the node
+//   registers itself (endpoints) through the metadata; again whenever the
+//   metadata shows it fenced.
+// - Controller (the node whose quorum member leads): fences a voter whose
+//   link has been down for fence_after (one never seen: controller_grace
+//   after taking over); raft_metadata then moves leaderships and ISRs.
+// - Roles: every hosted replica gets its assignment and the leader node's
+//   broker (update_atom) whenever either changes; replicas' ISR changes
+//   come here and go to the metadata.
+// - Routing: produce, consumer fetch and list offsets for a partition led
+//   by another node are forwarded to that node's broker (request/answer, so
+//   clients may talk to any node); a request forwarded by a peer is never
+//   forwarded again (not_leader instead). Follower fetches are only served
+//   locally. Metadata writes answered not_leader by the local quorum member
+//   are forwarded once to the Raft leader's node. Describe asks each
+//   partition's leader node for its live status.
+//
 // Shutdown: an exit message (e.g. anon_send_exit(node, user_shutdown) from
 // ferryd on SIGTERM) makes the node stop every replica with (stop_atom,
 // false) (flush, checkpoint, close), end the coordinators and the metadata
 // actor it spawned, and quit once all replicas answered or shutdown_timeout
 // passed. Watch it with a monitor to know when the data is safe.
 
+#include "actors/client_connection.hpp"
 #include "actors/dlq_manager.hpp"
 #include "actors/group_coordinator.hpp"
 #include "actors/queue_coordinator.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/partition_replica.hpp"
+#include "broker/raft_core.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_clock.hpp>
@@ -79,6 +108,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +116,7 @@
 namespace ferry {
 
 class metadata_store;
+class metadata_state_machine;
 class offset_store;
 
 namespace metrics {
@@ -102,8 +133,22 @@ struct node_config {
   /// The node's store (ferryd opens it on <data-dir>/meta). Required: the
   /// metadata, the replicas' checkpoints and the group offsets live there.
   std::shared_ptr<metadata_store> store;
-  /// Where topics live. Null: the node spawns local_metadata over `store`.
+  /// Where topics live. Null: the node spawns local_metadata over `store`
+  /// (no voters) or the Raft quorum member (voters).
   metadata_actor metadata;
+  /// The Raft voters (--voters), this node included. Empty: a cluster of one
+  /// with local metadata. See "Cluster" in the file comment.
+  std::vector<raft_voter> voters;
+  /// Raft timing: tick length, election timeout and heartbeat in ticks.
+  caf::timespan raft_tick = std::chrono::milliseconds{50};
+  uint32_t election_ticks = 10;
+  uint32_t heartbeat_ticks = 2;
+  /// The controller fences a broker whose link has been down this long.
+  std::chrono::milliseconds fence_after{500};
+  /// A new controller waits this long for brokers it has not seen yet.
+  std::chrono::milliseconds controller_grace{3000};
+  /// Period of the cluster timer (registration, readiness, controller).
+  std::chrono::milliseconds cluster_tick{200};
   /// Cluster id shown by cluster describe.
   std::string cluster_id;
   /// Advertised endpoint for cluster describe. The port is shared because it
@@ -147,6 +192,9 @@ struct hosted_replica {
   partition_actor handle;  ///< null while offline or waiting for a restart
   topic_config config;     ///< the config it was last given
   leader_epoch epoch{0};
+  /// The assignment and leader handle it was last given.
+  partition_assignment assignment;
+  caf::actor leader_handle;
   /// Recent crash times, for the restart limit.
   std::vector<caf::actor_clock::time_point> crashes;
   /// When a crashed replica may be spawned again.
@@ -198,6 +246,30 @@ struct node_state {
   std::shared_ptr<metrics::node_probe> probe;
   /// Samples the disk into `probe` periodically; ended on shutdown.
   caf::actor disk_sampler;
+
+  // -- cluster (voters set) ---------------------------------------------------
+  /// This node's quorum member and the replicated metadata it applies.
+  raft_actor raft;
+  std::shared_ptr<metadata_state_machine> machine;
+  /// Its latest role, term and leader.
+  raft_status raft_st;
+  /// Links to the other voters and the brokers they lead to while up.
+  std::map<int32_t, connection_actor> links;
+  std::map<int32_t, broker_actor> peers;
+  /// When a peer's link went down (controller: fence after fence_after).
+  std::map<int32_t, caf::actor_clock::time_point> down_since;
+  /// When this node last became the controller.
+  caf::actor_clock::time_point controller_since{};
+  /// Fences proposed and not answered yet.
+  std::set<int32_t> fencing;
+  /// This incarnation is registered (and not fenced since).
+  bool registered = false;
+  bool registering = false;
+  /// The applied metadata caught up with the quorum: replicas start only
+  /// then (a restarted node must not act on an old view).
+  bool cluster_ready = false;
+  uint64_t ready_probe_applied = 0;
+  int ready_probes = 0;
 
   static inline const char* name = "node";
 };

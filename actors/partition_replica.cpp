@@ -4,6 +4,7 @@
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/topic_config.hpp"
 #include "metrics/node_probe.hpp"
 #include "metrics/partition_probe.hpp"
 
@@ -11,7 +12,9 @@
 #include <caf/system_messages.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -24,6 +27,18 @@ using steady_clock = std::chrono::steady_clock;
 
 std::string name_of(const partition_replica_state& st) {
   return st.cfg.topic + "/" + std::to_string(st.cfg.partition.value);
+}
+
+caf::error not_leader_error(const partition_replica_state& st) {
+  return make_error(ec::not_leader,
+                    "node " + std::to_string(st.cfg.node_id)
+                      + " follows partition " + name_of(st)
+                      + " (leader=" + std::to_string(st.assignment.leader)
+                      + ")");
+}
+
+bool in_isr(const partition_replica_state& st, int32_t id) {
+  return std::find(st.isr.begin(), st.isr.end(), id) != st.isr.end();
 }
 
 // -- metrics ------------------------------------------------------------------
@@ -144,11 +159,17 @@ caf::expected<fetch_response> read_fetch(const partition_replica_state& st,
   return resp;
 }
 
-// Answers parked fetches that now have min_bytes (or all of them).
-void wake_waiters(replica_ptr self, bool all) {
+// Answers parked fetches that now have min_bytes (or all of them); with
+// `followers_only` only those of followers (their reads end at the log end,
+// not the HW).
+void wake_waiters(replica_ptr self, bool all, bool followers_only = false) {
   auto& st = self->state;
   for (auto i = st.waiters.begin(); i != st.waiters.end();) {
     auto& w = i->second;
+    if (followers_only && w.request.replica_id < 0) {
+      ++i;
+      continue;
+    }
     auto resp = read_fetch(st, w.request);
     if (!resp) {
       count_fetch_failure(st, w.request, resp.error());
@@ -169,8 +190,15 @@ void wake_waiters(replica_ptr self, bool all) {
 // Moves the leader's position and the HW, answers the produces they cover.
 void advance(replica_ptr self) {
   auto& st = self->state;
+  if (!st.leader) {
+    // A follower's HW comes from its leader (follower_apply).
+    report_log(st);
+    return;
+  }
   auto old_hw = st.log->high_watermark();
+  auto old_position = st.positions[st.cfg.node_id];
   st.positions[st.cfg.node_id] = leader_position(st);
+  bool grew = st.positions[st.cfg.node_id] > old_position;
   auto hw = st.log->log_end();
   for (auto id : st.isr) {
     auto i = st.positions.find(id);
@@ -193,6 +221,8 @@ void advance(replica_ptr self) {
   }
   if (st.log->high_watermark() > old_hw && !st.waiters.empty())
     wake_waiters(self, false);
+  else if (grew && !st.waiters.empty())
+    wake_waiters(self, false, true); // followers read up to the log end
   report_log(st);
 }
 
@@ -317,6 +347,323 @@ void shut_down(replica_ptr self) {
   st.log.reset();
 }
 
+// -- replication ------------------------------------------------------------------
+
+// The epoch of the last batch in the log (-1: empty), read from the log.
+int32_t read_last_batch_epoch(const partition_replica_state& st) {
+  if (st.log->log_end() <= st.log->log_start())
+    return -1;
+  auto rd = st.log->read(st.log->log_end() - 1, 1, st.log->log_end());
+  if (!rd || rd->data.empty())
+    return -1;
+  auto h = parse_batch_header(rd->data, std::numeric_limits<int32_t>::max());
+  return h ? h->partition_leader_epoch : -1;
+}
+
+// Leader: the divergence answer for a follower whose last batch's epoch
+// ends earlier here (or is unknown here); nothing when its log matches.
+std::optional<fetch_response> divergence(const partition_replica_state& st,
+                                         const fetch_request& req) {
+  if (req.last_fetched_epoch < 0)
+    return std::nullopt;
+  const auto& ep = st.log->epochs();
+  fetch_response r;
+  r.next_offset = req.from;
+  r.high_watermark = st.log->high_watermark();
+  r.log_start = st.log->log_start();
+  r.log_end = st.log->log_end();
+  // The largest epoch here that is not newer than the follower's.
+  auto it = std::upper_bound(ep.begin(), ep.end(), req.last_fetched_epoch,
+                             [](int32_t e, const epoch_entry& x) {
+                               return e < x.epoch.value;
+                             });
+  if (it == ep.begin()) {
+    // Every epoch here is newer: nothing of the follower's is known here.
+    r.diverging_epoch = -1;
+    r.diverging_end = std::min(req.from, ep.empty() ? st.log->log_start()
+                                                    : ep.front().start_offset);
+    return r;
+  }
+  auto found = std::prev(it);
+  auto end = it == ep.end() ? st.log->log_end() : it->start_offset;
+  if (found->epoch.value == req.last_fetched_epoch && req.from <= end)
+    return std::nullopt;
+  r.diverging_epoch = found->epoch.value;
+  r.diverging_end = std::min(end, req.from);
+  return r;
+}
+
+// Leader: sends an ISR change to the controller (one at a time).
+void propose_isr(replica_ptr self, std::vector<int32_t> isr) {
+  auto& st = self->state;
+  if (!st.cfg.controller || st.isr_change_pending || !st.leader)
+    return;
+  st.isr_change_pending = true;
+  isr_change ch;
+  ch.topic = st.cfg.topic;
+  ch.partition = st.cfg.partition;
+  ch.leader = st.cfg.node_id;
+  ch.epoch = st.assignment.epoch;
+  ch.isr = isr;
+  log::info("partition {}: proposing ISR of {} members (now {})", name_of(st),
+            isr.size(), st.isr.size());
+  auto epoch = st.assignment.epoch;
+  self
+    ->request(caf::actor_cast<broker_actor>(st.cfg.controller),
+              std::chrono::seconds{10}, alter_atom_v, isr_atom_v,
+              std::move(ch))
+    .then(
+      [self, epoch](const partition_assignment& pa) {
+        auto& st = self->state;
+        st.isr_change_pending = false;
+        // The node brings the same change with the topic list; taking it now
+        // saves a round and is safe: it is committed.
+        if (st.leader && pa.epoch == epoch && pa.leader == st.cfg.node_id
+            && st.assignment.epoch == epoch) {
+          st.assignment.isr = pa.isr;
+          st.isr = pa.isr;
+          if (st.cfg.probe)
+            st.cfg.probe->replication(st.isr.size(),
+                                      st.assignment.replicas.size());
+          advance(self);
+        }
+      },
+      [self](caf::error& err) {
+        self->state.isr_change_pending = false;
+        log::warn("partition {}: ISR change refused: {}",
+                  name_of(self->state), err);
+      });
+}
+
+// Leader: a follower fetched from `from` (its durable end).
+void follower_fetched(replica_ptr self, int32_t id, offset from) {
+  auto& st = self->state;
+  if (std::find(st.assignment.replicas.begin(), st.assignment.replicas.end(),
+                id)
+      == st.assignment.replicas.end())
+    return; // not a replica of this partition: a reader, not a follower
+  auto end = st.log->log_end();
+  st.positions[id] = std::min(from, end);
+  if (from >= end)
+    st.caught_up[id] = self->clock().now();
+  advance(self);
+  // A follower back at the HW (and in the current epoch) rejoins the ISR.
+  const auto& ep = st.log->epochs();
+  auto epoch_start = ep.empty() ? offset{0} : ep.back().start_offset;
+  if (!in_isr(st, id) && from >= st.log->high_watermark()
+      && from >= epoch_start) {
+    auto isr = st.isr;
+    isr.push_back(id);
+    propose_isr(self, std::move(isr));
+  }
+}
+
+// Leader (tick): followers not caught up for replica_lag_max leave the ISR.
+void check_isr_lag(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.leader || !st.cfg.controller || st.isr_change_pending)
+    return;
+  auto now = self->clock().now();
+  std::vector<int32_t> keep;
+  for (auto id : st.isr) {
+    auto i = st.caught_up.find(id);
+    if (id == st.cfg.node_id || i == st.caught_up.end()
+        || now - i->second <= st.cfg.replica_lag_max
+        || st.positions[id] >= st.log->log_end())
+      keep.push_back(id);
+    else
+      log::warn("partition {}: follower {} not caught up for {} ms: "
+                "leaving the ISR",
+                name_of(st), id,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                  now - i->second)
+                  .count());
+  }
+  if (keep.size() < st.isr.size())
+    propose_isr(self, std::move(keep));
+}
+
+void follower_fetch(replica_ptr self);
+
+// Follower: applies a fetch answer; an error means "retry after a pause".
+caf::error follower_apply(replica_ptr self, fetch_response& r) {
+  auto& st = self->state;
+  if (r.diverging_epoch >= 0 || r.diverging_end >= offset{0}) {
+    // Our end of the diverging epoch: where our next newer epoch starts.
+    auto own_end = st.log->log_end();
+    for (auto& e : st.log->epochs())
+      if (e.epoch.value > r.diverging_epoch) {
+        own_end = e.start_offset;
+        break;
+      }
+    auto target = std::max(std::min(r.diverging_end, own_end),
+                           st.log->log_start());
+    if (target >= st.log->log_end())
+      return caf::none;
+    auto old_end = st.log->log_end();
+    auto cut = st.log->truncate_to(target);
+    if (!cut)
+      return std::move(cut.error());
+    log::warn("partition {}: log diverged from leader {} (epoch {}): "
+              "truncated from {} to {}",
+              name_of(st), st.assignment.leader, r.diverging_epoch, old_end,
+              *cut);
+    st.producers = producer_state{};
+    if (auto err = st.producers.rebuild(*st.log))
+      return err;
+    st.snapshot_end = offset{-1};
+    st.last_batch_epoch = read_last_batch_epoch(st);
+    report_log(st);
+    return caf::none;
+  }
+  std::string_view data = r.data;
+  bool appended = false;
+  while (!data.empty()) {
+    auto h = parse_batch_header(data, std::numeric_limits<int32_t>::max());
+    if (!h)
+      return std::move(h.error());
+    auto size = h->total_size();
+    if (size > data.size())
+      break; // a cut-off last batch: fetched again next time
+    auto batch = data.substr(0, size);
+    data.remove_prefix(size);
+    if (h->last_offset() < st.log->log_end())
+      continue; // held already (the first batch may start before `from`)
+    const auto& ep = st.log->epochs();
+    if (ep.empty() || h->partition_leader_epoch > ep.back().epoch.value)
+      if (auto err = st.log->add_epoch(leader_epoch{h->partition_leader_epoch}))
+        return err;
+    auto info = st.log->append_replicated(batch);
+    if (!info)
+      return std::move(info.error());
+    st.producers.record(*h);
+    st.last_batch_epoch = h->partition_leader_epoch;
+    ++st.stats.appends;
+    appended = true;
+  }
+  if (appended) {
+    ++st.stats.log_flushes;
+    if (auto flushed = st.log->flush(); !flushed) {
+      fence(self, flushed.error());
+      return std::move(flushed.error());
+    }
+  }
+  auto hw = std::min(r.high_watermark, st.log->log_end());
+  if (hw > st.log->high_watermark())
+    st.log->set_high_watermark(hw);
+  report_log(st);
+  return caf::none;
+}
+
+// Follower: one fetch from the leader; the answer triggers the next one.
+void follower_fetch(replica_ptr self) {
+  auto& st = self->state;
+  if (st.leader || st.fenced || !st.log || !st.leader_broker
+      || st.fetch_in_flight)
+    return;
+  fetch_request req;
+  req.topic = st.cfg.topic;
+  req.partition = st.cfg.partition;
+  req.from = st.log->log_end();
+  req.max_bytes = static_cast<int32_t>(
+    std::max<uint32_t>(st.log_cfg.max_batch_bytes, 1u << 20));
+  req.min_bytes = 1;
+  req.max_wait_ms = static_cast<int32_t>(st.cfg.follower_fetch_wait.count());
+  req.replica_id = st.cfg.node_id;
+  req.leader_epoch = st.assignment.epoch.value;
+  req.last_fetched_epoch = st.last_batch_epoch;
+  auto gen = st.fetch_gen;
+  st.fetch_in_flight = true;
+  self
+    ->request(caf::actor_cast<broker_actor>(st.leader_broker),
+              st.cfg.follower_fetch_wait + std::chrono::seconds{10},
+              fetch_atom_v, std::move(req))
+    .then(
+      [self, gen](fetch_response& r) {
+        auto& st = self->state;
+        if (gen != st.fetch_gen || st.leader || !st.log)
+          return; // a stale answer: the role changed meanwhile
+        st.fetch_in_flight = false;
+        if (auto err = follower_apply(self, r)) {
+          log::warn("partition {}: cannot apply data from leader {}: {}",
+                    name_of(st), st.assignment.leader, err);
+          self->delayed_send(self, st.cfg.follower_retry_backoff,
+                             fetch_atom_v, gen);
+          return;
+        }
+        follower_fetch(self);
+      },
+      [self, gen](caf::error& err) {
+        auto& st = self->state;
+        if (gen != st.fetch_gen)
+          return;
+        st.fetch_in_flight = false;
+        log::debug("partition {}: fetch from leader {} failed: {}",
+                   name_of(st), st.assignment.leader, err);
+        self->delayed_send(self, st.cfg.follower_retry_backoff, fetch_atom_v,
+                           gen);
+      });
+}
+
+// Takes the role the assignment gives this node.
+void set_role(replica_ptr self, const partition_assignment& pa,
+              caf::actor leader_broker) {
+  auto& st = self->state;
+  bool was_leader = st.leader;
+  auto old = st.assignment;
+  st.assignment = pa;
+  st.isr = pa.isr;
+  bool lead = pa.leader == st.cfg.node_id;
+  bool new_term = old.epoch != pa.epoch || old.leader != pa.leader
+                  || was_leader != lead;
+  if (st.cfg.probe)
+    st.cfg.probe->replication(st.isr.size(),
+                              std::max<size_t>(pa.replicas.size(), 1));
+  if (lead) {
+    st.leader = true;
+    st.leader_broker = nullptr;
+    if (new_term) {
+      ++st.fetch_gen;
+      st.fetch_in_flight = false;
+      const auto& ep = st.log->epochs();
+      if (ep.empty() || ep.back().epoch < pa.epoch)
+        if (auto err = st.log->add_epoch(pa.epoch))
+          log::error("partition {}: cannot record epoch {}: {}", name_of(st),
+                     pa.epoch.value, err);
+      // Follower positions are learned afresh from their fetches; until
+      // then the HW stays where it is.
+      auto now = self->clock().now();
+      auto own = st.positions[st.cfg.node_id];
+      st.positions.clear();
+      st.positions[st.cfg.node_id] = own;
+      st.caught_up.clear();
+      for (auto id : pa.replicas)
+        st.caught_up[id] = now;
+      log::info("partition {}: leader in epoch {} (log end {}, HW {})",
+                name_of(st), pa.epoch.value, st.log->log_end(),
+                st.log->high_watermark());
+    }
+    advance(self);
+    return;
+  }
+  st.leader = false;
+  st.leader_broker = std::move(leader_broker);
+  if (was_leader) {
+    // Appended but not committed: the new leader may not have it.
+    fail_pending(st, not_leader_error(st));
+    wake_waiters(self, true);
+  }
+  if (new_term || !st.fetch_in_flight) {
+    if (new_term) {
+      ++st.fetch_gen;
+      st.fetch_in_flight = false;
+      log::info("partition {}: follower of node {} in epoch {} (log end {})",
+                name_of(st), pa.leader, pa.epoch.value, st.log->log_end());
+    }
+    follower_fetch(self);
+  }
+}
+
 // -- produce ------------------------------------------------------------------
 
 caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
@@ -324,6 +671,8 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   auto arrived = steady_clock::now();
   if (st.fenced)
     return st.fenced;
+  if (!st.leader)
+    return not_leader_error(st);
   if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
     return make_error(ec::unknown_partition,
                       req.topic + "/" + std::to_string(req.partition.value)
@@ -347,13 +696,15 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
                         + " bytes follow it");
   if (hdr->transactional() || hdr->control())
     return make_error(ec::policy_violation, "transactions are not supported");
-  if (req.acks == acks_mode::all
-      && st.isr.size() < static_cast<size_t>(st.cfg.topic_cfg.min_insync_replicas))
+  auto min_isr = std::min<size_t>(
+    static_cast<size_t>(effective_min_insync(st.cfg.topic_cfg)),
+    std::max<size_t>(st.assignment.replicas.size(), 1));
+  if (req.acks == acks_mode::all && st.isr.size() < min_isr)
     return make_error(ec::not_enough_replicas,
                       "ISR of " + name_of(st) + " has "
                         + std::to_string(st.isr.size())
                         + " members, min.insync.replicas is "
-                        + std::to_string(st.cfg.topic_cfg.min_insync_replicas));
+                        + std::to_string(min_isr));
   // Idempotence before the append, which checks the CRC: a damaged retry of
   // a remembered batch is answered as the duplicate it claims to be, which
   // is harmless (nothing is written) and saves a CRC pass on every append.
@@ -384,7 +735,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
                         + " bytes waiting for a flush (limit "
                         + std::to_string(st.cfg.max_pending_bytes) + ")");
   }
-  set_partition_leader_epoch(req.batch, st.cfg.epoch.value);
+  set_partition_leader_epoch(req.batch, st.assignment.epoch.value);
   auto info = st.log->append(req.batch);
   if (!info)
     return std::move(info.error());
@@ -422,6 +773,20 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
     return make_error(ec::invalid_request,
                       "fetch max_bytes must be positive, got "
                         + std::to_string(req.max_bytes));
+  if (!st.leader)
+    return not_leader_error(st);
+  if (req.replica_id >= 0) {
+    if (req.leader_epoch >= 0 && req.leader_epoch != st.assignment.epoch.value)
+      return make_error(ec::fenced_leader_epoch,
+                        "follower " + std::to_string(req.replica_id)
+                          + " fetches " + name_of(st) + " in leader epoch "
+                          + std::to_string(req.leader_epoch)
+                          + ", the leader is in epoch "
+                          + std::to_string(st.assignment.epoch.value));
+    if (auto div = divergence(st, req))
+      return std::move(*div);
+    follower_fetched(self, req.replica_id, req.from);
+  }
   auto resp = read_fetch(st, req);
   if (!resp)
     return std::move(resp.error());
@@ -447,6 +812,8 @@ caf::result<offset> list_offsets(replica_ptr self,
   auto& st = self->state;
   if (st.fenced)
     return st.fenced;
+  if (!st.leader)
+    return not_leader_error(st);
   if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
     return make_error(ec::unknown_partition,
                       req.topic + "/" + std::to_string(req.partition.value)
@@ -553,26 +920,46 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
   if (const auto& rec = st.log->recovery(); rec.bytes_truncated > 0)
     log::warn("partition {}: recovery cut {} bytes: {}", name_of(st),
               rec.bytes_truncated, rec.reason);
+  if (st.cfg.assignment.replicas.empty()) {
+    // A cluster of one.
+    st.cfg.assignment.partition = st.cfg.partition;
+    st.cfg.assignment.leader = st.cfg.node_id;
+    st.cfg.assignment.epoch = st.cfg.epoch;
+    st.cfg.assignment.replicas = {st.cfg.node_id};
+    st.cfg.assignment.isr = {st.cfg.node_id};
+  }
+  st.assignment = st.cfg.assignment;
+  st.leader = st.assignment.leader == st.cfg.node_id;
+  st.leader_broker = st.cfg.leader_broker;
   const auto& epochs = st.log->epochs();
-  if (epochs.empty() || epochs.back().epoch < st.cfg.epoch) {
-    if (auto err = st.log->add_epoch(st.cfg.epoch)) {
+  if (st.leader
+      && (epochs.empty() || epochs.back().epoch < st.assignment.epoch)) {
+    if (auto err = st.log->add_epoch(st.assignment.epoch)) {
       self->quit(std::move(err));
       return partition_actor::behavior_type::make_empty_behavior();
     }
   }
+  st.last_batch_epoch = read_last_batch_epoch(st);
   if (auto err = load_producers(st)) {
     log::error("partition {}: cannot rebuild producer state: {}", name_of(st),
                err);
     self->quit(std::move(err));
     return partition_actor::behavior_type::make_empty_behavior();
   }
-  st.isr = {st.cfg.node_id};
+  st.isr = st.assignment.isr;
   if (st.cfg.probe)
-    st.cfg.probe->replication(st.isr.size(), 1);
+    st.cfg.probe->replication(st.isr.size(), st.assignment.replicas.size());
   st.last_snapshot = self->clock().now();
   st.checkpointed_hw = st.log->high_watermark();
-  // Everything recovered from disk is durable: the HW catches up with it.
+  if (st.leader) {
+    auto now = self->clock().now();
+    for (auto id : st.assignment.replicas)
+      st.caught_up[id] = now;
+  }
+  // Everything recovered from disk is durable: the HW catches up with it
+  // (in a cluster of one; with followers once they report).
   advance(self);
+  follower_fetch(self);
   self->set_exit_handler([self](caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a linked actor ended normally: not our business
@@ -598,9 +985,9 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       auto& st = self->state;
       partition_status s;
       s.partition = st.cfg.partition;
-      s.leader = st.cfg.node_id;
-      s.epoch = st.cfg.epoch;
-      s.replicas = {st.cfg.node_id};
+      s.leader = st.assignment.leader;
+      s.epoch = st.assignment.epoch;
+      s.replicas = st.assignment.replicas;
       s.isr = st.isr;
       s.log_start = st.log->log_start();
       s.log_end = st.log->log_end();
@@ -637,6 +1024,7 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     },
     [self](tick_atom) {
       tick(self);
+      check_isr_lag(self);
       auto& st = self->state;
       if (st.cfg.tick_interval.count() > 0)
         self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
@@ -652,6 +1040,16 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       log::info("partition {}: log start moved to {} (records deleted)",
                 name_of(st), st.log->log_start());
       return st.log->log_start();
+    },
+    [self](update_atom, const partition_assignment& pa,
+           const caf::actor& leader_broker) {
+      if (self->state.fenced || !self->state.log)
+        return;
+      set_role(self, pa, leader_broker);
+    },
+    [self](fetch_atom, uint64_t gen) {
+      if (gen == self->state.fetch_gen)
+        follower_fetch(self);
     },
     [self](stop_atom, bool delete_data) -> caf::result<bool> {
       auto& st = self->state;

@@ -1,7 +1,36 @@
 #pragma once
-// partition_replica: one hosted partition replica in the leader role. Owns
-// the partition's log (broker/partition_log.hpp) and its idempotent-producer
-// table (broker/producer_state.hpp), and serves partition_actor.
+// partition_replica: one hosted partition replica, as leader or follower.
+// Owns the partition's log (broker/partition_log.hpp) and its
+// idempotent-producer table (broker/producer_state.hpp), and serves
+// partition_actor.
+//
+// Roles (Kafka's ISR model; the assignment comes from the metadata through
+// the node: cfg.assignment at spawn, then (update_atom, assignment, leader's
+// broker) on every change):
+// - Leader (assignment.leader == node_id): takes produce, consumer fetch and
+//   list offsets. On taking the role for epoch E it records E in the epoch
+//   history at its log end and stamps E into every batch it appends.
+//   Followers fetch with replica_id = their id: the fetch offset is their
+//   position (everything below it is durable on them); the leader keeps
+//   positions and the time each follower was last caught up (fetched from
+//   the leader's log end). HW = min over the ISR's positions (its own is
+//   its durable end). A follower fetch names the epoch of the follower's
+//   last batch; when that epoch ends earlier on the leader (or is unknown to
+//   it), the answer carries diverging_epoch/diverging_end instead of data.
+//   ISR changes are proposed to the controller through cfg.controller
+//   ((alter_atom, isr_atom, isr_change), one at a time): shrink a follower
+//   not caught up for replica_lag_max, expand a follower whose position
+//   reached the HW (and the start of the current epoch). The ISR used for
+//   the HW is the committed one (from the metadata).
+// - Follower: pulls from the leader's broker from its log end (long poll),
+//   appends the batches as they are (offsets, epochs and CRCs kept; a new
+//   epoch in the batches is added to its history), records their producers,
+//   flushes, takes the leader's HW (clamped to its log end), and fetches
+//   again. Told to diverge, it truncates to diverging_end, rebuilds its
+//   producer table, and fetches again. Produce, consumer fetch and list
+//   offsets answer not_leader ("leader=<id>"). A leader that becomes a
+//   follower fails its parked produces with not_leader (they may be
+//   truncated) and answers its parked fetches.
 //
 // Produce path (group commit): a produce is validated (size, header,
 // idempotence), appended to the log (page cache only), and its answer parked
@@ -92,9 +121,24 @@ struct partition_replica_config {
   /// Time source of the log (retention, segment age) and of producer expiry;
   /// empty means the system clock.
   clock_fn clock;
-  /// This node: the leader, only replica and ISR for now.
+  /// This node.
   int32_t node_id = 0;
+  /// The partition's assignment (leader, epoch, replicas, ISR). Empty
+  /// replicas: a cluster of one (leader = ISR = node_id in `epoch`).
+  partition_assignment assignment;
   leader_epoch epoch{0};
+  /// The leader node's broker when this replica starts as a follower.
+  caf::actor leader_broker;
+  /// Where ISR changes go (the node, which relays them to the controller).
+  /// Null: the ISR never changes (a cluster of one).
+  caf::actor controller;
+  /// replica.lag.time.max.ms: an ISR follower not caught up for this long
+  /// is shrunk out of the ISR.
+  std::chrono::milliseconds replica_lag_max{10000};
+  /// How long a follower fetch waits at the leader for data.
+  std::chrono::milliseconds follower_fetch_wait{500};
+  /// Pause after a failed follower fetch.
+  std::chrono::milliseconds follower_retry_backoff{100};
   /// Node-wide store for the HW checkpoint and producer snapshots; may be
   /// null (see the file comment). Shared: it outlives the replica.
   std::shared_ptr<metadata_store> store;
@@ -189,10 +233,27 @@ struct partition_replica_state {
   /// Set by a failed flush: answered to every later produce and fetch.
   caf::error fenced;
 
-  /// Positions of the ISR members (log offsets they hold, per the commit
-  /// rule); the leader's own is updated on each commit.
+  /// The current assignment (see the file comment) and whether this replica
+  /// leads in it.
+  partition_assignment assignment;
+  bool leader = true;
+  /// Follower: the leader node's broker, and the incarnation of the fetch
+  /// loop (bumped on every role or epoch change; stale answers are dropped).
+  caf::actor leader_broker;
+  uint64_t fetch_gen = 0;
+  bool fetch_in_flight = false;
+  /// Leader: an ISR change sent to the controller and not answered yet.
+  bool isr_change_pending = false;
+  /// The epoch of the last batch in the log (-1: empty): a follower's
+  /// last_fetched_epoch.
+  int32_t last_batch_epoch = -1;
+
+  /// Positions of the replicas (log offsets they hold durably); the
+  /// leader's own is updated on each commit, the followers' on each fetch.
   std::vector<int32_t> isr;
   std::map<int32_t, offset> positions;
+  /// Leader: when each follower last fetched from the log end.
+  std::map<int32_t, caf::actor_clock::time_point> caught_up;
 
   std::map<uint64_t, fetch_waiter> waiters;
   uint64_t next_waiter_id = 1;

@@ -39,7 +39,8 @@ namespace ferry {
 
 /// Producer settings; the Kafka name of each is in its comment.
 struct producer_config {
-  /// bootstrap.servers: "HOST:PORT", used when no connection is passed.
+  /// bootstrap.servers: "HOST:PORT" or "H1:P1,H2:P2,..." (tried in order;
+  /// parse_broker_address), used when no connection is passed.
   std::string bootstrap = "127.0.0.1:9092";
   /// client.id
   std::string client_id = "ferry-producer";

@@ -41,7 +41,8 @@ namespace ferry {
 
 /// Queue consumer settings.
 struct queue_consumer_config {
-  /// "HOST:PORT", used when no connection is passed.
+  /// bootstrap.servers: "HOST:PORT" or "H1:P1,H2:P2,..." (tried in order;
+  /// parse_broker_address), used when no connection is passed.
   std::string bootstrap = "127.0.0.1:9092";
   std::string group;
   std::string topic;

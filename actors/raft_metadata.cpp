@@ -18,7 +18,8 @@ namespace ferry {
 namespace {
 
 constexpr uint8_t command_version = 1;
-constexpr uint8_t snapshot_version = 1;
+/// Version 1: next producer id, topics. Version 2 adds the brokers.
+constexpr uint8_t snapshot_version = 2;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -113,6 +114,24 @@ caf::expected<producer_identity> decode_pid_result(std::string_view result) {
   return decode_result<producer_identity>(result);
 }
 
+std::string encode_broker(const broker_registration& reg) {
+  return encode_command(metadata_command::broker, reg);
+}
+
+std::string encode_isr_change(const isr_change& ch) {
+  return encode_command(metadata_command::isr, ch);
+}
+
+caf::expected<broker_registration>
+decode_broker_result(std::string_view result) {
+  return decode_result<broker_registration>(result);
+}
+
+caf::expected<partition_assignment>
+decode_assignment_result(std::string_view result) {
+  return decode_result<partition_assignment>(result);
+}
+
 // -- metadata_state_machine ---------------------------------------------------
 
 namespace {
@@ -153,6 +172,11 @@ int16_t metadata_state_machine::max_replication_factor() const {
   return max_rf_;
 }
 
+bool metadata_state_machine::fenced_locked(int32_t id) const {
+  auto i = brokers_.find(id);
+  return i != brokers_.end() && i->second.fenced;
+}
+
 partition_assignment metadata_state_machine::assignment(int32_t p,
                                                         int16_t rf) const {
   partition_assignment pa;
@@ -162,25 +186,76 @@ partition_assignment metadata_state_machine::assignment(int32_t p,
   for (int16_t k = 0; k < rf && n > 0; ++k)
     pa.replicas.push_back(
       voters_[(static_cast<size_t>(p) + static_cast<size_t>(k)) % n]);
-  pa.leader = pa.replicas.empty() ? -1 : pa.replicas.front();
-  pa.isr = pa.replicas;
+  // Fenced brokers get their replicas (they catch up and join the ISR when
+  // they are back) but neither the leadership nor an ISR seat.
+  for (auto id : pa.replicas)
+    if (!fenced_locked(id))
+      pa.isr.push_back(id);
+  if (pa.isr.empty()) {
+    pa.leader = -1;
+    pa.isr = pa.replicas; // nobody in sync yet: the first to return leads
+  } else {
+    pa.leader = pa.isr.front();
+  }
   return pa;
+}
+
+void metadata_state_machine::fence_locked(int32_t id) {
+  for (auto& [name, md] : topics_) {
+    for (auto& pa : md.partitions) {
+      auto in_isr = std::find(pa.isr.begin(), pa.isr.end(), id);
+      if (in_isr != pa.isr.end() && pa.isr.size() > 1)
+        pa.isr.erase(in_isr);
+      if (pa.leader != id)
+        continue;
+      // Only an ISR member may lead (no unclean election): one that is not
+      // fenced itself.
+      int32_t next = -1;
+      for (auto candidate : pa.isr)
+        if (candidate != id && !fenced_locked(candidate)) {
+          next = candidate;
+          break;
+        }
+      pa.leader = next;
+      pa.epoch = leader_epoch{pa.epoch.value + 1};
+      log::info("metadata: {}/{} leader {} fenced, new leader {} epoch {}",
+                name, pa.partition.value, id, next, pa.epoch.value);
+    }
+  }
+}
+
+void metadata_state_machine::unfence_locked(int32_t id) {
+  for (auto& [name, md] : topics_) {
+    for (auto& pa : md.partitions) {
+      if (pa.leader != -1
+          || std::find(pa.isr.begin(), pa.isr.end(), id) == pa.isr.end())
+        continue;
+      pa.leader = id;
+      pa.epoch = leader_epoch{pa.epoch.value + 1};
+      log::info("metadata: {}/{} back online: leader {} epoch {}", name,
+                pa.partition.value, id, pa.epoch.value);
+    }
+  }
 }
 
 std::string metadata_state_machine::apply(uint64_t, std::string_view command) {
   std::lock_guard<std::mutex> guard{mtx_};
-  last_was_pid_ = false;
-  auto md = apply_command(command);
-  if (!md)
-    return encode_error(md.error());
-  if (last_was_pid_)
-    return encode_ok(last_pid_);
-  notify_locked();
-  return encode_ok(*md);
+  bool changed = false;
+  auto res = apply_command(command, changed);
+  if (changed)
+    notify_locked();
+  if (!res)
+    return encode_error(res.error());
+  return std::move(*res);
 }
 
-caf::expected<topic_metadata>
-metadata_state_machine::apply_command(std::string_view command) {
+caf::expected<std::string>
+metadata_state_machine::apply_command(std::string_view command,
+                                      bool& changed) {
+  auto topic_changed = [&](const topic_metadata& md) {
+    changed = true;
+    return encode_ok(md);
+  };
   if (command.size() < 2 || static_cast<uint8_t>(command[0]) != command_version)
     return make_error(ec::invalid_request,
                       "metadata command has an unknown version");
@@ -205,13 +280,13 @@ metadata_state_machine::apply_command(std::string_view command) {
                           "topic " + name + " already exists");
       topic_metadata md;
       md.name = name;
-      md.config = tc;
+      md.config = with_defaults(tc);
       for (int32_t p = 0; p < tc.partitions; ++p)
         md.partitions.push_back(assignment(p, tc.replication_factor));
       topics_.emplace(name, md);
       log::info("metadata: created topic {} with {} partitions", name,
                 tc.partitions);
-      return md;
+      return topic_changed(md);
     }
     case metadata_command::remove: {
       if (source(name) || source.remaining() != 0)
@@ -222,7 +297,7 @@ metadata_state_machine::apply_command(std::string_view command) {
       auto md = std::move(i->second);
       topics_.erase(i);
       log::info("metadata: deleted topic {}", name);
-      return md;
+      return topic_changed(md);
     }
     case metadata_command::alter: {
       std::map<std::string, std::string> changes;
@@ -235,7 +310,7 @@ metadata_state_machine::apply_command(std::string_view command) {
       if (!tc)
         return std::move(tc.error());
       i->second.config = *tc;
-      return i->second;
+      return topic_changed(i->second);
     }
     case metadata_command::add_parts: {
       int32_t n = 0;
@@ -256,16 +331,101 @@ metadata_state_machine::apply_command(std::string_view command) {
       md.config.partitions = n;
       for (int32_t p = have; p < n; ++p)
         md.partitions.push_back(assignment(p, md.config.replication_factor));
-      return md;
+      return topic_changed(md);
     }
     case metadata_command::init_pid: {
       if (command.size() != 2)
         return bad();
-      last_pid_ = producer_identity{};
-      last_pid_.id = producer_id{next_producer_id_++};
-      last_pid_.epoch = 0;
-      last_was_pid_ = true;
-      return topic_metadata{};
+      producer_identity pid;
+      pid.id = producer_id{next_producer_id_++};
+      pid.epoch = 0;
+      return encode_ok(pid);
+    }
+    case metadata_command::broker: {
+      broker_registration reg;
+      if (source(reg) || source.remaining() != 0)
+        return bad();
+      if (std::find(voters_.begin(), voters_.end(), reg.id) == voters_.end())
+        return make_error(ec::invalid_request,
+                          "broker " + std::to_string(reg.id)
+                            + " is not a member of this cluster");
+      auto& b = brokers_[reg.id];
+      if (reg.fenced) {
+        if (b.id < 0)
+          b.id = reg.id;
+        if (!b.fenced) {
+          b.fenced = true;
+          log::info("metadata: broker {} fenced", reg.id);
+          fence_locked(reg.id);
+          changed = true;
+        }
+        return encode_ok(b);
+      }
+      auto epoch = b.epoch + 1;
+      bool was_fenced = b.fenced;
+      b = reg;
+      b.epoch = epoch;
+      log::info("metadata: broker {} registered at {}:{} (epoch {})", reg.id,
+                reg.host, reg.port, epoch);
+      if (was_fenced) {
+        unfence_locked(reg.id);
+        changed = true;
+      }
+      return encode_ok(b);
+    }
+    case metadata_command::isr: {
+      isr_change ch;
+      if (source(ch) || source.remaining() != 0)
+        return bad();
+      auto i = topics_.find(ch.topic);
+      if (i == topics_.end())
+        return unknown_topic(ch.topic);
+      auto& parts = i->second.partitions;
+      if (ch.partition.value < 0
+          || static_cast<size_t>(ch.partition.value) >= parts.size())
+        return make_error(ec::unknown_partition,
+                          "topic " + ch.topic + " has no partition "
+                            + std::to_string(ch.partition.value));
+      auto& pa = parts[static_cast<size_t>(ch.partition.value)];
+      auto where = ch.topic + "/" + std::to_string(ch.partition.value);
+      if (pa.leader != ch.leader)
+        return make_error(ec::not_leader,
+                          "broker " + std::to_string(ch.leader)
+                            + " does not lead " + where + " (leader="
+                            + std::to_string(pa.leader) + ")");
+      if (pa.epoch != ch.epoch)
+        return make_error(ec::fenced_leader_epoch,
+                          "ISR change for " + where + " in leader epoch "
+                            + std::to_string(ch.epoch.value)
+                            + ", the current one is "
+                            + std::to_string(pa.epoch.value));
+      auto sorted = ch.isr;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()
+          || std::find(ch.isr.begin(), ch.isr.end(), ch.leader) == ch.isr.end())
+        return make_error(ec::invalid_request,
+                          "an ISR of " + where
+                            + " must name the leader once and no one twice");
+      for (auto id : ch.isr) {
+        if (std::find(pa.replicas.begin(), pa.replicas.end(), id)
+            == pa.replicas.end())
+          return make_error(ec::invalid_request,
+                            "broker " + std::to_string(id)
+                              + " is not a replica of " + where);
+        if (id != ch.leader && fenced_locked(id)
+            && std::find(pa.isr.begin(), pa.isr.end(), id) == pa.isr.end())
+          return make_error(ec::invalid_request,
+                            "broker " + std::to_string(id)
+                              + " is fenced and cannot join the ISR of "
+                              + where);
+      }
+      if (pa.isr != ch.isr) {
+        log::info("metadata: ISR of {} is now {} members (was {})", where,
+                  ch.isr.size(), pa.isr.size());
+        pa.isr = ch.isr;
+        changed = true;
+      }
+      return encode_ok(pa);
     }
   }
   return make_error(ec::invalid_request, "unknown metadata command kind "
@@ -276,19 +436,26 @@ std::string metadata_state_machine::snapshot() {
   std::lock_guard<std::mutex> guard{mtx_};
   auto list = topics_locked();
   auto next = next_producer_id_;
+  std::vector<broker_registration> brokers;
+  for (auto& [id, b] : brokers_)
+    brokers.push_back(b);
   return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
-                   next, list);
+                   next, list, brokers);
 }
 
 caf::error metadata_state_machine::restore(uint64_t index,
                                            std::string_view s) {
-  if (s.empty() || static_cast<uint8_t>(s[0]) != snapshot_version)
+  if (s.empty() || static_cast<uint8_t>(s[0]) < 1
+      || static_cast<uint8_t>(s[0]) > snapshot_version)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot has an unknown version");
   int64_t next = 0;
   std::vector<topic_metadata> list;
+  std::vector<broker_registration> brokers;
   caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
-  if (source(next, list) || source.remaining() != 0)
+  bool bad = static_cast<uint8_t>(s[0]) == 1 ? bool{source(next, list)}
+                                             : bool{source(next, list, brokers)};
+  if (bad || source.remaining() != 0)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot at " + std::to_string(index)
                         + " does not decode");
@@ -296,6 +463,9 @@ caf::error metadata_state_machine::restore(uint64_t index,
   topics_.clear();
   for (auto& md : list)
     topics_.emplace(md.name, std::move(md));
+  brokers_.clear();
+  for (auto& b : brokers)
+    brokers_.emplace(b.id, b);
   next_producer_id_ = next;
   log::info("metadata: restored {} topics from the snapshot at {}",
             topics_.size(), index);
@@ -308,6 +478,14 @@ std::vector<topic_metadata> metadata_state_machine::topics_locked() const {
   out.reserve(topics_.size());
   for (auto& [name, md] : topics_)
     out.push_back(md);
+  return out;
+}
+
+std::vector<broker_registration> metadata_state_machine::brokers() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  std::vector<broker_registration> out;
+  for (auto& [id, b] : brokers_)
+    out.push_back(b);
   return out;
 }
 
@@ -460,6 +638,20 @@ raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
     [self](init_pid_atom) -> caf::result<producer_identity> {
       return propose<producer_identity>(self, encode_init_pid(),
                                         decode_pid_result);
+    },
+    [self](update_atom, broker_atom,
+           const broker_registration& reg) -> caf::result<broker_registration> {
+      return propose<broker_registration>(self, encode_broker(reg),
+                                          decode_broker_result);
+    },
+    [self](list_atom,
+           broker_atom) -> caf::result<std::vector<broker_registration>> {
+      return self->state.cfg.machine->brokers();
+    },
+    [self](alter_atom, isr_atom,
+           const isr_change& ch) -> caf::result<partition_assignment> {
+      return propose<partition_assignment>(self, encode_isr_change(ch),
+                                           decode_assignment_result);
     },
     [self](subscribe_atom, const caf::actor& listener) {
       if (!listener)

@@ -13,9 +13,21 @@
 //     alter:     name, map<string,string>
 //     add_parts: name, int32 count
 //     init_pid:  nothing
+//     broker:    broker_registration (fenced=false registers, true fences)
+//     isr:       isr_change
 //   result:  byte 0 then the topic_metadata / producer_identity, or
 //            byte 1 then the ferry error code (uint8) and its context string.
-//   snapshot: version byte 1, next producer id (int64), all topic_metadata.
+//   snapshot: version byte 2, next producer id (int64), all topic_metadata,
+//             all broker_registration (version 1, without brokers, still
+//             restores).
+//
+// Brokers and leadership (the controller's decisions, applied identically
+// everywhere): a fenced broker leaves every ISR (never as its last member)
+// and every partition it led gets the first unfenced ISR member as leader
+// with epoch + 1, or leader -1 (offline) when there is none: no unclean
+// election. A fenced broker that registers again leads the offline
+// partitions whose ISR names it (epoch + 1). ISR changes come from the
+// partition's leader and apply only in its current epoch.
 // Validation happens when a command is applied (so duplicates racing through
 // the log are decided by log order, identically on every node); the leader
 // also checks names and configs before proposing, with the same functions,
@@ -38,8 +50,8 @@
 // change topics and sends nothing. Terminated subscribers are dropped.
 //
 // Partition assignment is deterministic: partition p of a topic with
-// replication factor rf gets replicas voters[(p + k) % n] for k < rf, leader
-// = the first replica, isr = replicas, epoch 0. The replication factor may
+// replication factor rf gets replicas voters[(p + k) % n] for k < rf, isr =
+// the replicas not fenced, leader = the first of them, epoch 0. The replication factor may
 // be at most min(max_replication_factor, number of voters).
 //
 // Producer ids: the next id is part of the replicated state; each init_pid
@@ -72,6 +84,8 @@ enum class metadata_command : uint8_t {
   alter = 3,
   add_parts = 4,
   init_pid = 5,
+  broker = 6,
+  isr = 7,
 };
 
 /// Command encoders (see the file comment).
@@ -82,10 +96,16 @@ std::string encode_alter_topic(const std::string& name,
                                const std::map<std::string, std::string>& ch);
 std::string encode_add_partitions(const std::string& name, int32_t n);
 std::string encode_init_pid();
+std::string encode_broker(const broker_registration& reg);
+std::string encode_isr_change(const isr_change& ch);
 
 /// Result decoders: the value, or the ferry error apply() returned.
 caf::expected<topic_metadata> decode_topic_result(std::string_view result);
 caf::expected<producer_identity> decode_pid_result(std::string_view result);
+caf::expected<broker_registration>
+decode_broker_result(std::string_view result);
+caf::expected<partition_assignment>
+decode_assignment_result(std::string_view result);
 
 /// The replicated metadata state. apply/snapshot/restore run in the raft
 /// node's actor; the read accessors and add_subscriber in the raft_metadata
@@ -106,6 +126,8 @@ public:
   caf::error restore(uint64_t index, std::string_view snapshot);
 
   std::vector<topic_metadata> topics() const;
+  /// Every broker registered (or fenced) so far.
+  std::vector<broker_registration> brokers() const;
   caf::expected<topic_metadata> topic(const std::string& name) const;
   /// The largest replication factor a create accepts.
   int16_t max_replication_factor() const;
@@ -117,7 +139,15 @@ public:
   void remove_subscriber(const caf::actor_addr& listener);
 
 private:
-  caf::expected<topic_metadata> apply_command(std::string_view command);
+  /// The encoded result; `changed` when the topic list changed.
+  caf::expected<std::string> apply_command(std::string_view command,
+                                           bool& changed);
+  bool fenced_locked(int32_t id) const;
+  /// A broker was fenced: new leaders for what it led, ISRs without it.
+  void fence_locked(int32_t id);
+  /// A fenced broker registered again: it leads partitions that had no
+  /// leader and whose ISR names it.
+  void unfence_locked(int32_t id);
   std::vector<topic_metadata> topics_locked() const;
   void notify_locked();
   void send_locked(const caf::actor& to, std::vector<topic_metadata> list);
@@ -128,8 +158,7 @@ private:
   int16_t max_rf_;
   std::map<std::string, topic_metadata> topics_;
   int64_t next_producer_id_ = 0;
-  producer_identity last_pid_;
-  bool last_was_pid_ = false;
+  std::map<int32_t, broker_registration> brokers_;
   std::vector<caf::actor> subscribers_;
   caf::actor_addr sender_;
 };

@@ -40,6 +40,7 @@ const char* to_string(ec x) {
     case ec::throttled: return "throttled";
     case ec::request_timed_out: return "request_timed_out";
     case ec::not_enough_replicas: return "not_enough_replicas";
+    case ec::fenced_leader_epoch: return "fenced_leader_epoch";
     case ec::out_of_order_sequence: return "out_of_order_sequence";
     case ec::invalid_producer_epoch: return "invalid_producer_epoch";
     case ec::unknown_producer_id: return "unknown_producer_id";

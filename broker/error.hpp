@@ -79,6 +79,9 @@ enum class ec : uint8_t {
   request_timed_out,
   /// Fewer in-sync replicas than min.insync.replicas (retriable).
   not_enough_replicas,
+  /// A replica's leader epoch differs from the request's: the sender's
+  /// metadata is stale or the replica is (retriable after a refresh).
+  fenced_leader_epoch,
 
   // -- idempotent producers -----------------------------------------------
   /// The batch's sequence number leaves a gap after the last one seen.

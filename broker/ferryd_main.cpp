@@ -33,6 +33,7 @@
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
+#include "broker/raft_core.hpp"
 #include "metrics/exposer.hpp"
 #include "metrics/metrics.hpp"
 
@@ -52,6 +53,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <atomic>
 #include <chrono>
@@ -231,6 +233,7 @@ struct options {
   /// -1: no HTTP API.
   int http_port = 8080;
   int32_t node_id = 0;
+  std::string voters;
   std::string log_level = "info";
   std::string log_file;
   int shutdown_timeout_s = 30;
@@ -267,8 +270,15 @@ int main(int argc, char** argv) {
                  "port of the HTTP API (/v1/...) on --host (0 picks a free "
                  "one, -1 disables it)")
     ->check(CLI::Range(-1, 65535));
-  app.add_option("--node-id", opt.node_id, "this node's id")
+  auto* node_id_opt = app.add_option("--node-id", opt.node_id, "this node's id")
     ->check(CLI::NonNegativeNumber);
+  auto* port_opt = app.get_option("--port");
+  app.add_option("--voters", opt.voters,
+                 "cluster mode: every voter of the Raft metadata quorum as "
+                 "id@host:port (its CAF port), comma-separated, e.g. "
+                 "1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103; this "
+                 "node's entry gives its --port unless set. Empty: a "
+                 "single node with local metadata");
   app.add_option("--log-level", opt.log_level,
                  "trace, debug, info, warn, error, critical or off")
     ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning",
@@ -292,6 +302,34 @@ int main(int argc, char** argv) {
   if (show_version) {
     std::printf("ferryd %s\n", ferry_version);
     return 0;
+  }
+  std::vector<ferry::raft_voter> voters;
+  if (!opt.voters.empty()) {
+    auto parsed = ferry::parse_voters(opt.voters);
+    if (!parsed) {
+      std::fprintf(stderr, "ferryd: --voters: %s\n",
+                   ferry::describe(parsed.error()).c_str());
+      return 2;
+    }
+    voters = std::move(*parsed);
+    auto me = std::find_if(voters.begin(), voters.end(), [&](auto& v) {
+      return v.id == opt.node_id;
+    });
+    if (node_id_opt->count() == 0 || me == voters.end()) {
+      std::fprintf(stderr,
+                   "ferryd: --voters needs --node-id naming one of them\n");
+      return 2;
+    }
+    if (port_opt->count() == 0)
+      opt.port = me->port;
+    else if (opt.port != me->port) {
+      std::fprintf(stderr,
+                   "ferryd: --port %u differs from this node's voter entry "
+                   "%s:%u\n",
+                   static_cast<unsigned>(opt.port), me->host.c_str(),
+                   static_cast<unsigned>(me->port));
+      return 2;
+    }
   }
   ferry::log::options lo;
   lo.min_level = ferry::log::parse_level(opt.log_level)
@@ -410,6 +448,7 @@ int main(int argc, char** argv) {
     caf::actor_system sys{cfg};
     ferry::node_config nc;
     nc.node_id = opt.node_id;
+    nc.voters = voters;
     nc.data_dir = data_dir;
     nc.store = shared_store;
     nc.cluster_id = *cid;
@@ -451,7 +490,9 @@ int main(int argc, char** argv) {
     };
     // Wait until the recovered topics are served: a cluster describe asks
     // every replica for its status, which it answers once its log is open.
-    {
+    // In a cluster the node serves once its metadata caught up with the
+    // quorum, which needs the port open for the peers: no wait there.
+    if (voters.empty()) {
       caf::scoped_actor self{sys};
       bool ok = false;
       self

@@ -2,6 +2,7 @@
 
 #include "actors/interfaces.hpp" // the topic_config struct (a message type)
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <string>
@@ -96,6 +97,17 @@ const std::vector<std::string>& topic_config_keys() {
   return keys;
 }
 
+int32_t effective_min_insync(const topic_config& cfg) {
+  if (cfg.min_insync_replicas > 0)
+    return cfg.min_insync_replicas;
+  return std::max<int32_t>(cfg.replication_factor, 1) / 2 + 1;
+}
+
+topic_config with_defaults(topic_config cfg) {
+  cfg.min_insync_replicas = effective_min_insync(cfg);
+  return cfg;
+}
+
 caf::error validate_topic_name(std::string_view name) {
   if (name.empty())
     return make_error(ec::invalid_topic_name, "topic name is empty");
@@ -169,10 +181,11 @@ caf::error validate_topic_config(const topic_config& cfg,
                              min_max_message_bytes, max_max_message_bytes,
                              false))
     return err;
-  if (cfg.min_insync_replicas < 1)
+  if (cfg.min_insync_replicas < 0)
     return bad_value(min_insync_replicas_key,
                      std::to_string(cfg.min_insync_replicas),
-                     "must be at least 1");
+                     "must be at least 1 (or 0: a majority of the "
+                     "replication factor)");
   if (cfg.min_insync_replicas > cfg.replication_factor)
     return bad_value(min_insync_replicas_key,
                      std::to_string(cfg.min_insync_replicas),
@@ -251,7 +264,7 @@ std::map<std::string, std::string> render_topic_config(const topic_config& cfg) 
     {std::string{max_message_bytes_key},
      std::to_string(cfg.max_message_bytes)},
     {std::string{min_insync_replicas_key},
-     std::to_string(cfg.min_insync_replicas)},
+     std::to_string(effective_min_insync(cfg))},
   };
 }
 

@@ -64,6 +64,14 @@ caf::error validate_replication_factor(int16_t rf, int16_t max_supported = 1);
 caf::error validate_topic_config(const topic_config& cfg,
                                  int16_t max_replication = 1);
 
+/// min.insync.replicas in effect: the configured value, or a majority of
+/// the replication factor (rf / 2 + 1) when it is 0.
+int32_t effective_min_insync(const topic_config& cfg);
+
+/// `cfg` with its defaults resolved (min.insync.replicas 0 -> majority), as
+/// a topic is stored at create.
+topic_config with_defaults(topic_config cfg);
+
 /// Sets one key of `cfg` from its string form. ec::invalid_config if the key
 /// is unknown, the value is not a plain decimal integer, or it is out of
 /// bounds; `cfg` is unchanged then. Cross-field rules are not checked here.

@@ -12,6 +12,7 @@
 #include "broker/lmdb.hpp"
 #include "broker/logging.hpp"
 #include "broker/raft_storage.hpp"
+#include "broker/topic_config.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -333,7 +334,9 @@ TEST_F(RaftMetadata, CreateThroughLeaderReachesEverySubscriber) {
     auto d = ask<topic_metadata>(id, describe_atom_v, topic_atom_v,
                                  std::string{"orders"});
     ASSERT_TRUE(d) << describe(d.error());
-    EXPECT_EQ(d->config, tc);
+    // Stored with its defaults resolved: min.insync.replicas 2 of RF 3.
+    EXPECT_EQ(d->config, with_defaults(tc));
+    EXPECT_EQ(d->config.min_insync_replicas, 2);
   }
   // Alter, add partitions and delete replicate the same way.
   auto alt = ask<topic_metadata>(l, alter_atom_v, topic_atom_v,
@@ -521,3 +524,129 @@ TEST(RaftMetadataMachine, SnapshotRestoreRoundTrip) {
 }
 
 } // namespace
+
+// -- brokers, fencing and ISR changes (the controller's decisions) -------------
+
+namespace {
+
+broker_registration reg_of(int32_t id, bool fenced) {
+  broker_registration r;
+  r.id = id;
+  r.host = "127.0.0.1";
+  r.port = static_cast<uint16_t>(9100 + id);
+  r.fenced = fenced;
+  return r;
+}
+
+} // namespace
+
+TEST(MetadataMachine, FencingMovesLeadershipWithinTheIsrOnly) {
+  metadata_state_machine m{{1, 2, 3}, 3};
+  uint64_t i = 0;
+  topic_config tc;
+  tc.partitions = 3;
+  tc.replication_factor = 3;
+  auto md = decode_topic_result(m.apply(++i, encode_create_topic("t", tc)));
+  ASSERT_TRUE(md) << describe(md.error());
+  EXPECT_EQ(md->config.min_insync_replicas, 2); // majority of RF 3
+  for (int32_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(md->partitions[static_cast<size_t>(p)].leader, p + 1);
+    EXPECT_EQ(md->partitions[static_cast<size_t>(p)].isr.size(), 3u);
+  }
+  for (int32_t id = 1; id <= 3; ++id)
+    ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_broker(reg_of(id, false)))));
+  // Fence 1: partition 0 (led by 1) moves to the next ISR member in a new
+  // epoch; 1 leaves every ISR; the others keep leader and epoch.
+  auto f = decode_broker_result(m.apply(++i, encode_broker(reg_of(1, true))));
+  ASSERT_TRUE(f) << describe(f.error());
+  EXPECT_TRUE(f->fenced);
+  auto t = m.topic("t");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->partitions[0].leader, 2);
+  EXPECT_EQ(t->partitions[0].epoch, leader_epoch{1});
+  for (auto& pa : t->partitions)
+    EXPECT_EQ(std::count(pa.isr.begin(), pa.isr.end(), 1), 0)
+      << "partition " << pa.partition.value;
+  EXPECT_EQ(t->partitions[1].leader, 2);
+  EXPECT_EQ(t->partitions[1].epoch, leader_epoch{0});
+  // Fence 2 and 3: the last ISR member stays in the ISR, nobody leads (no
+  // unclean election).
+  m.apply(++i, encode_broker(reg_of(2, true)));
+  m.apply(++i, encode_broker(reg_of(3, true)));
+  t = m.topic("t");
+  for (auto& pa : t->partitions) {
+    EXPECT_EQ(pa.leader, -1) << "partition " << pa.partition.value;
+    EXPECT_EQ(pa.isr.size(), 1u);
+  }
+  EXPECT_EQ(t->partitions[0].isr, std::vector<int32_t>{3});
+  // 1 comes back: it is in no ISR, so it leads nothing.
+  m.apply(++i, encode_broker(reg_of(1, false)));
+  t = m.topic("t");
+  for (auto& pa : t->partitions)
+    EXPECT_EQ(pa.leader, -1);
+  // 3 comes back: it is the last ISR member everywhere, so it leads.
+  auto back = decode_broker_result(m.apply(++i, encode_broker(reg_of(3, false))));
+  ASSERT_TRUE(back);
+  EXPECT_FALSE(back->fenced);
+  EXPECT_EQ(back->epoch, 2); // its second registration
+  t = m.topic("t");
+  for (auto& pa : t->partitions) {
+    EXPECT_EQ(pa.leader, 3) << "partition " << pa.partition.value;
+    EXPECT_EQ(pa.isr, std::vector<int32_t>{3});
+  }
+  // Not a voter.
+  auto stranger = decode_broker_result(m.apply(++i, encode_broker(reg_of(7, false))));
+  ASSERT_FALSE(stranger);
+  EXPECT_TRUE(is(stranger.error(), ec::invalid_request));
+}
+
+TEST(MetadataMachine, IsrChangesComeFromTheCurrentLeaderInItsEpoch) {
+  metadata_state_machine m{{1, 2, 3}, 3};
+  uint64_t i = 0;
+  topic_config tc;
+  tc.partitions = 1;
+  tc.replication_factor = 3;
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("t", tc))));
+  isr_change ch;
+  ch.topic = "t";
+  ch.partition = partition_id{0};
+  ch.leader = 1;
+  ch.epoch = leader_epoch{0};
+  ch.isr = {1, 2};
+  auto ok = decode_assignment_result(m.apply(++i, encode_isr_change(ch)));
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_EQ(ok->isr, (std::vector<int32_t>{1, 2}));
+  auto wrong_leader = ch;
+  wrong_leader.leader = 2;
+  auto r1 = decode_assignment_result(m.apply(++i, encode_isr_change(wrong_leader)));
+  ASSERT_FALSE(r1);
+  EXPECT_TRUE(is(r1.error(), ec::not_leader));
+  auto stale = ch;
+  stale.epoch = leader_epoch{5};
+  auto r2 = decode_assignment_result(m.apply(++i, encode_isr_change(stale)));
+  ASSERT_FALSE(r2);
+  EXPECT_TRUE(is(r2.error(), ec::fenced_leader_epoch));
+  auto headless = ch;
+  headless.isr = {2, 3};
+  auto r3 = decode_assignment_result(m.apply(++i, encode_isr_change(headless)));
+  ASSERT_FALSE(r3);
+  EXPECT_TRUE(is(r3.error(), ec::invalid_request));
+  auto stranger = ch;
+  stranger.isr = {1, 4};
+  EXPECT_FALSE(decode_assignment_result(m.apply(++i, encode_isr_change(stranger))));
+  // A fenced broker cannot rejoin the ISR.
+  m.apply(++i, encode_broker(reg_of(3, true)));
+  auto fenced = ch;
+  fenced.isr = {1, 2, 3};
+  auto r4 = decode_assignment_result(m.apply(++i, encode_isr_change(fenced)));
+  ASSERT_FALSE(r4);
+  EXPECT_TRUE(is(r4.error(), ec::invalid_request));
+  // Snapshots keep the brokers.
+  auto snap = m.snapshot();
+  metadata_state_machine copy{{1, 2, 3}, 3};
+  ASSERT_FALSE(copy.restore(i, snap));
+  auto brokers = copy.brokers();
+  ASSERT_EQ(brokers.size(), 1u);
+  EXPECT_TRUE(brokers[0].fenced);
+  EXPECT_EQ(copy.topic("t")->partitions[0].isr, (std::vector<int32_t>{1, 2}));
+}

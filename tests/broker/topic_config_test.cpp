@@ -176,5 +176,20 @@ TEST(TopicConfig, RenderRoundTrips) {
   EXPECT_EQ(kv["max.message.bytes"], "4096");
   auto back = apply_topic_config(topic_config{}, kv);
   ASSERT_TRUE(back) << describe(back.error());
-  EXPECT_EQ(*back, cfg);
+  // The default min.insync.replicas (0) renders as its effective value.
+  EXPECT_EQ(kv["min.insync.replicas"], "1");
+  EXPECT_EQ(*back, with_defaults(cfg));
+}
+
+TEST(TopicConfig, MinInsyncDefaultsToAMajorityOfTheReplicationFactor) {
+  topic_config cfg;
+  for (int16_t rf : {1, 2, 3, 4, 5}) {
+    cfg.replication_factor = rf;
+    cfg.min_insync_replicas = 0;
+    EXPECT_EQ(effective_min_insync(cfg), rf / 2 + 1) << "rf " << rf;
+    EXPECT_EQ(with_defaults(cfg).min_insync_replicas, rf / 2 + 1);
+  }
+  cfg.replication_factor = 3;
+  cfg.min_insync_replicas = 1; // an explicit value stays
+  EXPECT_EQ(with_defaults(cfg).min_insync_replicas, 1);
 }

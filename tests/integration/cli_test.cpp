@@ -13,20 +13,37 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace ferry {
+
+// Readable endpoints in gtest's failure messages.
+void PrintTo(const broker_endpoint& ep, std::ostream* os) {
+  *os << to_string(ep);
+}
+
+} // namespace ferry
 
 namespace {
 
@@ -297,6 +314,17 @@ TEST_F(Cli, TableOutputsHaveHeaders) {
   auto cluster = ctl({"cluster", "describe"});
   ASSERT_EQ(cluster.exit_code, 0) << cluster.err;
   EXPECT_NE(cluster.out.find("CONTROLLER"), std::string::npos) << cluster.out;
+  EXPECT_NE(cluster.out.find("RaftTerm: "), std::string::npos) << cluster.out;
+  // The nodes table (this one node, its endpoint as --broker takes it), then
+  // every partition of every topic.
+  EXPECT_NE(cluster.out.find("NODE  ENDPOINT"), std::string::npos) << cluster.out;
+  EXPECT_NE(cluster.out.find(broker_->endpoint()), std::string::npos) << cluster.out;
+  EXPECT_NE(cluster.out.find("TOPIC"), std::string::npos) << cluster.out;
+  EXPECT_NE(cluster.out.find("HIGH_WATERMARK"), std::string::npos) << cluster.out;
+  bool tabled_row = false;
+  for (auto& line : lines_of(cluster.out))
+    tabled_row = tabled_row || line.rfind("tabled ", 0) == 0;
+  EXPECT_TRUE(tabled_row) << cluster.out;
 }
 
 TEST_F(Cli, UnknownTopicExitsNonZeroNamingTheCode) {
@@ -353,6 +381,271 @@ TEST(CliConnection, BadBrokerAddressFailsWithinTheTimeout) {
   // FERRY_BROKER is the default; the usage error exits 2 without connecting.
   auto usage = run_command(FERRYCTL_PATH, {"topic"}, 20s);
   EXPECT_NE(usage.exit_code, 0);
+}
+
+// -- broker address lists and the connection's failover -------------------------------
+
+TEST(BrokerAddress, OneEndpointKeepsHostAndPortAndTheDefaultPort) {
+  auto a = ferry::parse_broker_address("broker-1:19092");
+  ASSERT_TRUE(a) << ferry::error_text(a.error());
+  EXPECT_EQ(a->host, "broker-1");
+  EXPECT_EQ(a->port, 19092);
+  ASSERT_EQ(a->endpoints.size(), 1u);
+  EXPECT_EQ(a->endpoints[0], (ferry::broker_endpoint{"broker-1", 19092}));
+  auto b = ferry::parse_broker_address("broker-2");
+  ASSERT_TRUE(b) << ferry::error_text(b.error());
+  EXPECT_EQ(b->port, 9092);
+  EXPECT_EQ(to_string(b->endpoints.at(0)), "broker-2:9092");
+  // A config filled by hand (host/port only) still names one endpoint.
+  ferry::connection_config by_hand;
+  by_hand.host = "10.0.0.7";
+  by_hand.port = 1234;
+  EXPECT_EQ(by_hand.targets(), (std::vector<ferry::broker_endpoint>{{"10.0.0.7", 1234}}));
+}
+
+TEST(BrokerAddress, ParsesAListInOrder) {
+  auto a = ferry::parse_broker_address("h1:1001,h2:1002, [::1]:1003 ,h4");
+  ASSERT_TRUE(a) << ferry::error_text(a.error());
+  std::vector<ferry::broker_endpoint> want{
+    {"h1", 1001}, {"h2", 1002}, {"::1", 1003}, {"h4", 9092}};
+  EXPECT_EQ(a->endpoints, want);
+  EXPECT_EQ(a->targets(), want);
+  // host/port are the first endpoint, for callers that know only one.
+  EXPECT_EQ(a->host, "h1");
+  EXPECT_EQ(a->port, 1001);
+  EXPECT_EQ(to_string(a->endpoints[2]), "[::1]:1003");
+}
+
+TEST(BrokerAddress, ListErrorsNameWhatIsWrong) {
+  struct bad_case {
+    std::string addr;
+    std::string says;
+  };
+  for (auto& [addr, says] : std::vector<bad_case>{
+         {"", "empty broker address"},
+         {"  ", "empty broker address"},
+         {"h1:1,,h3:3", "element 2 is empty"},
+         {"h1:1,", "element 2 is empty"},
+         {",h1:1", "element 1 is empty"},
+         {"h1:1, ,h3:3", "element 2 is empty"},
+         {"h1:1,h2:x", "broker address 'h2:x': bad port 'x'"},
+         {"h1:1,h2:0", "bad port '0'"},
+         {"h1:1,h2:70000", "bad port '70000'"},
+         {"h1:1,h2:", "bad port ''"},
+         {"h1:1,:2", "broker address ':2': empty host"},
+         {"h1:1,[::1", "missing ']'"}}) {
+    auto r = ferry::parse_broker_address(addr);
+    ASSERT_FALSE(r) << "'" << addr << "' parsed";
+    EXPECT_EQ(ferry::code_of(r.error()), ferry::ec::invalid_config) << addr;
+    EXPECT_NE(ferry::error_text(r.error()).find(says), std::string::npos)
+      << "'" << addr << "': " << ferry::error_text(r.error());
+  }
+}
+
+/// Sets (or, with nullopt, unsets) an environment variable for one scope.
+class scoped_env {
+public:
+  scoped_env(const char* name, std::optional<std::string> value) : name_(name) {
+    if (auto old = std::getenv(name))
+      old_ = old;
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+  ~scoped_env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(BrokerAddress, DefaultIsTheEnvThenALocalClusterThenTheLocalNode) {
+  ferry::test::temp_dir dir{"ferry-default-broker"};
+  auto cluster = dir.path() / "ferry-cluster";
+  std::filesystem::create_directories(cluster);
+  {
+    // No brokers file: the local node.
+    scoped_env broker{"FERRY_BROKER", std::nullopt};
+    scoped_env cluster_dir{"FERRY_CLUSTER_DIR", cluster.string()};
+    EXPECT_EQ(ferry::default_broker_address(), "127.0.0.1:9092");
+  }
+  // What deploy/local-cluster.sh writes: node 1 first, one per line.
+  std::ofstream{cluster / "brokers"} << "127.0.0.1:19091\n127.0.0.1:19092\n\n127.0.0.1:19093\n";
+  const std::string all = "127.0.0.1:19091,127.0.0.1:19092,127.0.0.1:19093";
+  {
+    scoped_env broker{"FERRY_BROKER", std::nullopt};
+    scoped_env cluster_dir{"FERRY_CLUSTER_DIR", cluster.string()};
+    EXPECT_EQ(ferry::default_broker_address(), all);
+    auto parsed = ferry::parse_broker_address(ferry::default_broker_address());
+    ASSERT_TRUE(parsed) << ferry::error_text(parsed.error());
+    EXPECT_EQ(parsed->endpoints.size(), 3u);
+  }
+  {
+    // Without FERRY_CLUSTER_DIR: ./ferry-cluster of the current directory.
+    scoped_env broker{"FERRY_BROKER", std::nullopt};
+    scoped_env cluster_dir{"FERRY_CLUSTER_DIR", std::nullopt};
+    auto cwd = std::filesystem::current_path();
+    std::filesystem::current_path(dir.path());
+    auto here = ferry::default_broker_address();
+    std::filesystem::current_path(cwd);
+    EXPECT_EQ(here, all);
+  }
+  {
+    // FERRY_BROKER wins over everything (an empty one does not count).
+    scoped_env broker{"FERRY_BROKER", "elsewhere:1"};
+    scoped_env cluster_dir{"FERRY_CLUSTER_DIR", cluster.string()};
+    EXPECT_EQ(ferry::default_broker_address(), "elsewhere:1");
+    scoped_env empty{"FERRY_BROKER", ""};
+    EXPECT_EQ(ferry::default_broker_address(), all);
+  }
+}
+
+/// A TCP port on 127.0.0.1 that refuses connections: bound but never
+/// listening, and held (so nothing else takes it) until destruction.
+class refusing_port {
+public:
+  refusing_port() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0
+        && ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      port_ = ntohs(addr.sin_port);
+  }
+  refusing_port(const refusing_port&) = delete;
+  refusing_port& operator=(const refusing_port&) = delete;
+  ~refusing_port() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+/// The CAF port the broker behind `b` describes itself with (0 on error or
+/// no answer within `timeout`).
+uint16_t described_port(caf::actor_system& sys, const ferry::broker_actor& b,
+                        std::chrono::milliseconds timeout = 10s) {
+  caf::scoped_actor self{sys};
+  uint16_t port = 0;
+  self->request(b, timeout, ferry::cluster_atom_v)
+    .receive(
+      [&](ferry::cluster_description& c) {
+        if (c.nodes.size() == 1)
+          port = c.nodes[0].port;
+      },
+      [&](caf::error&) {});
+  return port;
+}
+
+TEST_F(Cli, ConnectionMovesOnFromARefusingEndpointToTheNext) {
+  refusing_port dead;
+  ASSERT_NE(dead.port(), 0);
+  auto list = dead.endpoint() + "," + broker_->endpoint();
+  auto addr = ferry::parse_broker_address(list);
+  ASSERT_TRUE(addr) << ferry::error_text(addr.error());
+  ASSERT_EQ(addr->endpoints.size(), 2u);
+  addr->connect_wait = 20s;
+  ferry::test::client_system cs;
+  auto conn = cs.track(ferry::spawn_connection(*cs.sys, *addr));
+  caf::scoped_actor self{*cs.sys};
+  ferry::broker_actor b;
+  self->request(conn, 30s, ferry::connect_atom_v)
+    .receive([&](ferry::broker_actor& x) { b = std::move(x); },
+             [&](caf::error& e) { ADD_FAILURE() << ferry::error_text(e); });
+  ASSERT_TRUE(b);
+  EXPECT_EQ(described_port(*cs.sys, b), broker_->port());
+  // ferryctl takes the same list, and the first endpoint wins when it works.
+  auto r = run_command(FERRYCTL_PATH, {"--broker", list, "cluster", "describe"}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto first = run_command(FERRYCTL_PATH,
+                           {"--broker", broker_->endpoint() + "," + dead.endpoint(), "--json",
+                            "cluster", "describe"},
+                           60s);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(json::parse(first.out)["nodes"][0]["port"], broker_->port()) << first.out;
+}
+
+TEST(ClientConnection, EveryEndpointRefusingFailsNamingThemAll) {
+  refusing_port a;
+  refusing_port b;
+  ASSERT_TRUE(a.port() != 0 && b.port() != 0);
+  auto list = a.endpoint() + "," + b.endpoint();
+  auto addr = ferry::parse_broker_address(list);
+  ASSERT_TRUE(addr) << ferry::error_text(addr.error());
+  addr->connect_wait = 1500ms;
+  addr->backoff_min = 50ms;
+  addr->backoff_max = 200ms;
+  ferry::test::client_system cs;
+  auto conn = cs.track(ferry::spawn_connection(*cs.sys, *addr));
+  caf::scoped_actor self{*cs.sys};
+  std::string text;
+  auto start = std::chrono::steady_clock::now();
+  self->request(conn, 20s, ferry::connect_atom_v)
+    .receive([&](ferry::broker_actor&) { ADD_FAILURE() << "connected to nothing"; },
+             [&](caf::error& e) { text = ferry::error_text(e); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_NE(text.find("not connected to " + list + " after 1500 ms"), std::string::npos)
+    << text;
+  EXPECT_NE(text.find("last: 127.0.0.1:"), std::string::npos) << text;
+  // ferryctl: the usual one-line failure, naming the whole list.
+  auto r = run_command(FERRYCTL_PATH,
+                       {"--broker", list, "--connect-timeout", "1000", "topic", "list"}, 20s);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot connect to broker " + list), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+}
+
+TEST(ClientConnection, ALostBrokerMovesTheConnectionToTheNextEndpoint) {
+  ferryd_process first;
+  ferryd_process second;
+  ASSERT_TRUE(first.start()) << first.output();
+  ASSERT_TRUE(second.start()) << second.output();
+  auto addr = ferry::parse_broker_address(first.endpoint() + "," + second.endpoint());
+  ASSERT_TRUE(addr) << ferry::error_text(addr.error());
+  addr->connect_wait = 20s;
+  ferry::test::client_system cs;
+  auto conn = cs.track(ferry::spawn_connection(*cs.sys, *addr));
+  caf::scoped_actor self{*cs.sys};
+  auto current = [&] {
+    ferry::broker_actor b;
+    self->request(conn, 30s, ferry::connect_atom_v)
+      .receive([&](ferry::broker_actor& x) { b = std::move(x); },
+               [&](caf::error& e) { ADD_FAILURE() << ferry::error_text(e); });
+    return b;
+  };
+  auto b = current();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(described_port(*cs.sys, b), first.port()) << "the first endpoint comes first";
+  first.kill9();
+  // The connection notices the loss and connects to the second endpoint.
+  // (Until it has noticed, it still hands out the old handle, and a request
+  // sent to that one is never answered: CAF only times it out.)
+  uint16_t port = 0;
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (port != second.port() && std::chrono::steady_clock::now() < deadline) {
+    if (auto now = current())
+      port = described_port(*cs.sys, now, 1s);
+    if (port != second.port())
+      std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(port, second.port());
+  EXPECT_EQ(second.stop(20s), 0);
 }
 
 // -- the client library in this process, ferryd in another ----------------------------

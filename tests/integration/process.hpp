@@ -24,10 +24,13 @@
 //   EXPECT_EQ(r.exit_code, 0) << r.err;
 //   EXPECT_EQ(d.stop(), 0);                     // SIGTERM -> clean exit
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -378,6 +381,36 @@ inline command_result run_command(const std::string& program,
   return res;
 }
 
+/// `n` distinct TCP ports on 127.0.0.1 that were free a moment ago (each
+/// bound to port 0 and read back; all held open until all are picked, then
+/// closed). For programs that must know each other's ports before they start
+/// (a cluster's --voters list). Another process may take one in between:
+/// callers retry with fresh ports when a start fails. Empty on error.
+inline std::vector<uint16_t> free_tcp_ports(size_t n) {
+  std::vector<uint16_t> ports;
+  std::vector<int> fds;
+  for (size_t i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      break;
+    fds.push_back(fd);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+        || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      break;
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (auto fd : fds)
+    ::close(fd);
+  if (ports.size() != n)
+    ports.clear();
+  return ports;
+}
+
 /// A ferryd child with its own data dir. Not thread-safe.
 class ferryd_process {
 public:
@@ -420,6 +453,14 @@ public:
   /// its "listening on" line. False if it exited or timed out first (the
   /// child is then killed; output() says why).
   bool start(uint16_t port = 0, std::chrono::milliseconds timeout = 30s) {
+    return launch(port) && wait_started(timeout);
+  }
+
+  /// The first half of start(): starts ferryd on `port` without waiting
+  /// for its "listening on" line; wait_started() is the second half. For
+  /// nodes that come up only together (a cluster whose nodes wait for their
+  /// quorum): launch each, then wait for each. False if it cannot fork.
+  bool launch(uint16_t port = 0) {
     kill9();
     std::vector<std::string> args{"--data-dir", data_dir_.string(),
                                   "--port",     std::to_string(port),
@@ -446,6 +487,13 @@ public:
     if (child_)
       history_ += child_->combined();
     child_ = child_process::start(program_, args);
+    return child_ != nullptr;
+  }
+
+  /// Waits up to `timeout` for the "listening on" line of the ferryd that
+  /// launch() started. False if it exited or timed out first (the child is
+  /// then killed; output() says why).
+  bool wait_started(std::chrono::milliseconds timeout = 30s) {
     if (!child_)
       return false;
     static const std::regex listening{

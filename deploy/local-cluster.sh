@@ -1,0 +1,464 @@
+#!/usr/bin/env bash
+# local-cluster.sh: a Ferry cluster of N ferryd nodes on 127.0.0.1, for trying
+# things out and for tests. Every node is a voter of the metadata quorum
+# (--voters lists all of them) and runs in the background with its own data
+# dir, log and pid file under one state folder.
+#
+#   deploy/local-cluster.sh start [N]      N nodes (default 3), waits until each listens
+#   deploy/local-cluster.sh status         which nodes are up (+ ferryctl cluster describe)
+#   deploy/local-cluster.sh kill NODE      SIGKILL one node (a crash)
+#   deploy/local-cluster.sh restart NODE   start one node again with the same flags
+#   deploy/local-cluster.sh stop           SIGTERM every node, SIGKILL after a bound
+#
+# Environment:
+#   FERRY_BUILD_DIR            folder with ferryd and ferryctl (default: build/bin
+#                              of this repository, as in the README)
+#   FERRY_CLUSTER_DIR          state folder (default ./ferry-cluster)
+#   FERRY_CLUSTER_BASE_PORT    B (default 19090): node i listens on CAF port B+i,
+#                              HTTP port B+100+i and metrics port B+200+i
+#   FERRY_CLUSTER_START_TIMEOUT  seconds to wait for "listening on" (default 60)
+#   FERRY_CLUSTER_STOP_TIMEOUT   seconds a node may take to stop on SIGTERM
+#                                before it gets SIGKILL (default 30)
+#
+# State folder:
+#   cluster.conf        nodes, base port and ferryd path of this cluster (later
+#                       commands use these, whatever the environment says)
+#   brokers             "127.0.0.1:PORT" per line, node 1 first; written by start
+#                       and restart, removed by stop. While it exists, ferryctl
+#                       run from the folder that holds ./ferry-cluster (or with
+#                       FERRY_CLUSTER_DIR) uses these nodes when --broker and
+#                       FERRY_BROKER are not given.
+#   node-I/data         node I's --data-dir (kept by stop: start again resumes it)
+#   node-I/ferryd.log   its stdout and stderr, appended across restarts
+#   node-I/ferryd.pid   its pid while it was last started
+#
+# Exit status: 0 on success; 1 on a failure (a node that does not come up,
+# ports in use, a cluster already running); 2 on a usage error; `status` exits
+# 3 when at least one node is down.
+
+set -euo pipefail
+
+prog=$(basename "$0")
+repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${FERRY_BUILD_DIR:-$repo_dir/build/bin}
+cluster_dir=${FERRY_CLUSTER_DIR:-./ferry-cluster}
+start_timeout=${FERRY_CLUSTER_START_TIMEOUT:-60}
+stop_timeout=${FERRY_CLUSTER_STOP_TIMEOUT:-30}
+host=127.0.0.1
+
+usage() {
+  cat <<EOF
+usage: $prog start [N] | status | kill NODE | restart NODE | stop
+
+  start [N]      start N ferryd nodes (default 3, at most 99) on $host, each a
+                 voter of the metadata quorum; waits until each listens
+  status         which nodes are up, then 'ferryctl cluster describe' (exit 3 if
+                 any node is down)
+  kill NODE      SIGKILL node NODE (1..N)
+  restart NODE   start node NODE again with the same flags (SIGTERM first if it
+                 is up)
+  stop           SIGTERM every node, SIGKILL after \$FERRY_CLUSTER_STOP_TIMEOUT s;
+                 data and logs stay
+
+environment: FERRY_BUILD_DIR (programs; now $build_dir)
+             FERRY_CLUSTER_DIR (state; now $cluster_dir)
+             FERRY_CLUSTER_BASE_PORT B (default 19090): node i uses CAF port
+               B+i, HTTP B+100+i, metrics B+200+i
+             FERRY_CLUSTER_START_TIMEOUT, FERRY_CLUSTER_STOP_TIMEOUT (seconds)
+EOF
+}
+
+die() {
+  echo "$prog: $*" >&2
+  exit 1
+}
+
+usage_error() {
+  echo "$prog: $*" >&2
+  echo "run '$prog --help' for usage" >&2
+  exit 2
+}
+
+is_uint() {
+  [[ $1 =~ ^[0-9]+$ ]]
+}
+
+is_uint "$start_timeout" || usage_error "FERRY_CLUSTER_START_TIMEOUT '$start_timeout' is not a number of seconds"
+is_uint "$stop_timeout" || usage_error "FERRY_CLUSTER_STOP_TIMEOUT '$stop_timeout' is not a number of seconds"
+
+# -- the cluster's configuration --------------------------------------------------
+
+nodes=
+base_port=
+ferryd=
+
+# Loads cluster.conf (nodes, base_port, ferryd) or fails: no cluster here.
+load_conf() {
+  local conf=$cluster_dir/cluster.conf
+  [[ -f $conf ]] || die "no local cluster in $cluster_dir (start one with: $prog start)"
+  nodes='' base_port='' ferryd=''
+  local key value
+  while IFS='=' read -r key value; do
+    case $key in
+      nodes) nodes=$value ;;
+      base_port) base_port=$value ;;
+      ferryd) ferryd=$value ;;
+    esac
+  done <"$conf"
+  if ! is_uint "$nodes" || ! is_uint "$base_port" || [[ -z $ferryd ]]; then
+    die "$conf is damaged (expected nodes=, base_port=, ferryd= lines)"
+  fi
+  set_ids
+  # An absolute path from now on: the nodes' --data-dir must not depend on
+  # where later commands run.
+  cluster_dir=$(cd "$cluster_dir" && pwd)
+}
+
+caf_port() { echo $((base_port + $1)); }
+http_port() { echo $((base_port + 100 + $1)); }
+metrics_port() { echo $((base_port + 200 + $1)); }
+node_dir() { echo "$cluster_dir/node-$1"; }
+
+voters() {
+  local i out=
+  for ((i = 1; i <= nodes; i++)); do
+    out+=${out:+,}$i@$host:$(caf_port "$i")
+  done
+  echo "$out"
+}
+
+write_brokers() {
+  local i tmp=$cluster_dir/brokers.tmp
+  : >"$tmp"
+  for ((i = 1; i <= nodes; i++)); do
+    echo "$host:$(caf_port "$i")" >>"$tmp"
+  done
+  mv "$tmp" "$cluster_dir/brokers"
+}
+
+# Node NODE given on the command line: a number in 1..nodes.
+check_node() {
+  if ! is_uint "$1" || ((10#$1 < 1 || 10#$1 > nodes)); then
+    usage_error "no node '$1': this cluster has nodes 1..$nodes"
+  fi
+}
+
+# -- processes ------------------------------------------------------------------------
+
+# Prints node I's pid when it runs: the pid file names a live process whose
+# command line has this node's data dir (not a recycled pid, not a zombie).
+node_pid() {
+  local pidfile pid
+  pidfile=$(node_dir "$1")/ferryd.pid
+  [[ -f $pidfile ]] || return 0
+  pid=$(<"$pidfile")
+  is_uint "$pid" || return 0
+  kill -0 "$pid" 2>/dev/null || return 0
+  if [[ -r /proc/$pid/cmdline ]]; then
+    # (grep without -q: it reads all input, so no SIGPIPE fails the pipe.)
+    { tr '\0' '\n' <"/proc/$pid/cmdline"; } 2>/dev/null |
+      grep -xF -- "$(node_dir "$1")/data" >/dev/null || return 0
+  fi
+  echo "$pid"
+}
+
+# True when something accepts connections on 127.0.0.1:PORT.
+port_in_use() {
+  (exec 3<>"/dev/tcp/$host/$1") 2>/dev/null
+}
+
+# Starts node I in the background (its own session, so it outlives the
+# terminal and this script); records its pid and where its log continues.
+launch() {
+  local i=$1 dir
+  dir=$(node_dir "$i")
+  mkdir -p "$dir/data"
+  local log=$dir/ferryd.log
+  touch "$log"
+  log_offset[i]=$(stat -c %s "$log")
+  echo "--- $(date '+%F %T') $prog: starting node $i" >>"$log"
+  log_offset[i]=$(stat -c %s "$log")
+  local args=(--node-id "$i" --voters "$(voters)" --host "$host"
+              --port "$(caf_port "$i")" --data-dir "$dir/data"
+              --http-port "$(http_port "$i")" --metrics-port "$(metrics_port "$i")")
+  if command -v setsid >/dev/null; then
+    setsid "$ferryd" "${args[@]}" >>"$log" 2>&1 </dev/null &
+  else
+    nohup "$ferryd" "${args[@]}" >>"$log" 2>&1 </dev/null &
+  fi
+  local pid=$!
+  echo "$pid" >"$dir/ferryd.pid"
+  # Until the forked shell has exec'd ferryd its command line is this
+  # script's, and node_pid would call the node down: wait for the exec
+  # (bounded; a ferryd that exits at once is caught by wait_listening).
+  local tries
+  for ((tries = 0; tries < 50; tries++)); do
+    [[ -z $(node_pid "$i") ]] || break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+}
+
+# Waits until every node in "$@" printed "listening on" since its launch.
+# Fails naming the first node that exited or did not make it in time.
+wait_listening() {
+  local deadline=$((SECONDS + start_timeout)) pending=("$@") i still
+  while ((${#pending[@]} > 0)); do
+    still=()
+    for i in "${pending[@]}"; do
+      local log
+      log=$(node_dir "$i")/ferryd.log
+      if tail -c +"$((log_offset[i] + 1))" "$log" | grep '^listening on ' >/dev/null; then
+        continue
+      fi
+      if [[ -z $(node_pid "$i") ]]; then
+        echo "$prog: node $i exited before it listened; the end of $log:" >&2
+        tail -n 20 "$log" | sed 's/^/  /' >&2
+        return 1
+      fi
+      still+=("$i")
+    done
+    pending=(${still[@]+"${still[@]}"})
+    ((${#pending[@]} == 0)) && break
+    if ((SECONDS >= deadline)); then
+      echo "$prog: node(s) ${pending[*]} did not print 'listening on' within ${start_timeout} s (logs: $cluster_dir/node-*/ferryd.log)" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# Sends SIGNAL (TERM or KILL; "signaled": TERM was sent already) to node I
+# if it runs and waits up to TIMEOUT s for it to go; after SIGTERM it gets
+# SIGKILL then. Quiet when it was not running.
+stop_node() {
+  local i=$1 signal=$2 timeout=$3 pid
+  pid=$(node_pid "$i")
+  [[ -n $pid ]] || return 0
+  if [[ $signal == signaled ]]; then
+    signal=TERM
+  else
+    kill -s "$signal" "$pid" 2>/dev/null || true
+  fi
+  local deadline=$((SECONDS + timeout))
+  while [[ -n $(node_pid "$i") ]]; do
+    if ((SECONDS >= deadline)); then
+      if [[ $signal == KILL ]]; then
+        echo "$prog: node $i (pid $pid) survived SIGKILL for ${timeout} s" >&2
+        return 1
+      fi
+      echo "$prog: node $i (pid $pid) still up ${timeout} s after SIG$signal: SIGKILL" >&2
+      kill -s KILL "$pid" 2>/dev/null || true
+      signal=KILL
+      deadline=$((SECONDS + 10))
+    fi
+    sleep 0.1
+  done
+}
+
+print_table() {
+  local i pid state
+  printf '%-5s %-8s %-6s %-16s %-6s %-8s %s\n' NODE PID STATE CAF HTTP METRICS DATA_DIR
+  for i in "$@"; do
+    pid=$(node_pid "$i")
+    state=up
+    [[ -n $pid ]] || { pid=- state=down; }
+    printf '%-5s %-8s %-6s %-16s %-6s %-8s %s\n' "$i" "$pid" "$state" \
+      "$host:$(caf_port "$i")" "$(http_port "$i")" "$(metrics_port "$i")" \
+      "$(node_dir "$i")/data"
+  done
+}
+
+# ids: the node numbers 1..nodes.
+ids=()
+set_ids() {
+  local i
+  ids=()
+  for ((i = 1; i <= nodes; i++)); do
+    ids+=("$i")
+  done
+}
+
+# -- commands -------------------------------------------------------------------------
+
+cmd_start() {
+  local want=${1:-}
+  if [[ -n $want ]]; then
+    if ! is_uint "$want" || ((10#$want < 1 || 10#$want > 99)); then
+      usage_error "start: N must be a number of nodes from 1 to 99, not '$want'"
+    fi
+    want=$((10#$want))
+  fi
+  local env_base=${FERRY_CLUSTER_BASE_PORT:-}
+  if [[ -n $env_base ]]; then
+    is_uint "$env_base" || usage_error "FERRY_CLUSTER_BASE_PORT '$env_base' is not a port number"
+    env_base=$((10#$env_base))
+  fi
+  if [[ -f $cluster_dir/cluster.conf ]]; then
+    # A cluster lived here: resume it with the same nodes and ports.
+    load_conf
+    local i
+    for i in "${ids[@]}"; do
+      local pid
+      pid=$(node_pid "$i")
+      [[ -z $pid ]] || die "a cluster is already running in $cluster_dir (node $i, pid $pid); '$prog stop' first"
+    done
+    [[ -z $want || $want == "$nodes" ]] ||
+      die "$cluster_dir holds a $nodes-node cluster: start it with '$prog start $nodes', or remove $cluster_dir for a new one"
+    [[ -z $env_base || $env_base == "$base_port" ]] ||
+      die "$cluster_dir holds a cluster on base port $base_port (FERRY_CLUSTER_BASE_PORT=$env_base): unset it, or remove $cluster_dir for a new one"
+  else
+    nodes=${want:-3}
+    base_port=${env_base:-19090}
+    ferryd=$build_dir/ferryd
+    set_ids
+  fi
+  ((base_port >= 1 && base_port + 200 + nodes <= 65535)) ||
+    usage_error "base port $base_port: ports $((base_port + 1))..$((base_port + 200 + nodes)) must be within 1..65535"
+  [[ -x $ferryd ]] || die "no ferryd program at $ferryd (build first, or set FERRY_BUILD_DIR to the folder with ferryd)"
+  local i p busy=()
+  for i in "${ids[@]}"; do
+    for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
+      port_in_use "$p" && busy+=("$p")
+    done
+  done
+  ((${#busy[@]} == 0)) ||
+    die "port(s) ${busy[*]} on $host are in use: stop what listens there, or pick other ports with FERRY_CLUSTER_BASE_PORT"
+  mkdir -p "$cluster_dir"
+  cluster_dir=$(cd "$cluster_dir" && pwd)
+  if [[ ! -f $cluster_dir/cluster.conf ]]; then
+    printf 'nodes=%s\nbase_port=%s\nferryd=%s\n' "$nodes" "$base_port" "$ferryd" \
+      >"$cluster_dir/cluster.conf"
+  fi
+  for i in "${ids[@]}"; do
+    launch "$i"
+  done
+  if ! wait_listening "${ids[@]}"; then
+    echo "$prog: stopping the nodes that did start" >&2
+    for i in "${ids[@]}"; do
+      stop_node "$i" TERM 10 || true
+    done
+    rm -f "$cluster_dir/brokers"
+    exit 1
+  fi
+  write_brokers
+  echo "started a $nodes-node cluster in $cluster_dir"
+  print_table "${ids[@]}"
+  local how="with FERRY_CLUSTER_DIR=$cluster_dir"
+  [[ $(basename "$cluster_dir") != ferry-cluster ]] || how+=" or run from $(dirname "$cluster_dir")"
+  echo "brokers: $(paste -sd, "$cluster_dir/brokers") (ferryctl's default $how)"
+}
+
+cmd_status() {
+  load_conf
+  local i up=() down=()
+  for i in "${ids[@]}"; do
+    if [[ -n $(node_pid "$i") ]]; then up+=("$i"); else down+=("$i"); fi
+  done
+  print_table "${ids[@]}"
+  echo "${#up[@]} of $nodes node(s) up${down[*]:+; down: ${down[*]}}"
+  local ferryctl=$build_dir/ferryctl
+  [[ -x $ferryctl ]] || ferryctl=$(dirname "$ferryd")/ferryctl
+  if ((${#up[@]} > 0)) && [[ -x $ferryctl ]]; then
+    local broker rc=0
+    broker=$host:$(caf_port "${up[0]}")
+    echo
+    echo "\$ ferryctl --broker $broker cluster describe"
+    timeout 30 "$ferryctl" --broker "$broker" --connect-timeout 3000 \
+      --request-timeout 10000 cluster describe || rc=$?
+    ((rc == 0)) || echo "$prog: ferryctl cluster describe failed (exit $rc)" >&2
+  fi
+  ((${#down[@]} == 0)) || return 3
+}
+
+cmd_kill() {
+  load_conf
+  check_node "$1"
+  local i=$((10#$1)) pid
+  pid=$(node_pid "$i")
+  if [[ -z $pid ]]; then
+    echo "node $i is not running"
+    return 0
+  fi
+  stop_node "$i" KILL 10
+  echo "killed node $i (pid $pid, SIGKILL)"
+}
+
+cmd_restart() {
+  load_conf
+  check_node "$1"
+  local i=$((10#$1)) pid
+  pid=$(node_pid "$i")
+  if [[ -n $pid ]]; then
+    echo "stopping node $i (pid $pid)"
+    stop_node "$i" TERM "$stop_timeout"
+  fi
+  local p busy=()
+  for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
+    port_in_use "$p" && busy+=("$p")
+  done
+  ((${#busy[@]} == 0)) || die "node $i's port(s) ${busy[*]} are in use by something else"
+  [[ -x $ferryd ]] || die "no ferryd program at $ferryd"
+  launch "$i"
+  if ! wait_listening "$i"; then
+    stop_node "$i" TERM 10 || true
+    exit 1
+  fi
+  write_brokers
+  echo "restarted node $i"
+  print_table "$i"
+}
+
+cmd_stop() {
+  load_conf
+  local i pid running=()
+  for i in "${ids[@]}"; do
+    pid=$(node_pid "$i")
+    if [[ -n $pid ]]; then
+      kill -s TERM "$pid" 2>/dev/null || true
+      running+=("$i")
+    fi
+  done
+  local failed=0
+  # All got SIGTERM at once above; now wait for each (SIGKILL after the bound).
+  for i in ${running[@]+"${running[@]}"}; do
+    stop_node "$i" signaled "$stop_timeout" || failed=1
+  done
+  rm -f "$cluster_dir/brokers"
+  for i in "${ids[@]}"; do
+    [[ -n $(node_pid "$i") ]] || rm -f "$(node_dir "$i")/ferryd.pid"
+  done
+  echo "stopped ${#running[@]} node(s) in $cluster_dir (data and logs kept)"
+  return "$failed"
+}
+
+# -- main -----------------------------------------------------------------------------
+
+declare -a log_offset=()
+(($# >= 1)) || { usage >&2; exit 2; }
+command=$1
+shift
+case $command in
+  -h | --help | help)
+    usage
+    ;;
+  start)
+    (($# <= 1)) || usage_error "start takes at most one argument (N), got: $*"
+    cmd_start "${1:-}"
+    ;;
+  status)
+    (($# == 0)) || usage_error "status takes no arguments"
+    cmd_status
+    ;;
+  kill | restart)
+    (($# == 1)) || usage_error "$command takes one argument: the node number"
+    "cmd_$command" "$1"
+    ;;
+  stop)
+    (($# == 0)) || usage_error "stop takes no arguments"
+    cmd_stop
+    ;;
+  *)
+    usage_error "unknown command '$command'"
+    ;;
+esac

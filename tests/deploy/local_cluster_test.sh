@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Runs deploy/local-cluster.sh the way a user would, against built binaries:
+#
+#   local_cluster_test.sh --bin BUILD/bin [--script deploy/local-cluster.sh] [--nodes N]
+#
+# start 3 -> status -> ferryctl topic create (RF 3) with no --broker, from the
+# folder that holds ./ferry-cluster (so ferryctl's default finds the cluster)
+# -> produce and consume a few messages -> kill 2 -> status shows node 2 down
+# -> restart 2 -> status shows all up, the messages are still there -> stop.
+# The cluster lives in a temp dir on a random free port range (base in
+# 20000-60000) and is always stopped on the way out, also on failure (then
+# the nodes' logs are printed). --nodes N (default 3) runs the same with N
+# nodes, RF min(N, 3), killing node 2 (node 1 when N = 1).
+#
+# Exit status: 0 passed, 1 failed, 77 skipped (ferryd has no --voters yet:
+# ctest's SKIP_RETURN_CODE). FERRY_TEST_KEEP=1 keeps the temp dir.
+
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=
+script=$here/../../deploy/local-cluster.sh
+nodes=3
+usage="usage: $0 --bin BUILD/bin [--script local-cluster.sh] [--nodes N]"
+while (($# > 0)); do
+  case $1 in
+    --bin) bin=$2; shift 2 ;;
+    --script) script=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+[[ -n $bin && $nodes =~ ^[1-9]$ ]] || { echo "$usage" >&2; exit 2; }
+rf=$((nodes >= 3 ? 3 : nodes))
+victim=$((nodes >= 2 ? 2 : 1))
+bin=$(cd "$bin" && pwd)
+script=$(cd "$(dirname "$script")" && pwd)/$(basename "$script")
+ferryctl=$bin/ferryctl
+for f in "$bin/ferryd" "$ferryctl" "$script"; do
+  [[ -x $f ]] || { echo "FAIL: $f is missing or not executable" >&2; exit 1; }
+done
+if ! "$bin/ferryd" --help 2>&1 | grep -e '--voters' >/dev/null; then
+  echo "SKIP: $bin/ferryd has no --voters option (no cluster mode yet)"
+  exit 77
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-local-cluster-test.XXXXXX")
+export FERRY_BUILD_DIR=$bin
+export FERRY_CLUSTER_DIR=$work/ferry-cluster
+export FERRY_CLUSTER_START_TIMEOUT=60
+export FERRY_CLUSTER_STOP_TIMEOUT=30
+unset FERRY_BROKER
+
+step() { echo "== $*"; }
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# Every port of the range must be bindable now (nothing listening or bound).
+ports_free() {
+  python3 - "$@" <<'EOF'
+import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", int(p)))
+    except OSError:
+        sys.exit(1)
+    finally:
+        s.close()
+EOF
+}
+
+base=
+for _ in $(seq 1 50); do
+  candidate=$((20000 + (RANDOM * 32768 + RANDOM) % 39700))
+  ((candidate + 200 + nodes <= 60000)) || continue
+  ports=()
+  for ((i = 1; i <= nodes; i++)); do
+    ports+=($((candidate + i)) $((candidate + 100 + i)) $((candidate + 200 + i)))
+  done
+  if ports_free "${ports[@]}"; then
+    base=$candidate
+    break
+  fi
+done
+[[ -n $base ]] || fail "no free port range found"
+export FERRY_CLUSTER_BASE_PORT=$base
+
+finish() {
+  local rc=$?
+  set +e
+  if [[ -f $FERRY_CLUSTER_DIR/cluster.conf ]]; then
+    "$script" stop >/dev/null 2>&1
+    # Whatever survived the stop (it SIGKILLs after its bound): by pid file.
+    local pidfile pid
+    for pidfile in "$FERRY_CLUSTER_DIR"/node-*/ferryd.pid; do
+      [[ -f $pidfile ]] || continue
+      pid=$(<"$pidfile")
+      if { tr '\0' '\n' <"/proc/$pid/cmdline"; } 2>/dev/null |
+        grep -xF -- "$(dirname "$pidfile")/data" >/dev/null; then
+        kill -KILL "$pid" 2>/dev/null
+      fi
+    done
+  fi
+  if ((rc != 0)); then
+    local log
+    for log in "$FERRY_CLUSTER_DIR"/node-*/ferryd.log; do
+      [[ -f $log ]] || continue
+      echo "---- $log (last 40 lines)" >&2
+      tail -n 40 "$log" >&2
+    done
+  fi
+  if [[ ${FERRY_TEST_KEEP:-} == 1 ]]; then
+    echo "kept $work"
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# ferryctl as a user runs it after the start: from the folder holding
+# ./ferry-cluster, no --broker, no FERRY_BROKER, no FERRY_CLUSTER_DIR.
+ctl() {
+  (cd "$work" && env -u FERRY_BROKER -u FERRY_CLUSTER_DIR timeout 60 "$ferryctl" "$@")
+}
+
+step "start $nodes (base port $base) in $FERRY_CLUSTER_DIR"
+out=$("$script" start "$nodes") || fail "start failed: $out"
+echo "$out"
+[[ $(grep -cE '^[0-9]+ +[0-9]+ +up ' <<<"$out") == "$nodes" ]] || fail "start did not show $nodes nodes up"
+[[ $(wc -l <"$FERRY_CLUSTER_DIR/brokers") == "$nodes" ]] || fail "brokers file has not $nodes lines"
+[[ $(head -n 1 "$FERRY_CLUSTER_DIR/brokers") == "127.0.0.1:$((base + 1))" ]] ||
+  fail "brokers file does not start with node 1"
+if "$script" start "$nodes" >/dev/null 2>&1; then
+  fail "a second start did not refuse"
+fi
+
+step "status"
+rc=0
+out=$("$script" status 2>&1) || rc=$?
+echo "$out"
+((rc == 0)) || fail "status exited $rc with every node up"
+grep -F "$nodes of $nodes node(s) up" <<<"$out" >/dev/null || fail "status does not say all nodes are up"
+grep -F "RaftTerm: " <<<"$out" >/dev/null || fail "status did not show ferryctl cluster describe"
+for ((i = 1; i <= nodes; i++)); do
+  grep -E "^$i +127\.0\.0\.1:$((base + i)) " <<<"$out" >/dev/null ||
+    fail "cluster describe does not list node $i at 127.0.0.1:$((base + i))"
+done
+
+step "ferryctl without --broker: topic create t --partitions 3 --replication-factor $rf"
+ctl topic create t --partitions 3 --replication-factor "$rf" || fail "topic create failed"
+# The metadata reaches node 1 (the one ferryctl asks) through the quorum,
+# and the replicas elect their leaders: wait (bounded) until node 1 describes
+# every partition online with a leader and a full ISR.
+topic_ready() {
+  local desc
+  desc=$(ctl --json topic describe t 2>&1) || { echo "$desc"; return 1; }
+  python3 - "$desc" "$rf" <<'EOF'
+import json, sys
+d = json.loads(sys.argv[1])
+rf = int(sys.argv[2])
+parts = d.get("partition_status", [])
+ok = (d["partitions"] == 3 and d["replication_factor"] == rf and len(parts) == 3
+      and all(p["online"] and p["leader"] >= 0 and len(p["replicas"]) == rf
+              and len(p["isr"]) == rf for p in parts))
+if not ok:
+    print(json.dumps(d))
+sys.exit(0 if ok else 1)
+EOF
+}
+deadline=$((SECONDS + 30))
+until last=$(topic_ready); do
+  ((SECONDS < deadline)) || fail "topic t is not 3 online partitions x RF $rf with full ISRs after 30 s: $last"
+  sleep 0.5
+done
+
+step "produce and consume"
+sent=$(printf 'msg-%s\n' 1 2 3 4 5 6)
+ctl produce t <<<"$sent" || fail "produce failed"
+got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume failed"
+[[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "consumed '$got', produced '$sent'"
+
+step "kill $victim"
+"$script" kill "$victim" || fail "kill $victim failed"
+rc=0
+out=$("$script" status 2>&1) || rc=$?
+echo "$out"
+((rc == 3)) || fail "status exited $rc with node $victim down (expected 3)"
+grep -E "^$victim +- +down " <<<"$out" >/dev/null || fail "status does not show node $victim down"
+if ((victim != 1)); then
+  grep -E '^1 +[0-9]+ +up ' <<<"$out" >/dev/null || fail "status does not show node 1 up"
+fi
+
+step "restart $victim"
+"$script" restart "$victim" || fail "restart $victim failed"
+rc=0
+out=$("$script" status 2>&1) || rc=$?
+echo "$out"
+((rc == 0)) || fail "status exited $rc after the restart"
+grep -E "^$victim +[0-9]+ +up " <<<"$out" >/dev/null || fail "status does not show node $victim up again"
+got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume after the restart failed"
+[[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "after the restart: consumed '$got'"
+
+step "stop"
+"$script" stop || fail "stop failed"
+[[ ! -e $FERRY_CLUSTER_DIR/brokers ]] || fail "stop left the brokers file"
+rc=0
+"$script" status >/dev/null 2>&1 || rc=$?
+((rc == 3)) || fail "status after stop exited $rc (expected 3: all down)"
+echo "PASS"
