@@ -1,6 +1,7 @@
 #include "actors/group_coordinator.hpp"
 
 #include "broker/error.hpp"
+#include "broker/consumer_state.hpp"
 #include "broker/logging.hpp"
 #include "broker/record_batch.hpp"
 #include "metrics/group_probe.hpp"
@@ -527,6 +528,41 @@ void handle_expire(self_ptr self, const std::string& id, uint64_t token) {
   on_member_removed(self);
 }
 
+/// Writes `batch` to the group's __consumer_state partition (acks=all) and
+/// calls `done` with the outcome; without a state topic at once with none.
+template <class Done>
+void replicate_offsets(self_ptr self,
+                       const std::vector<committed_offset>& batch, Done done) {
+  auto& st = self->state;
+  if (st.cfg.state_topic.empty() || batch.empty()) {
+    done(caf::error{});
+    return;
+  }
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  auto bytes = make_commit_batch(st.cfg.group, batch, now);
+  if (!bytes) {
+    done(std::move(bytes.error()));
+    return;
+  }
+  produce_request pr;
+  pr.topic = st.cfg.state_topic;
+  pr.partition = st.cfg.state_partition;
+  pr.acks = acks_mode::all;
+  pr.batch = std::move(*bytes);
+  self->request(st.cfg.broker, st.cfg.broker_timeout, produce_atom_v,
+                std::move(pr))
+    .then([done](const produce_response&) mutable { done(caf::error{}); },
+          [self, done](caf::error& err) mutable {
+            log::warn("group {}: offsets not replicated: {}",
+                      self->state.cfg.group, err);
+            done(make_error(ec::coordinator_not_available,
+                            "the commit was not replicated: "
+                              + describe(err)));
+          });
+}
+
 caf::result<void> handle_commit(self_ptr self,
                                 const commit_offsets_request& req) {
   auto& st = self->state;
@@ -574,7 +610,16 @@ caf::result<void> handle_commit(self_ptr self,
     for (const auto& o : req.offsets)
       st.cfg.probe->committed(o.topic, o.partition, o.committed);
   report_members(self);
-  return caf::unit;
+  if (st.cfg.state_topic.empty())
+    return caf::unit;
+  auto rp = self->make_response_promise();
+  replicate_offsets(self, batch, [rp](caf::error err) mutable {
+    if (err)
+      rp.deliver(std::move(err));
+    else
+      rp.deliver(caf::unit);
+  });
+  return rp;
 }
 
 caf::result<std::vector<partition_offset>>
@@ -785,6 +830,14 @@ handle_reset(self_ptr self, const reset_offsets_request& req) {
         for (const auto& o : batch)
           st.cfg.probe->committed(o.topic, o.partition, o.committed);
       report_members(self);
+      replicate_offsets(self, batch,
+                        [rp, out = std::move(out)](caf::error err) mutable {
+                          if (err)
+                            rp.deliver(std::move(err));
+                          else
+                            rp.deliver(std::move(out));
+                        });
+      return;
     }
     rp.deliver(std::move(out));
   };

@@ -104,6 +104,13 @@ struct group_config {
   caf::timespan metrics_interval = std::chrono::seconds{10};
   /// Wall clock for lag seconds; empty means the system clock.
   clock_fn clock;
+  /// Cluster: the __consumer_state partition of this group
+  /// (broker/consumer_state.hpp). Non-empty: every commit (and reset) is
+  /// also produced there with acks=all through `broker`, and answered only
+  /// once that write is acknowledged (coordinator_not_available otherwise:
+  /// the client retries). Empty: the local offset store alone (one node).
+  std::string state_topic;
+  partition_id state_partition{0};
 };
 
 /// Kafka's group states.

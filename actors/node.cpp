@@ -3,7 +3,9 @@
 #include "actors/local_metadata.hpp"
 #include "actors/raft_metadata.hpp"
 #include "actors/raft_node.hpp"
+#include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
+#include "broker/partitioner.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
@@ -298,6 +300,11 @@ void spawn_replica(self_ptr self, const topic_partition& key,
   rc.epoch = pa.epoch;
   rc.store = st.cfg.store;
   if (cluster_mode(st)) {
+    if (key.topic == consumer_state_topic)
+      rc.on_replicated = [offsets = st.offsets](std::string_view batches) {
+        auto n = apply_consumer_state(*offsets, batches);
+        return n ? caf::error{} : std::move(n.error());
+      };
     rc.assignment = pa;
     rc.leader_broker = leader_handle(st, pa);
     rc.controller = caf::actor_cast<caf::actor>(self);
@@ -659,6 +666,14 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
   gc.offsets = st.offsets;
   gc.broker = caf::actor_cast<broker_actor>(self);
   gc.topics = topic_list(st);
+  if (cluster_mode(st)) {
+    auto t = st.topics.find(consumer_state_topic);
+    if (t != st.topics.end() && !t->second.partitions.empty()) {
+      gc.state_topic = consumer_state_topic;
+      gc.state_partition = partition_id{partition_for_key(
+        group, static_cast<int32_t>(t->second.partitions.size()))};
+    }
+  }
   // A fresh probe per coordinator: never shared through group_defaults.
   gc.probe = st.cfg.metrics
                ? std::make_shared<metrics::group_probe>(st.cfg.metrics, group)
@@ -683,9 +698,16 @@ coordinator(self_ptr self, const std::string& group, bool create) {
   if (st.queue_configs.count(group) > 0)
     return make_error(ec::invalid_request,
                       "group " + group + " is a queue-mode group");
-  if (!create)
-    return make_error(ec::unknown_group, "group " + group
-                                           + " does not exist");
+  if (!create) {
+    // In a cluster coordinators start on demand: a group known to the
+    // offset store (replicated through __consumer_state) exists.
+    auto known = cluster_mode(st) ? st.offsets->get_group(group)
+                                  : caf::expected<std::optional<group_record>>{
+                                    std::nullopt};
+    if (!known || !*known || st.shutting_down)
+      return make_error(ec::unknown_group, "group " + group
+                                             + " does not exist");
+  }
   if (st.shutting_down)
     return make_error(ec::coordinator_not_available,
                       "the node is shutting down");
@@ -776,12 +798,64 @@ caf::result<T> to_queue(self_ptr self, const std::string& group,
   return rp;
 }
 
+/// Where a stream group is coordinated in a cluster: here (local), at the
+/// node leading its __consumer_state partition (remote), or nowhere yet
+/// (err: coordinator_not_available, retriable). A local coordinator of a
+/// group that moved away is ended (its members rejoin at the new one).
+struct group_home_t {
+  bool local = true;
+  broker_actor remote;
+  caf::error err;
+};
+
+group_home_t group_home(self_ptr self, const std::string& group) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || group.empty())
+    return {};
+  auto unavailable = [&](std::string why) {
+    return group_home_t{false, broker_actor{},
+                        make_error(ec::coordinator_not_available,
+                                   "group " + group + ": " + why)};
+  };
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty())
+    return unavailable("the cluster has no __consumer_state topic yet");
+  auto n = static_cast<int32_t>(t->second.partitions.size());
+  const auto& pa = t->second.partitions[static_cast<size_t>(
+    partition_for_key(group, n))];
+  if (pa.leader == st.cfg.node_id)
+    return {};
+  if (auto i = st.groups.find(group); i != st.groups.end()) {
+    log::info("node: group {} is coordinated by node {} now", group,
+              pa.leader);
+    self->demonitor(i->second.address());
+    self->send_exit(i->second, caf::exit_reason::user_shutdown);
+    st.groups.erase(i);
+  }
+  if (pa.leader < 0)
+    return unavailable("its coordinator partition has no leader");
+  auto peer = st.peers.find(pa.leader);
+  if (peer == st.peers.end() || from_peer(self))
+    return unavailable("coordinated by node " + std::to_string(pa.leader)
+                       + ", not reachable from node "
+                       + std::to_string(st.cfg.node_id));
+  return {false, peer->second, {}};
+}
+
 /// Relays a group request whose reply is `T` to the group's coordinator.
 template <class T, class... Ts>
 caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
                         Ts... xs) {
   auto rp = self->make_response_promise<T>();
   when_ready(self, [self, rp, group, create, xs...]() mutable {
+    auto home = group_home(self, group);
+    if (!home.local) {
+      if (home.err)
+        rp.deliver(failed(self, std::move(home.err)));
+      else
+        relay(self, rp, home.remote, std::move(xs)...);
+      return;
+    }
     auto c = coordinator(self, group, create);
     if (!c)
       rp.deliver(failed(self, std::move(c.error())));
@@ -797,6 +871,14 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
                                 bool create, Ts... xs) {
   auto rp = self->make_response_promise();
   when_ready(self, [self, rp, group, create, xs...]() mutable {
+    auto home = group_home(self, group);
+    if (!home.local) {
+      if (home.err)
+        rp.deliver(failed(self, std::move(home.err)));
+      else
+        relay_void(self, rp, home.remote, std::move(xs)...);
+      return;
+    }
     auto c = coordinator(self, group, create);
     if (!c)
       rp.deliver(failed(self, std::move(c.error())));
@@ -910,6 +992,27 @@ void control(self_ptr self) {
   std::map<int32_t, broker_registration> regs;
   for (auto& b : st.machine->brokers())
     regs.emplace(b.id, b);
+  if (!st.creating_state_topic && !st.machine->topic(consumer_state_topic)) {
+    topic_config tc;
+    tc.partitions = st.cfg.state_partitions;
+    tc.replication_factor = static_cast<int16_t>(
+      std::min<size_t>(3, st.cfg.voters.size()));
+    st.creating_state_topic = true;
+    self
+      ->request(st.cfg.metadata, std::chrono::seconds{5}, create_atom_v,
+                topic_atom_v, std::string{consumer_state_topic}, tc)
+      .then(
+        [self](const topic_metadata&) {
+          self->state.creating_state_topic = false;
+          log::info("node: created {}", consumer_state_topic);
+        },
+        [self](caf::error& err) {
+          self->state.creating_state_topic = false;
+          if (!is(err, ec::topic_exists))
+            log::warn("node: cannot create {}: {}", consumer_state_topic,
+                      err);
+        });
+  }
   for (auto& v : st.cfg.voters) {
     if (v.id == st.cfg.node_id || st.peers.count(v.id) > 0
         || st.fencing.count(v.id) > 0)
@@ -1261,7 +1364,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
   self->monitor(st.cfg.metadata);
   self->send(st.cfg.metadata, subscribe_atom_v,
              caf::actor_cast<caf::actor>(self));
-  if (auto groups = st.offsets->list_groups()) {
+  if (cluster_mode(st)) {
+    // Coordinators start on demand where their group lives.
+  } else if (auto groups = st.offsets->list_groups()) {
     for (auto& g : *groups)
       spawn_coordinator(self, g.group);
     if (!groups->empty())
@@ -1489,8 +1594,22 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       if (self->state.queue_configs.count(group) > 0)
         return to_queue<group_description>(self, group, false,
                                            describe_atom_v, group_atom_v);
-      return to_group<group_description>(self, group, false, describe_atom_v,
-                                         group_atom_v);
+      auto rp = self->make_response_promise<group_description>();
+      when_ready(self, [self, rp, group]() mutable {
+        auto home = group_home(self, group);
+        if (home.local) {
+          auto c = coordinator(self, group, false);
+          if (!c)
+            rp.deliver(failed(self, std::move(c.error())));
+          else
+            relay(self, rp, *c, describe_atom_v, group_atom_v);
+        } else if (home.err) {
+          rp.deliver(failed(self, std::move(home.err)));
+        } else {
+          relay(self, rp, home.remote, describe_atom_v, group_atom_v, group);
+        }
+      });
+      return rp;
     },
     [self](reset_atom, reset_offsets_request& req)
       -> caf::result<std::vector<partition_offset>> {

@@ -74,6 +74,13 @@
 // - Roles: every hosted replica gets its assignment and the leader node's
 //   broker (update_atom) whenever either changes; replicas' ISR changes
 //   come here and go to the metadata.
+// - Groups: the controller creates __consumer_state (state_partitions,
+//   RF min(3, voters)); a stream group is coordinated by the node leading
+//   its partition there, other nodes forward its requests; commits are
+//   produced there with acks=all, and every replica of it applies the
+//   records to its node's offset store (broker/consumer_state.hpp), so a
+//   new coordinator starts from every acknowledged commit. Queue-mode
+//   groups and DLQ operations stay with the node the client talks to.
 // - Routing: produce, consumer fetch and list offsets for a partition led
 //   by another node are forwarded to that node's broker (request/answer, so
 //   clients may talk to any node); a request forwarded by a peer is never
@@ -149,6 +156,9 @@ struct node_config {
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).
   std::chrono::milliseconds cluster_tick{200};
+  /// Partitions of __consumer_state (created by the controller; the group
+  /// coordinator is the leader of partition_for_key(group)).
+  int32_t state_partitions = 8;
   /// Cluster id shown by cluster describe.
   std::string cluster_id;
   /// Advertised endpoint for cluster describe. The port is shared because it
@@ -265,6 +275,8 @@ struct node_state {
   /// This incarnation is registered (and not fenced since).
   bool registered = false;
   bool registering = false;
+  /// The controller is creating __consumer_state.
+  bool creating_state_topic = false;
   /// The applied metadata caught up with the quorum: replicas start only
   /// then (a restarted node must not act on an old view).
   bool cluster_ready = false;

@@ -116,6 +116,13 @@ offset leader_position(const partition_replica_state& st) {
   return durable_acks(st) ? st.log->durable_end() : st.log->log_end();
 }
 
+// min.insync.replicas in effect (never more than there are replicas).
+size_t min_isr(const partition_replica_state& st) {
+  return std::min<size_t>(
+    static_cast<size_t>(effective_min_insync(st.cfg.topic_cfg)),
+    std::max<size_t>(st.assignment.replicas.size(), 1));
+}
+
 bool covered(const partition_replica_state& st, offset last, acks_mode acks) {
   if (acks == acks_mode::leader)
     return last < st.positions.at(st.cfg.node_id);
@@ -212,9 +219,22 @@ void advance(replica_ptr self) {
       continue;
     }
     if (i->promise.pending()) {
-      i->response.log_start = st.log->log_start();
-      observe_produce(st, i->records, i->bytes, i->arrived);
-      i->promise.deliver(i->response);
+      if (i->acks == acks_mode::all && st.isr.size() < min_isr(st)) {
+        // The ISR shrank below min.insync.replicas after the append (Kafka's
+        // NOT_ENOUGH_REPLICAS_AFTER_APPEND): fewer copies than promised.
+        auto err = make_error(ec::not_enough_replicas,
+                              "appended to " + name_of(st)
+                                + " but the ISR shrank to "
+                                + std::to_string(st.isr.size())
+                                + " members, min.insync.replicas is "
+                                + std::to_string(min_isr(st)));
+        count_failure(st, err);
+        i->promise.deliver(std::move(err));
+      } else {
+        i->response.log_start = st.log->log_start();
+        observe_produce(st, i->records, i->bytes, i->arrived);
+        i->promise.deliver(i->response);
+      }
     }
     st.pending_bytes -= i->bytes;
     i = st.pending.erase(i);
@@ -443,9 +463,18 @@ void follower_fetched(replica_ptr self, int32_t id, offset from) {
       == st.assignment.replicas.end())
     return; // not a replica of this partition: a reader, not a follower
   auto end = st.log->log_end();
+  auto now = self->clock().now();
   st.positions[id] = std::min(from, end);
-  if (from >= end)
-    st.caught_up[id] = self->clock().now();
+  // Kafka's rule: caught up now when at the end; else caught up as of the
+  // previous fetch when this one reaches the end that fetch saw.
+  if (from >= end) {
+    st.caught_up[id] = now;
+  } else if (auto prev = st.last_fetch_end.find(id);
+             prev != st.last_fetch_end.end() && from >= prev->second) {
+    st.caught_up[id] = std::max(st.caught_up[id], st.last_fetch_time[id]);
+  }
+  st.last_fetch_end[id] = end;
+  st.last_fetch_time[id] = now;
   advance(self);
   // A follower back at the HW (and in the current epoch) rejoins the ISR.
   const auto& ep = st.log->epochs();
@@ -499,7 +528,13 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     auto target = std::max(std::min(r.diverging_end, own_end),
                            st.log->log_start());
     if (target >= st.log->log_end())
-      return caf::none;
+      // Nothing to cut, yet the leader sees a divergence (our epoch
+      // history lost entries?): fetch again after the backoff, not at once.
+      return make_error(ec::fenced_leader_epoch,
+                        "leader reports a divergence at "
+                          + std::to_string(r.diverging_end.value)
+                          + " but the log ends at "
+                          + std::to_string(st.log->log_end().value));
     auto old_end = st.log->log_end();
     auto cut = st.log->truncate_to(target);
     if (!cut)
@@ -516,8 +551,21 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     report_log(st);
     return caf::none;
   }
+  if (r.data.empty() && r.log_start > st.log->log_end()) {
+    log::warn("partition {}: leader's log starts at {}, beyond this log's "
+              "end {}: starting over there",
+              name_of(st), r.log_start, st.log->log_end());
+    if (auto err = st.log->truncate_fully_and_start_at(r.log_start))
+      return err;
+    st.producers = producer_state{};
+    st.snapshot_end = offset{-1};
+    st.last_batch_epoch = -1;
+    report_log(st);
+    return caf::none;
+  }
   std::string_view data = r.data;
   bool appended = false;
+  std::vector<std::string_view> fresh; // appended batches, for the hook
   while (!data.empty()) {
     auto h = parse_batch_header(data, std::numeric_limits<int32_t>::max());
     if (!h)
@@ -540,6 +588,8 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     st.last_batch_epoch = h->partition_leader_epoch;
     ++st.stats.appends;
     appended = true;
+    if (st.cfg.on_replicated)
+      fresh.push_back(batch);
   }
   if (appended) {
     ++st.stats.log_flushes;
@@ -547,6 +597,10 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
       fence(self, flushed.error());
       return std::move(flushed.error());
     }
+    for (auto b : fresh)
+      if (auto err = st.cfg.on_replicated(b))
+        log::warn("partition {}: applying replicated data failed: {}",
+                  name_of(st), err);
   }
   auto hw = std::min(r.high_watermark, st.log->log_end());
   if (hw > st.log->high_watermark())
@@ -637,6 +691,8 @@ void set_role(replica_ptr self, const partition_assignment& pa,
       st.positions.clear();
       st.positions[st.cfg.node_id] = own;
       st.caught_up.clear();
+      st.last_fetch_end.clear();
+      st.last_fetch_time.clear();
       for (auto id : pa.replicas)
         st.caught_up[id] = now;
       log::info("partition {}: leader in epoch {} (log end {}, HW {})",
@@ -653,6 +709,8 @@ void set_role(replica_ptr self, const partition_assignment& pa,
     fail_pending(st, not_leader_error(st));
     wake_waiters(self, true);
   }
+  if (new_term || was_leader)
+    st.last_batch_epoch = read_last_batch_epoch(st);
   if (new_term || !st.fetch_in_flight) {
     if (new_term) {
       ++st.fetch_gen;
@@ -696,15 +754,12 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
                         + " bytes follow it");
   if (hdr->transactional() || hdr->control())
     return make_error(ec::policy_violation, "transactions are not supported");
-  auto min_isr = std::min<size_t>(
-    static_cast<size_t>(effective_min_insync(st.cfg.topic_cfg)),
-    std::max<size_t>(st.assignment.replicas.size(), 1));
-  if (req.acks == acks_mode::all && st.isr.size() < min_isr)
+  if (req.acks == acks_mode::all && st.isr.size() < min_isr(st))
     return make_error(ec::not_enough_replicas,
                       "ISR of " + name_of(st) + " has "
                         + std::to_string(st.isr.size())
                         + " members, min.insync.replicas is "
-                        + std::to_string(min_isr));
+                        + std::to_string(min_isr(st)));
   // Idempotence before the append, which checks the CRC: a damaged retry of
   // a remembered batch is answered as the duplicate it claims to be, which
   // is harmless (nothing is written) and saves a CRC pass on every append.
@@ -740,6 +795,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   if (!info)
     return std::move(info.error());
   ++st.stats.appends;
+  st.last_batch_epoch = st.assignment.epoch.value;
   hdr->base_offset = info->base_offset;
   st.producers.record(*hdr);
   produce_response resp{info->base_offset, info->last_offset,
@@ -785,6 +841,16 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
                           + std::to_string(st.assignment.epoch.value));
     if (auto div = divergence(st, req))
       return std::move(*div);
+    if (req.from < st.log->log_start()) {
+      // Below our log start (retention, purge): the follower starts over
+      // at it (see follower_apply).
+      fetch_response r;
+      r.next_offset = req.from;
+      r.high_watermark = st.log->high_watermark();
+      r.log_start = st.log->log_start();
+      r.log_end = st.log->log_end();
+      return r;
+    }
     follower_fetched(self, req.replica_id, req.from);
   }
   auto resp = read_fetch(st, req);
@@ -940,6 +1006,19 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     }
   }
   st.last_batch_epoch = read_last_batch_epoch(st);
+  if (st.cfg.on_replicated) {
+    // The node's view of this log may have missed what was appended just
+    // before a crash: replay all of it (applying is idempotent).
+    for (auto at = st.log->log_start(); at < st.log->log_end();) {
+      auto rd = st.log->read(at, size_t{1} << 20, st.log->log_end());
+      if (!rd || rd->data.empty())
+        break;
+      if (auto err = st.cfg.on_replicated(rd->data))
+        log::warn("partition {}: replaying into the node failed: {}",
+                  name_of(st), err);
+      at = rd->next_offset;
+    }
+  }
   if (auto err = load_producers(st)) {
     log::error("partition {}: cannot rebuild producer state: {}", name_of(st),
                err);

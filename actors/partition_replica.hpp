@@ -93,6 +93,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -139,6 +140,11 @@ struct partition_replica_config {
   std::chrono::milliseconds follower_fetch_wait{500};
   /// Pause after a failed follower fetch.
   std::chrono::milliseconds follower_retry_backoff{100};
+  /// Called (on the replica's thread) with the whole log at start and, as
+  /// a follower, with the batches each fetch appended, once they are
+  /// durable: the node applies __consumer_state records to its offset
+  /// store this way. An error is logged (the data stays appended).
+  std::function<caf::error(std::string_view batches)> on_replicated;
   /// Node-wide store for the HW checkpoint and producer snapshots; may be
   /// null (see the file comment). Shared: it outlives the replica.
   std::shared_ptr<metadata_store> store;
@@ -252,8 +258,11 @@ struct partition_replica_state {
   /// leader's own is updated on each commit, the followers' on each fetch.
   std::vector<int32_t> isr;
   std::map<int32_t, offset> positions;
-  /// Leader: when each follower last fetched from the log end.
+  /// Leader: when each follower was last caught up (Kafka's rule, see
+  /// follower_fetched), and the log end and time of its previous fetch.
   std::map<int32_t, caf::actor_clock::time_point> caught_up;
+  std::map<int32_t, offset> last_fetch_end;
+  std::map<int32_t, caf::actor_clock::time_point> last_fetch_time;
 
   std::map<uint64_t, fetch_waiter> waiters;
   uint64_t next_waiter_id = 1;

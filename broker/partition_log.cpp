@@ -81,6 +81,7 @@ public:
   caf::expected<std::optional<offset>>
   offset_for_timestamp(timestamp_ms ts) const override;
   caf::expected<offset> truncate_to(offset end) override;
+  caf::error truncate_fully_and_start_at(offset start) override;
   caf::expected<retention_report> enforce_retention() override;
   caf::error advance_log_start(offset start) override;
   caf::error roll() override;
@@ -555,6 +556,23 @@ caf::error disk_partition_log::reset_to(offset start) {
     return s.error();
   segs_.push_back(std::move(*s));
   return fs_->sync_dir(dir_);
+}
+
+caf::error disk_partition_log::truncate_fully_and_start_at(offset start) {
+  if (auto err = writable())
+    return err;
+  if (start.value < 0)
+    return make_error(ec::invalid_argument,
+                      "cannot start a log at " + std::to_string(start.value));
+  if (auto err = reset_to(start))
+    return fence(err);
+  log_start_ = start;
+  hw_ = start;
+  durable_end_ = start;
+  unflushed_records_ = 0;
+  epochs_.clear();
+  active_since_ms_ = clock_();
+  return checkpoint();
 }
 
 caf::expected<offset> disk_partition_log::truncate_to(offset end) {

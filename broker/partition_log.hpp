@@ -176,6 +176,11 @@ public:
   /// the new end may be lower than `end`). Returns the new log_end().
   virtual caf::expected<offset> truncate_to(offset end) = 0;
 
+  /// Deletes every record and continues empty at `start` (log start = log
+  /// end = HW = start, no epochs): a follower whose leader's log starts
+  /// beyond its own end. Checkpointed at once.
+  virtual caf::error truncate_fully_and_start_at(offset start) = 0;
+
   /// Deletes whole segments by retention_ms and retention_bytes (never the
   /// active one) and advances log start.
   virtual caf::expected<retention_report> enforce_retention() = 0;

@@ -1,7 +1,10 @@
-// Deterministic tests of the partition replica (leader role) on CAF's test
-// coordinator: group commit, fetch and long poll, idempotence, offsets,
-// backpressure, retention, failures and restarts. Each test has its own
-// temporary directory.
+// Deterministic tests of the partition replica on CAF's test coordinator.
+// Leader role (partition_replica_test): group commit, fetch and long poll,
+// idempotence, offsets, backpressure, retention, failures and restarts.
+// Replication (replication_test): followers catching up, acks=all and the
+// HW, min.insync.replicas, epoch fencing, divergence and truncation, ISR
+// shrink and expand, follower restarts. Each test has its own temporary
+// directory.
 
 #include "actors/partition_replica.hpp"
 
@@ -13,14 +16,19 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -816,6 +824,800 @@ TEST_F(partition_replica_test, exit_answers_parked_requests) {
   auto f = await<fetch_response>(hf);
   ASSERT_OK(f); // answered with what there was
   EXPECT_TRUE(f->data.empty());
+}
+
+} // namespace
+
+// -- replication: leader and followers ------------------------------------------
+//
+// Two or three replicas of "orders/0" on the test coordinator, each with its
+// own directory and node id. A follower fetches from its leader through a
+// fake broker (the node's broker in production), which forwards fetches to
+// the leader replica it points at and can hold or drop them (a slow or dead
+// link); the same fake plays the controller for ISR proposals. The test
+// plays the node: it sends (update_atom, assignment, leader's broker).
+
+namespace ferry {
+// gtest prints epoch histories with this (found by ADL).
+[[maybe_unused]] static void PrintTo(const epoch_entry& e, std::ostream* os) {
+  *os << "(epoch " << e.epoch.value << " at " << e.start_offset.value << ")";
+}
+} // namespace ferry
+
+namespace {
+
+using release_atom = caf::atom_constant<caf::atom("release")>;
+
+// Shared between a fake broker and the test (one thread: the coordinator).
+struct fake_link {
+  enum class mode {
+    pass, ///< forward fetches and their answers
+    hold, ///< queue new fetches; release_atom forwards the queued ones
+          ///< (answers to forwarded fetches still pass)
+    drop, ///< swallow new fetches and the answers to forwarded ones
+  };
+  mode fetches = mode::pass;
+  /// Where fetches go (the leader replica behind this broker).
+  partition_actor leader;
+  /// Every fetch request that reached the fake, in order.
+  std::vector<fetch_request> seen;
+  /// Every ISR change proposed to the fake (as controller), in order.
+  std::vector<isr_change> isr_changes;
+  /// Replicas of the assignment answered to an ISR change.
+  std::vector<int32_t> replicas;
+  /// Answers lost in drop mode.
+  size_t dropped = 0;
+};
+
+struct fake_link_state {
+  std::vector<std::pair<fetch_request, caf::response_promise>> held;
+  /// Promises never delivered (drop mode): the requester's timeout decides.
+  std::vector<caf::response_promise> lost;
+  static inline const char* name = "fake-broker";
+};
+
+caf::behavior fake_link_broker(caf::stateful_actor<fake_link_state>* self,
+                               std::shared_ptr<fake_link> link) {
+  auto forward = [self, link](fetch_request req, caf::response_promise rp) {
+    self->request(link->leader, caf::infinite, fetch_atom_v, std::move(req))
+      .then(
+        [self, link, rp](fetch_response& r) mutable {
+          if (link->fetches == fake_link::mode::drop) {
+            ++link->dropped;
+            self->state.lost.push_back(rp);
+            return;
+          }
+          rp.deliver(std::move(r));
+        },
+        [self, link, rp](caf::error& err) mutable {
+          if (link->fetches == fake_link::mode::drop) {
+            ++link->dropped;
+            self->state.lost.push_back(rp);
+            return;
+          }
+          rp.deliver(std::move(err));
+        });
+  };
+  return {
+    [self, link, forward](fetch_atom, fetch_request& req) -> caf::response_promise {
+      link->seen.push_back(req);
+      auto rp = self->make_response_promise();
+      switch (link->fetches) {
+        case fake_link::mode::pass:
+          forward(std::move(req), rp);
+          break;
+        case fake_link::mode::hold:
+          self->state.held.emplace_back(std::move(req), rp);
+          break;
+        case fake_link::mode::drop:
+          ++link->dropped;
+          self->state.lost.push_back(rp);
+          break;
+      }
+      return rp;
+    },
+    [self, forward](release_atom) { // the mode stays as the test set it
+      auto held = std::move(self->state.held);
+      self->state.held.clear();
+      for (auto& [req, rp] : held)
+        forward(std::move(req), rp);
+    },
+    [link](alter_atom, isr_atom, isr_change& ch) -> partition_assignment {
+      link->isr_changes.push_back(ch);
+      partition_assignment pa;
+      pa.partition = ch.partition;
+      pa.leader = ch.leader;
+      pa.epoch = ch.epoch;
+      pa.replicas = link->replicas;
+      pa.isr = ch.isr;
+      return pa;
+    },
+  };
+}
+
+template <class T>
+struct reply {
+  bool done = false;
+  std::optional<T> value;
+  caf::error err;
+};
+
+partition_assignment
+make_assignment(int32_t leader, int32_t epoch, std::vector<int32_t> replicas,
+                std::vector<int32_t> isr) {
+  partition_assignment pa;
+  pa.partition = partition_id{0};
+  pa.leader = leader;
+  pa.epoch = leader_epoch{epoch};
+  pa.replicas = std::move(replicas);
+  pa.isr = std::move(isr);
+  return pa;
+}
+
+std::string ids(const std::vector<int32_t>& xs) {
+  std::string out = "{";
+  for (auto x : xs)
+    out += (out.size() > 1 ? "," : "") + std::to_string(x);
+  return out + "}";
+}
+
+std::string epochs_text(const std::vector<epoch_entry>& xs) {
+  std::string out;
+  for (auto& e : xs)
+    out += "(epoch " + std::to_string(e.epoch.value) + " at "
+           + std::to_string(e.start_offset.value) + ")";
+  return out.empty() ? "(none)" : out;
+}
+
+class replication_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    register_types(sys_cfg_);
+    sys_cfg_.set("scheduler.policy", caf::atom("testing"));
+    sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
+    sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
+    std::random_device rd;
+    root_ = fs::temp_directory_path()
+            / ("ferry-replication-test-" + std::to_string(rd()) + "-"
+               + std::to_string(rd()));
+    fs::create_directories(root_);
+    now_ = std::make_shared<std::atomic<int64_t>>(t0);
+  }
+
+  void TearDown() override {
+    for (auto& a : actors_)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    sched_->run();
+    actors_.clear();
+    for (auto& l : links_)
+      l->leader = nullptr;
+    links_.clear();
+    sys_.reset();
+    stores_.clear();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  // Node `id`'s replica config: its own directory, RF = replicas.size(),
+  // min.insync.replicas 1 unless a test says otherwise.
+  partition_replica_config node_cfg(int32_t id, const partition_assignment& pa) {
+    partition_replica_config c;
+    c.topic = "orders";
+    c.partition = partition_id{0};
+    c.dir = root_ / ("node-" + std::to_string(id)) / "orders-0";
+    c.node_id = id;
+    c.assignment = pa;
+    c.epoch = pa.epoch;
+    c.topic_cfg.replication_factor = static_cast<int16_t>(pa.replicas.size());
+    c.topic_cfg.min_insync_replicas = 1;
+    c.tick_interval = 0ms; // tests send tick_atom
+    c.follower_fetch_wait = 500ms;
+    c.replica_lag_max = 500ms;
+    c.clock = [now = now_] { return now->load(); };
+    return c;
+  }
+
+  void use_store(partition_replica_config& c) {
+    lmdb::env_options opts;
+    opts.no_sync = true;
+    auto st = metadata_store::open(root_ / ("meta-" + std::to_string(c.node_id)),
+                                   opts);
+    ASSERT_TRUE(st) << describe(st.error());
+    stores_.push_back(std::move(*st));
+    c.store = stores_.back();
+  }
+
+  partition_actor spawn_replica(const partition_replica_config& c) {
+    auto h = sys_->spawn(partition_replica, c);
+    actors_.push_back(caf::actor_cast<caf::actor>(h));
+    sched_->run();
+    return h;
+  }
+
+  // A fake broker of the node that hosts `leader`.
+  std::pair<caf::actor, std::shared_ptr<fake_link>>
+  spawn_link(partition_actor leader, std::vector<int32_t> replicas = {}) {
+    auto link = std::make_shared<fake_link>();
+    link->leader = std::move(leader);
+    link->replicas = std::move(replicas);
+    auto h = sys_->spawn(fake_link_broker, link);
+    actors_.push_back(h);
+    links_.push_back(link);
+    sched_->run();
+    return {h, link};
+  }
+
+  static partition_replica_state& state(const partition_actor& h) {
+    auto ptr = caf::actor_cast<caf::abstract_actor*>(h);
+    return dynamic_cast<partition_actor::stateful_base<partition_replica_state>&>(
+             *ptr)
+      .state;
+  }
+
+  // Sends a request from a throw-away actor; the reply fills in as the
+  // scheduler runs.
+  template <class T, class Dest, class... Ts>
+  std::shared_ptr<reply<T>> ask(Dest dest, Ts... xs) {
+    auto r = std::make_shared<reply<T>>();
+    auto h = sys_->spawn([r, dest, xs...](caf::event_based_actor* self) {
+      self->request(dest, caf::infinite, xs...)
+        .then(
+          [r](T& x) {
+            r->done = true;
+            r->value = std::move(x);
+          },
+          [r](caf::error& err) {
+            r->done = true;
+            r->err = std::move(err);
+          });
+    });
+    actors_.push_back(h);
+    sched_->run();
+    return r;
+  }
+
+  std::shared_ptr<reply<produce_response>>
+  produce(const partition_actor& to, std::string batch,
+          acks_mode acks = acks_mode::all) {
+    return ask<produce_response>(to, produce_atom_v,
+                                 produce_request{"orders", partition_id{0},
+                                                 acks, std::move(batch)});
+  }
+
+  partition_status status(const partition_actor& of) {
+    auto r = ask<partition_status>(of, status_atom_v);
+    EXPECT_TRUE(r->done && r->value) << "no status: " << describe(r->err);
+    return r->value ? *r->value : partition_status{};
+  }
+
+  fetch_request follower_fetch_req(int32_t replica, int64_t from,
+                                   int32_t leader_epoch,
+                                   int32_t last_epoch) {
+    fetch_request r;
+    r.topic = "orders";
+    r.partition = partition_id{0};
+    r.from = offset{from};
+    r.replica_id = replica;
+    r.leader_epoch = leader_epoch;
+    r.last_fetched_epoch = last_epoch;
+    return r;
+  }
+
+  // Plays the node: the assignment changed.
+  void assign(const partition_actor& to, const partition_assignment& pa,
+              caf::actor leader_broker) {
+    caf::anon_send(to, update_atom_v, pa, std::move(leader_broker));
+    sched_->run();
+  }
+
+  // The segment files (*.log) of a replica, by name.
+  static std::map<std::string, std::string> segment_files(const fs::path& dir) {
+    std::map<std::string, std::string> out;
+    for (auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() != ".log")
+        continue;
+      std::ifstream in(e.path(), std::ios::binary);
+      out[e.path().filename().string()] =
+        std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return out;
+  }
+
+  // Both logs hold the same segments with the same bytes.
+  static void expect_identical_logs(const fs::path& a, const fs::path& b) {
+    auto fa = segment_files(a);
+    auto fb = segment_files(b);
+    ASSERT_FALSE(fa.empty()) << "no segment files in " << a;
+    ASSERT_EQ(fa.size(), fb.size())
+      << "segment counts differ: " << a << " vs " << b;
+    for (auto& [name, bytes] : fa) {
+      auto i = fb.find(name);
+      ASSERT_NE(i, fb.end()) << name << " is missing in " << b;
+      EXPECT_EQ(bytes.size(), i->second.size())
+        << name << ": leader and follower segment sizes differ";
+      EXPECT_TRUE(bytes == i->second)
+        << name << ": leader and follower segment bytes differ";
+    }
+  }
+
+  caf::actor_system_config sys_cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  caf::scheduler::test_coordinator* sched_ = nullptr;
+  fs::path root_;
+  std::shared_ptr<std::atomic<int64_t>> now_;
+  std::vector<caf::actor> actors_;
+  std::vector<std::shared_ptr<fake_link>> links_;
+  std::vector<std::shared_ptr<metadata_store>> stores_;
+};
+
+#define EXPECT_ANSWERED_OK(r)                                                  \
+  do {                                                                         \
+    EXPECT_TRUE((r)->done) << #r " was not answered";                          \
+    EXPECT_TRUE((r)->value) << #r " failed: " << describe((r)->err);           \
+  } while (false)
+
+// 1. An empty follower copies the leader's log: same end, same bytes, same
+// epoch history, and the leader's HW once the next long poll answers.
+TEST_F(replication_test, follower_catches_up_with_an_identical_log) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  auto leader = spawn_replica(lcfg);
+  for (int n : {2, 3, 1}) {
+    auto r = produce(leader, make_batch({.records = n}), acks_mode::leader);
+    EXPECT_ANSWERED_OK(r);
+  }
+  EXPECT_EQ(state(leader).log->high_watermark(), offset{0})
+    << "HW moved past a follower that never fetched (ISR {1,2})";
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  ASSERT_FALSE(link->seen.empty()) << "the follower never fetched";
+  auto& first = link->seen.front();
+  EXPECT_EQ(first.replica_id, 2);
+  EXPECT_EQ(first.from, offset{0});
+  EXPECT_EQ(first.leader_epoch, 0);
+  EXPECT_EQ(first.last_fetched_epoch, -1) << "empty log: no last epoch";
+  EXPECT_EQ(first.max_wait_ms, 500) << "cfg.follower_fetch_wait not used";
+  auto ls = status(leader);
+  auto fs_ = status(follower);
+  EXPECT_EQ(ls.log_end, offset{6});
+  EXPECT_EQ(fs_.log_end, ls.log_end) << "follower did not catch up";
+  EXPECT_EQ(ls.high_watermark, offset{6})
+    << "leader HW did not follow the follower's position";
+  EXPECT_EQ(link->seen.back().from, offset{6});
+  EXPECT_EQ(link->seen.back().last_fetched_epoch, 0);
+  EXPECT_EQ(fs_.leader, 1);
+  expect_identical_logs(lcfg.dir, fcfg.dir);
+  EXPECT_EQ(state(follower).log->epochs(), state(leader).log->epochs())
+    << "follower " << epochs_text(state(follower).log->epochs())
+    << " vs leader " << epochs_text(state(leader).log->epochs());
+  EXPECT_EQ(state(follower).log->durable_end(), offset{6})
+    << "the follower fetches on before its copy is durable";
+  // The follower's parked fetch (empty: nothing new) carries the HW when
+  // its long poll ends.
+  sched_->advance_time(500ms);
+  sched_->run();
+  EXPECT_EQ(status(follower).high_watermark, offset{6})
+    << "the follower did not take the leader's HW";
+}
+
+// 2. acks=all is answered once the follower has fetched past the batch (the
+// HW covers it); acks=1 does not wait for the follower.
+TEST_F(replication_test, acks_all_waits_for_the_follower) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto leader = spawn_replica(node_cfg(1, pa));
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  ASSERT_EQ(state(leader).waiters.size(), 1u)
+    << "the follower's fetch is not parked at the leader";
+  // New fetches wait in the fake: the follower gets the batch (its parked
+  // fetch is woken), but the leader does not hear that it holds it.
+  link->fetches = fake_link::mode::hold;
+  auto all = produce(leader, make_batch({.records = 2}), acks_mode::all);
+  EXPECT_FALSE(all->done) << "acks=all answered before the follower fetched: "
+                          << describe(all->err);
+  EXPECT_EQ(state(follower).log->log_end(), offset{2})
+    << "the parked follower fetch was not woken by the append";
+  EXPECT_EQ(state(leader).log->high_watermark(), offset{0});
+  auto one = produce(leader, make_batch({}), acks_mode::leader);
+  EXPECT_ANSWERED_OK(one);
+  EXPECT_FALSE(all->done);
+  // The follower's next fetch (from 2, then 3) reaches the leader.
+  link->fetches = fake_link::mode::pass;
+  caf::anon_send(broker, release_atom::value);
+  sched_->run();
+  ASSERT_TRUE(all->done) << "acks=all not answered after the follower fetched";
+  ASSERT_TRUE(all->value) << describe(all->err);
+  EXPECT_EQ(all->value->base_offset, offset{0});
+  EXPECT_EQ(all->value->last_offset, offset{1});
+  EXPECT_EQ(status(leader).high_watermark, offset{3});
+  EXPECT_EQ(status(follower).log_end, offset{3});
+  sched_->advance_time(500ms); // the follower's long poll ends
+  sched_->run();
+  EXPECT_EQ(status(follower).high_watermark, offset{3})
+    << "the follower did not take the leader's HW on its next fetch";
+}
+
+// 3. min.insync.replicas: acks=all is refused while the ISR is smaller;
+// acks=1 and acks=0 are taken.
+TEST_F(replication_test, min_insync_replicas_refuses_acks_all) {
+  auto pa = make_assignment(1, 0, {1, 2, 3}, {1});
+  auto cfg = node_cfg(1, pa);
+  cfg.topic_cfg.replication_factor = 3;
+  cfg.topic_cfg.min_insync_replicas = 2;
+  auto leader = spawn_replica(cfg);
+  auto all = produce(leader, make_batch({}), acks_mode::all);
+  ASSERT_TRUE(all->done);
+  ASSERT_FALSE(all->value) << "acks=all taken with ISR {1} < min.insync 2";
+  EXPECT_TRUE(is(all->err, ec::not_enough_replicas)) << describe(all->err);
+  EXPECT_NE(describe(all->err).find("min.insync.replicas is 2"),
+            std::string::npos)
+    << describe(all->err);
+  EXPECT_EQ(state(leader).log->log_end(), offset{0})
+    << "a refused produce was appended";
+  auto one = produce(leader, make_batch({}), acks_mode::leader);
+  EXPECT_ANSWERED_OK(one);
+  EXPECT_EQ(one->value ? one->value->base_offset : offset{-1}, offset{0});
+  auto zero = produce(leader, make_batch({}), acks_mode::none);
+  EXPECT_ANSWERED_OK(zero);
+  // The ISR grows to two (the node's update): acks=all is taken and waits
+  // for follower 2.
+  assign(leader, make_assignment(1, 0, {1, 2, 3}, {1, 2}), nullptr);
+  auto later = produce(leader, make_batch({}), acks_mode::all);
+  EXPECT_FALSE(later->done) << "answered without follower 2: "
+                            << describe(later->err);
+}
+
+// 4. Epoch fencing: a follower fetch naming another epoch is refused; a
+// follower refuses produce, consumer fetch and list offsets with not_leader.
+TEST_F(replication_test, fetch_in_another_epoch_is_fenced_and_followers_refuse_clients) {
+  auto pa = make_assignment(1, 3, {1, 2}, {1, 2});
+  auto leader = spawn_replica(node_cfg(1, pa));
+  auto follower = spawn_replica(node_cfg(2, pa)); // no leader broker: idle
+  for (int32_t e : {2, 4}) {
+    auto r = ask<fetch_response>(leader, fetch_atom_v,
+                                 follower_fetch_req(2, 0, e, -1));
+    ASSERT_TRUE(r->done);
+    EXPECT_FALSE(r->value) << "fetch in epoch " << e
+                           << " accepted by the leader of epoch 3";
+    EXPECT_TRUE(is(r->err, ec::fenced_leader_epoch))
+      << "epoch " << e << ": " << describe(r->err);
+  }
+  auto ok = ask<fetch_response>(leader, fetch_atom_v,
+                                follower_fetch_req(2, 0, 3, -1));
+  EXPECT_ANSWERED_OK(ok);
+  auto p = produce(follower, make_batch({}));
+  ASSERT_TRUE(p->done);
+  ASSERT_FALSE(p->value) << "a follower took a produce";
+  EXPECT_TRUE(is(p->err, ec::not_leader)) << describe(p->err);
+  EXPECT_NE(describe(p->err).find("leader=1"), std::string::npos)
+    << describe(p->err);
+  fetch_request consumer;
+  consumer.topic = "orders";
+  consumer.partition = partition_id{0};
+  auto f = ask<fetch_response>(follower, fetch_atom_v, consumer);
+  ASSERT_TRUE(f->done);
+  EXPECT_TRUE(is(f->err, ec::not_leader)) << describe(f->err);
+  auto o = ask<offset>(follower, offsets_atom_v,
+                       list_offsets_request{"orders", partition_id{0}, -1});
+  ASSERT_TRUE(o->done);
+  EXPECT_TRUE(is(o->err, ec::not_leader)) << describe(o->err);
+  EXPECT_EQ(state(follower).log->log_end(), offset{0});
+}
+
+// 5. Divergence. The scenario: A leads epoch 0 and has 0..9 on B too, then
+// appends 10..14 (acks=all, parked) that B never gets (the link drops).
+// B leads epoch 1 and takes `b_batches` one-record produces from offset 10
+// (acks=all: they wait for A, in B's ISR). Then A follows B.
+struct divergence_world {
+  partition_actor a;
+  partition_actor b;
+  fs::path a_dir;
+  fs::path b_dir;
+  std::shared_ptr<fake_link> link_b;
+  std::vector<std::shared_ptr<reply<produce_response>>> parked_on_a;
+  std::vector<std::shared_ptr<reply<produce_response>>> on_b;
+};
+
+class divergence_test : public replication_test {
+protected:
+  void diverge(divergence_world& w, int b_batches) {
+    auto pa0 = make_assignment(1, 0, {1, 2}, {1, 2});
+    auto acfg = node_cfg(1, pa0);
+    w.a_dir = acfg.dir;
+    w.a = spawn_replica(acfg);
+    auto [to_a, link_a] = spawn_link(w.a);
+    auto bcfg = node_cfg(2, pa0);
+    bcfg.leader_broker = to_a;
+    w.b_dir = bcfg.dir;
+    w.b = spawn_replica(bcfg);
+    for (int i = 0; i < 5; ++i) {
+      auto r = produce(w.a, make_batch({.records = 2, .pid = 7, .epoch = 0,
+                                        .seq = 2 * i}));
+      EXPECT_ANSWERED_OK(r);
+    }
+    ASSERT_EQ(state(w.b).log->log_end(), offset{10})
+      << "B did not replicate 0..9";
+    ASSERT_EQ(state(w.a).log->high_watermark(), offset{10});
+    // The link to B dies: A appends 10..14 alone.
+    link_a->fetches = fake_link::mode::drop;
+    for (int i = 0; i < 5; ++i)
+      w.parked_on_a.push_back(
+        produce(w.a, make_batch({.pid = 7, .epoch = 0, .seq = 10 + i})));
+    ASSERT_EQ(state(w.a).log->log_end(), offset{15});
+    ASSERT_EQ(state(w.b).log->log_end(), offset{10})
+      << "the dropped link leaked";
+    for (auto& r : w.parked_on_a)
+      EXPECT_FALSE(r->done) << "acks=all answered without B: "
+                            << describe(r->err);
+    // B leads epoch 1 and takes 10...
+    auto pa1 = make_assignment(2, 1, {1, 2}, {2, 1});
+    assign(w.b, pa1, nullptr);
+    ASSERT_TRUE(state(w.b).leader);
+    for (int i = 0; i < b_batches; ++i)
+      w.on_b.push_back(produce(w.b, make_batch({.ts = t0 + 1000 + i})));
+    ASSERT_EQ(state(w.b).log->log_end(), offset{10 + b_batches});
+    for (auto& r : w.on_b)
+      EXPECT_FALSE(r->done) << "acks=all on B answered before A has it";
+    // ... and A follows B in epoch 1.
+    auto [to_b, link_b] = spawn_link(w.b);
+    w.link_b = link_b;
+    assign(w.a, pa1, to_b);
+  }
+
+  // What both divergence tests expect once A followed B.
+  void expect_converged(divergence_world& w, int b_batches) {
+    auto end = offset{10 + b_batches};
+    for (size_t i = 0; i < w.parked_on_a.size(); ++i) {
+      auto& r = w.parked_on_a[i];
+      ASSERT_TRUE(r->done) << "A's parked produce " << i
+                           << " not answered when A lost the leadership";
+      EXPECT_FALSE(r->value) << "A acked produce " << i
+                             << " that its new leader B does not have";
+      EXPECT_TRUE(is(r->err, ec::not_leader)) << describe(r->err);
+      EXPECT_NE(describe(r->err).find("leader=2"), std::string::npos)
+        << describe(r->err);
+    }
+    ASSERT_FALSE(w.link_b->seen.empty()) << "A never fetched from B";
+    auto& first = w.link_b->seen.front();
+    EXPECT_EQ(first.from, offset{15});
+    EXPECT_EQ(first.leader_epoch, 1);
+    EXPECT_EQ(first.last_fetched_epoch, 0)
+      << "A (the old leader) names the wrong epoch for its last batch, so B "
+         "cannot see that A's 10..14 diverge";
+    EXPECT_EQ(state(w.a).log->log_end(), end)
+      << "A did not truncate to 10 and copy 10.." << end.value - 1;
+    EXPECT_EQ(state(w.b).log->log_end(), end);
+    expect_identical_logs(w.a_dir, w.b_dir);
+    EXPECT_EQ(state(w.a).log->epochs(), state(w.b).log->epochs())
+      << "A " << epochs_text(state(w.a).log->epochs()) << " vs B "
+      << epochs_text(state(w.b).log->epochs());
+    EXPECT_EQ(state(w.b).log->epochs(),
+              (std::vector<epoch_entry>{{leader_epoch{0}, offset{0}},
+                                        {leader_epoch{1}, offset{10}}}))
+      << epochs_text(state(w.b).log->epochs());
+    for (size_t i = 0; i < w.on_b.size(); ++i) {
+      ASSERT_TRUE(w.on_b[i]->done) << "B's produce " << i << " never answered";
+      ASSERT_TRUE(w.on_b[i]->value) << describe(w.on_b[i]->err);
+      EXPECT_EQ(w.on_b[i]->value->base_offset,
+                offset{10 + static_cast<int64_t>(i)});
+    }
+    EXPECT_EQ(status(w.b).high_watermark, end);
+    EXPECT_EQ(state(w.a).last_batch_epoch, 1);
+    // A forgot the truncated batches of producer 7: it holds seq 0..9 only,
+    // like B.
+    EXPECT_TRUE(state(w.a).producers.encode_snapshot(end)
+                == state(w.b).producers.encode_snapshot(end))
+      << "A's producer table after truncation differs from B's";
+  }
+};
+
+// A's log is longer than B's (15 > 13): A truncates to 10, copies 10..12.
+TEST_F(divergence_test, old_leader_truncates_its_divergent_suffix) {
+  divergence_world w;
+  diverge(w, 3);
+  if (HasFatalFailure())
+    return;
+  expect_converged(w, 3);
+}
+
+// B's log is longer than A's (16 > 15): without the divergence check A would
+// append B's offset 15 on top of its own 10..14 and silently hold other
+// records than its leader at 10..14.
+TEST_F(divergence_test, old_leader_never_appends_over_its_divergent_suffix) {
+  divergence_world w;
+  diverge(w, 6);
+  if (HasFatalFailure())
+    return;
+  expect_converged(w, 6);
+}
+
+// 6. A follower that does not fetch for replica_lag_max leaves the ISR
+// (proposed to the controller; the leader takes the committed answer), and a
+// parked acks=all produce completes with the smaller ISR. A follower that
+// catches up again rejoins it.
+TEST_F(replication_test, lagging_follower_leaves_the_isr_and_rejoins) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  // The controller (and, for the follower below, the leader's broker).
+  auto [ctl, ctl_link] = spawn_link(partition_actor{}, {1, 2});
+  lcfg.controller = ctl;
+  auto leader = spawn_replica(lcfg);
+  ctl_link->leader = leader;
+  auto parked = produce(leader, make_batch({.records = 2}), acks_mode::all);
+  EXPECT_FALSE(parked->done);
+  sched_->advance_time(400ms);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  EXPECT_TRUE(ctl_link->isr_changes.empty())
+    << "ISR shrunk before replica_lag_max (500 ms)";
+  sched_->advance_time(200ms);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  ASSERT_EQ(ctl_link->isr_changes.size(), 1u)
+    << "no ISR shrink proposed after 600 ms without a fetch";
+  auto& shrink = ctl_link->isr_changes.front();
+  EXPECT_EQ(shrink.isr, std::vector<int32_t>{1}) << ids(shrink.isr);
+  EXPECT_EQ(shrink.leader, 1);
+  EXPECT_EQ(shrink.epoch, leader_epoch{0});
+  EXPECT_EQ(shrink.topic, "orders");
+  EXPECT_EQ(status(leader).isr, std::vector<int32_t>{1})
+    << "the leader did not adopt the committed ISR";
+  ASSERT_TRUE(parked->done) << "acks=all still parked after the ISR shrank";
+  EXPECT_TRUE(parked->value) << describe(parked->err);
+  EXPECT_EQ(status(leader).high_watermark, offset{2});
+  // Ticks with the ISR at {1} propose nothing more.
+  sched_->advance_time(1s);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  EXPECT_EQ(ctl_link->isr_changes.size(), 1u);
+  // Follower 2 comes (back), fetches from 0, then from the HW: expand.
+  auto fcfg = node_cfg(2, make_assignment(1, 0, {1, 2}, {1}));
+  fcfg.leader_broker = ctl;
+  auto follower = spawn_replica(fcfg);
+  EXPECT_EQ(state(follower).log->log_end(), offset{2});
+  ASSERT_EQ(ctl_link->isr_changes.size(), 2u)
+    << "no ISR expansion proposed for a follower at the HW";
+  EXPECT_EQ(ctl_link->isr_changes.back().isr, (std::vector<int32_t>{1, 2}))
+    << ids(ctl_link->isr_changes.back().isr);
+  EXPECT_EQ(status(leader).isr, (std::vector<int32_t>{1, 2}));
+}
+
+// 6b. Kafka's min.insync.replicas promise: an acks=all produce taken with
+// the ISR at min.insync.replicas is not acked as a success once the ISR has
+// shrunk below it (Kafka: NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+TEST_F(replication_test, isr_shrink_below_min_insync_fails_parked_acks_all) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto [ctl, ctl_link] = spawn_link(partition_actor{}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  lcfg.topic_cfg.min_insync_replicas = 2;
+  lcfg.controller = ctl;
+  auto leader = spawn_replica(lcfg);
+  ctl_link->leader = leader;
+  auto parked = produce(leader, make_batch({}), acks_mode::all);
+  EXPECT_FALSE(parked->done) << describe(parked->err);
+  sched_->advance_time(600ms);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  ASSERT_EQ(ctl_link->isr_changes.size(), 1u);
+  EXPECT_EQ(status(leader).isr, std::vector<int32_t>{1});
+  ASSERT_TRUE(parked->done) << "the parked produce is never answered";
+  EXPECT_FALSE(parked->value)
+    << "acks=all with min.insync.replicas=2 acked with only the leader "
+       "holding the batch (ISR {1})";
+  EXPECT_TRUE(is(parked->err, ec::not_enough_replicas)) << describe(parked->err);
+}
+
+// 6c. Under steady load a follower is never exactly at the leader's log end
+// when its fetch arrives (a produce lands between two fetches), yet it is
+// in sync: each fetch starts where the previous answer ended, i.e. at the
+// leader's end when that fetch was served (Kafka's rule for
+// lastCaughtUpTime). It must stay in the ISR.
+TEST_F(replication_test, follower_one_batch_behind_under_load_stays_in_the_isr) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto [ctl, link] = spawn_link(partition_actor{}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  lcfg.controller = ctl;
+  auto leader = spawn_replica(lcfg);
+  link->leader = leader;
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = ctl;
+  auto follower = spawn_replica(fcfg);
+  // Fetches wait in the fake until released; a produce lands before each.
+  link->fetches = fake_link::mode::hold;
+  auto r0 = produce(leader, make_batch({}), acks_mode::leader);
+  EXPECT_ANSWERED_OK(r0);
+  int64_t max_lag = 0;
+  for (int i = 0; i < 12; ++i) { // 1.2 s, replica_lag_max is 500 ms
+    sched_->advance_time(100ms);
+    auto r = produce(leader, make_batch({}), acks_mode::leader);
+    EXPECT_ANSWERED_OK(r);
+    max_lag = std::max(max_lag, state(leader).log->log_end().value
+                                  - state(follower).log->log_end().value);
+    caf::anon_send(ctl, release_atom::value);
+    sched_->run();
+    caf::anon_send(leader, tick_atom_v);
+    sched_->run();
+  }
+  EXPECT_LE(max_lag, 1) << "the test did not keep the follower one batch behind";
+  EXPECT_EQ(state(follower).log->log_end(), offset{13});
+  EXPECT_TRUE(link->isr_changes.empty())
+    << "follower 2 was shrunk out of the ISR (proposed "
+    << ids(link->isr_changes.empty() ? std::vector<int32_t>{}
+                                     : link->isr_changes.front().isr)
+    << ") although every fetch started at the leader's log end of the "
+       "previous fetch (at most one batch, 100 ms, behind)";
+}
+
+// 7. A follower restarted on its directory fetches on from its log end: no
+// data twice, the same bytes as the leader, its epoch history kept.
+TEST_F(replication_test, restarted_follower_continues_from_its_log_end) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  auto leader = spawn_replica(lcfg);
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  use_store(fcfg);
+  auto follower = spawn_replica(fcfg);
+  for (int n : {2, 3, 1}) {
+    auto r = produce(leader, make_batch({.records = n}));
+    EXPECT_ANSWERED_OK(r);
+  }
+  ASSERT_EQ(state(follower).log->log_end(), offset{6});
+  auto stopped = ask<bool>(follower, stop_atom_v, false);
+  ASSERT_TRUE(stopped->done && stopped->value && *stopped->value)
+    << "stop failed: " << describe(stopped->err);
+  for (int n : {2, 1}) {
+    auto r = produce(leader, make_batch({.records = n}), acks_mode::leader);
+    EXPECT_ANSWERED_OK(r);
+  }
+  auto fetches_before = link->seen.size();
+  follower = spawn_replica(fcfg);
+  ASSERT_GT(link->seen.size(), fetches_before)
+    << "the restarted follower never fetched";
+  auto& first = link->seen[fetches_before];
+  EXPECT_EQ(first.from, offset{6})
+    << "the restarted follower did not fetch from its log end";
+  EXPECT_EQ(first.last_fetched_epoch, 0);
+  EXPECT_EQ(state(follower).log->log_end(), offset{9});
+  EXPECT_EQ(status(leader).high_watermark, offset{9});
+  expect_identical_logs(lcfg.dir, fcfg.dir);
+  EXPECT_EQ(state(follower).log->epochs(), state(leader).log->epochs())
+    << "follower " << epochs_text(state(follower).log->epochs())
+    << " vs leader " << epochs_text(state(leader).log->epochs());
+}
+
+// 8. A new follower of a leader whose log no longer starts at 0 (retention
+// or purge) starts at the leader's log start (Kafka: truncate fully and
+// start at the leader's log start offset) instead of retrying forever.
+TEST_F(replication_test, new_follower_starts_at_the_leaders_log_start) {
+  auto lcfg = node_cfg(1, make_assignment(1, 0, {1, 2}, {1}));
+  lcfg.topic_cfg.segment_bytes = 200; // a segment per batch
+  auto leader = spawn_replica(lcfg);
+  for (int i = 0; i < 4; ++i) {
+    auto r = produce(leader, make_batch({.value_bytes = 150}));
+    EXPECT_ANSWERED_OK(r);
+  }
+  auto purged = ask<offset>(leader, purge_atom_v, offset{2});
+  ASSERT_TRUE(purged->done && purged->value) << describe(purged->err);
+  ASSERT_EQ(*purged->value, offset{2});
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, make_assignment(1, 0, {1, 2}, {1}));
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  for (int i = 0; i < 5; ++i) { // retries after follower_retry_backoff
+    sched_->advance_time(100ms);
+    sched_->run();
+  }
+  EXPECT_EQ(state(follower).log->log_end(), offset{4})
+    << "a follower starting below the leader's log start (2) never catches "
+       "up; it fetched from "
+    << link->seen.back().from.value << " " << link->seen.size() << " times";
+  EXPECT_EQ(state(follower).log->log_start(), offset{2});
 }
 
 } // namespace

@@ -101,6 +101,9 @@ public:
     return unused();
   }
   caf::expected<offset> truncate_to(offset) override { return unused(); }
+  caf::error truncate_fully_and_start_at(offset) override {
+    return unused();
+  }
   caf::expected<retention_report> enforce_retention() override { return unused(); }
   caf::error advance_log_start(offset) override { return unused(); }
   caf::error roll() override { return unused(); }
