@@ -143,9 +143,9 @@ int32_t leader_hint(const node_state& st, const caf::error& err) {
   return st.raft_st.leader;
 }
 
-/// Sends a metadata request to the local metadata actor; `ok` gets a local
+/// Sends a metadata request to the local metadata actor; `ok` gets the
 /// answer. In a cluster a not_leader answer is forwarded once to the Raft
-/// leader's node, whose answer goes straight to `rp`; other errors too.
+/// leader's node, whose answer goes to `ok` as well (errors to `rp`).
 template <class T, class Ok, class... Ts>
 void meta_call(self_ptr self, caf::typed_response_promise<T> rp,
                caf::timespan timeout, Ok ok, Ts... xs) {
@@ -153,14 +153,14 @@ void meta_call(self_ptr self, caf::typed_response_promise<T> rp,
   self->request(self->state.cfg.metadata, timeout, xs...)
     .then(
       [rp, ok](T& x) mutable { ok(rp, x); },
-      [self, rp, forwarded, timeout, xs...](caf::error& err) mutable {
+      [self, rp, ok, forwarded, timeout, xs...](caf::error& err) mutable {
         auto& st = self->state;
         if (!forwarded && cluster_mode(st) && is(err, ec::not_leader)) {
           auto id = leader_hint(st, err);
           auto p = st.peers.find(id);
           if (id != st.cfg.node_id && p != st.peers.end()) {
             self->request(p->second, timeout, xs...)
-              .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+              .then([rp, ok](T& x) mutable { ok(rp, x); },
                     [self, rp](caf::error& e2) mutable {
                       rp.deliver(failed(self, std::move(e2)));
                     });
@@ -465,6 +465,12 @@ void gather_status(self_ptr self, const topic_metadata& md,
 }
 
 bool replicas_exist(const node_state& st, const topic_metadata& md) {
+  // This node must know the topic too (in a cluster the change may have
+  // been made through another node): a client that asks here next must
+  // not hear unknown_topic.
+  auto t = st.topics.find(md.name);
+  if (t == st.topics.end() || t->second.partitions.size() < md.partitions.size())
+    return false;
   for (auto& pa : md.partitions) {
     if (!hosts(st, pa))
       continue;
