@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 #include <system_error>
 
 namespace ferry {
@@ -786,25 +787,7 @@ queue_coordinator_for(self_ptr self, const std::string& group,
   return spawn_queue_coordinator(self, group);
 }
 
-/// Relays a queue group request whose reply is `T`.
-template <class T, class... Ts>
-caf::result<T> to_queue(self_ptr self, const std::string& group,
-                        bool create_default, Ts... xs) {
-  auto rp = self->make_response_promise<T>();
-  when_ready(self, [self, rp, group, create_default, xs...]() mutable {
-    const auto& defaults = self->state.cfg.queue_defaults.settings;
-    auto c = queue_coordinator_for(self, group,
-                                   create_default ? &defaults : nullptr,
-                                   create_default);
-    if (!c)
-      rp.deliver(failed(self, std::move(c.error())));
-    else
-      relay(self, rp, *c, std::move(xs)...);
-  });
-  return rp;
-}
-
-/// Where a stream group is coordinated in a cluster: here (local), at the
+/// Where a group (stream or queue mode) is coordinated in a cluster: here (local), at the
 /// node leading its __consumer_state partition (remote), or nowhere yet
 /// (err: coordinator_not_available, retriable). A local coordinator of a
 /// group that moved away is ended (its members rejoin at the new one).
@@ -838,6 +821,13 @@ group_home_t group_home(self_ptr self, const std::string& group) {
     self->send_exit(i->second, caf::exit_reason::user_shutdown);
     st.groups.erase(i);
   }
+  if (auto i = st.queue_groups.find(group); i != st.queue_groups.end()) {
+    log::info("node: queue group {} is coordinated by node {} now", group,
+              pa.leader);
+    self->demonitor(i->second.address());
+    self->send_exit(i->second, caf::exit_reason::user_shutdown);
+    st.queue_groups.erase(i);
+  }
   if (pa.leader < 0)
     return unavailable("its coordinator partition has no leader");
   auto peer = st.peers.find(pa.leader);
@@ -846,6 +836,47 @@ group_home_t group_home(self_ptr self, const std::string& group) {
                        + ", not reachable from node "
                        + std::to_string(st.cfg.node_id));
   return {false, peer->second, {}};
+}
+
+/// In a cluster, when `group` is coordinated by another node (or nowhere
+/// yet): forwards `xs` (the broker's own request) there, or answers the
+/// error; returns true then. False: coordinate here.
+template <class T, class... Ts>
+bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
+                     const std::string& group, Ts... xs) {
+  auto home = group_home(self, group);
+  if (home.local)
+    return false;
+  if (home.err)
+    rp.deliver(failed(self, std::move(home.err)));
+  else
+    relay(self, rp, home.remote, std::move(xs)...);
+  return true;
+}
+
+/// Relays a queue group request whose reply is `T`.
+/// `fwd`: the broker's own request, forwarded in a cluster when another
+/// node coordinates the group.
+template <class T, class Fwd, class... Ts>
+caf::result<T> to_queue(self_ptr self, const std::string& group,
+                        bool create_default, Fwd fwd, Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  when_ready(self, [self, rp, group, create_default, fwd, xs...]() mutable {
+    bool away = std::apply(
+      [&](auto&... ys) { return forwarded_group(self, rp, group, ys...); },
+      fwd);
+    if (away)
+      return;
+    const auto& defaults = self->state.cfg.queue_defaults.settings;
+    auto c = queue_coordinator_for(self, group,
+                                   create_default ? &defaults : nullptr,
+                                   create_default);
+    if (!c)
+      rp.deliver(failed(self, std::move(c.error())));
+    else
+      relay(self, rp, *c, std::move(xs)...);
+  });
+  return rp;
 }
 
 /// Relays a group request whose reply is `T` to the group's coordinator.
@@ -1598,8 +1629,10 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](describe_atom, group_atom,
            std::string& group) -> caf::result<group_description> {
       if (self->state.queue_configs.count(group) > 0)
-        return to_queue<group_description>(self, group, false,
-                                           describe_atom_v, group_atom_v);
+        return to_queue<group_description>(
+          self, group, false,
+          std::make_tuple(describe_atom_v, group_atom_v, group),
+          describe_atom_v, group_atom_v);
       auto rp = self->make_response_promise<group_description>();
       when_ready(self, [self, rp, group]() mutable {
         auto home = group_home(self, group);
@@ -1682,6 +1715,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
            queue_group_config& qc) -> caf::result<queue_group_config> {
       auto rp = self->make_response_promise<queue_group_config>();
       when_ready(self, [self, rp, group, qc]() mutable {
+        if (forwarded_group(self, rp, group, create_atom_v, group_atom_v,
+                            group, qc))
+          return;
         auto c = queue_coordinator_for(self, group, &qc);
         if (!c)
           rp.deliver(failed(self, std::move(c.error())));
@@ -1693,24 +1729,30 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](receive_atom, queue_receive_request& req)
       -> caf::result<std::vector<leased_message>> {
       auto group = req.group;
-      return to_queue<std::vector<leased_message>>(self, group, true,
-                                                   receive_atom_v,
-                                                   std::move(req));
+      return to_queue<std::vector<leased_message>>(
+        self, group, true, std::make_tuple(receive_atom_v, req),
+        receive_atom_v, req);
     },
     [self](ack_atom, queue_ack_request& req) -> caf::result<queue_ack_response> {
       auto group = req.group;
-      return to_queue<queue_ack_response>(self, group, false, ack_atom_v,
-                                          std::move(req));
+      return to_queue<queue_ack_response>(self, group, false,
+                                          std::make_tuple(ack_atom_v, req),
+                                          ack_atom_v, req);
     },
     [self](describe_atom, queue_atom,
            std::string& group) -> caf::result<queue_group_description> {
-      return to_queue<queue_group_description>(self, group, false,
-                                               describe_atom_v, queue_atom_v);
+      return to_queue<queue_group_description>(
+        self, group, false,
+        std::make_tuple(describe_atom_v, queue_atom_v, group),
+        describe_atom_v, queue_atom_v);
     },
     [self](alter_atom, group_atom, std::string& group,
            queue_group_config& qc) -> caf::result<queue_group_config> {
       auto rp = self->make_response_promise<queue_group_config>();
       when_ready(self, [self, rp, group, qc]() mutable {
+        if (forwarded_group(self, rp, group, alter_atom_v, group_atom_v,
+                            group, qc))
+          return;
         auto& st = self->state;
         auto c = st.queue_configs.find(group);
         if (c == st.queue_configs.end()) {
@@ -1756,8 +1798,10 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     },
     [self](leave_atom, queue_atom, std::string& group,
            std::string& member) -> caf::result<int64_t> {
-      return to_queue<int64_t>(self, group, false, leave_atom_v, queue_atom_v,
-                               std::move(member));
+      return to_queue<int64_t>(
+        self, group, false,
+        std::make_tuple(leave_atom_v, queue_atom_v, group, member),
+        leave_atom_v, queue_atom_v, member);
     },
     // -- DLQ operations: relayed to the DLQ manager ---------------------------
     [self](list_atom, dlq_atom) -> caf::result<std::vector<dlq_info>> {

@@ -9,6 +9,11 @@
 // data dir; and run a command (ferryctl) capturing exit code, stdout and
 // stderr with a timeout.
 //
+// A cluster's nodes must know each other's ports before they start and may
+// wait for each other: free_tcp_ports() picks ports, launch() starts a node
+// without waiting and wait_started() waits for its "listening on" line
+// (start() is the two in one).
+//
 // Every wait is bounded. Destructors always kill and reap their child, even
 // when a test fails (ASSERT_* returns early) or throws. Children also get
 // PR_SET_PDEATHSIG(SIGKILL), so a crashed test binary leaves no ferryd
