@@ -1089,29 +1089,34 @@ void cluster_tick(self_ptr self) {
   auto& st = self->state;
   if (!cluster_mode(st) || st.shutting_down)
     return;
-  if (!st.cluster_ready) {
-    self->request(st.raft, st.cfg.status_timeout, status_atom_v)
-      .then(
-        [self](const raft_status& rs) {
-          auto& st = self->state;
-          if (st.cluster_ready || st.shutting_down)
-            return;
-          if (rs.leader < 0 || rs.last_applied < rs.commit_index) {
-            st.ready_probes = 0;
-            return;
-          }
-          if (++st.ready_probes < 2)
-            return;
-          st.cluster_ready = true;
-          log::info("node: metadata caught up at index {} (Raft leader {}, "
-                    "term {})",
-                    rs.last_applied, rs.leader, rs.term);
-          reconcile(self);
-          mark_ready(self);
-        },
-        [](caf::error&) {});
-  } else if (!st.registering && st.raft_st.leader >= 0 && st.cfg.port
-             && st.cfg.port->load() != 0) {
+  // The quorum member's status: readiness, and the Raft metrics (commit
+  // index moves without a role change).
+  self->request(st.raft, st.cfg.status_timeout, status_atom_v)
+    .then(
+      [self](const raft_status& rs) {
+        auto& st = self->state;
+        if (st.probe)
+          st.probe->raft(static_cast<int64_t>(rs.term),
+                         rs.role == raft_role::leader,
+                         static_cast<int64_t>(rs.commit_index));
+        if (st.cluster_ready || st.shutting_down)
+          return;
+        if (rs.leader < 0 || rs.last_applied < rs.commit_index) {
+          st.ready_probes = 0;
+          return;
+        }
+        if (++st.ready_probes < 2)
+          return;
+        st.cluster_ready = true;
+        log::info("node: metadata caught up at index {} (Raft leader {}, "
+                  "term {})",
+                  rs.last_applied, rs.leader, rs.term);
+        reconcile(self);
+        mark_ready(self);
+      },
+      [](caf::error&) {});
+  if (st.cluster_ready && !st.registering && st.raft_st.leader >= 0
+      && st.cfg.port && st.cfg.port->load() != 0) {
     bool fenced = false;
     for (auto& b : st.machine->brokers())
       if (b.id == st.cfg.node_id)
