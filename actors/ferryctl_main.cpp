@@ -36,6 +36,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace ferry;
@@ -59,6 +60,8 @@ struct options {
   int16_t replication_factor = 1;
   bool partitions_set = false;
   std::vector<std::string> configs;
+  std::vector<int32_t> replicas; // partition reassign
+  bool no_wait = false;
 
   // produce / consume
   std::string topic;
@@ -856,6 +859,53 @@ int group_delete(context& ctx) {
 
 // -- cluster ----------------------------------------------------------------------------
 
+// -- partition reassign ------------------------------------------------------------
+
+int partition_reassign(context& ctx) {
+  isr_change ch;
+  ch.topic = ctx.opt.name;
+  ch.partition = partition_id{ctx.opt.partition};
+  ch.isr = ctx.opt.replicas;
+  auto pa = call<partition_assignment>(ctx, assign_atom_v, ch);
+  auto list = [](const std::vector<int32_t>& xs) {
+    std::string out;
+    for (auto x : xs)
+      out += (out.empty() ? "" : ",") + std::to_string(x);
+    return out;
+  };
+  auto target = list(ctx.opt.replicas);
+  if (list(pa.replicas) == target || ctx.opt.no_wait) {
+    std::cout << ch.topic << "/" << ch.partition.value << ": replicas "
+              << list(pa.replicas)
+              << (list(pa.replicas) == target ? "" : " (moving to " + target + ")")
+              << ", leader " << pa.leader << '\n';
+    return 0;
+  }
+  std::cout << ch.topic << "/" << ch.partition.value << ": replicas "
+            << list(pa.replicas) << " while the new ones catch up; target "
+            << target << '\n';
+  // The controller completes the move once the target is in the ISR.
+  auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{200});
+    auto td = call<topic_description>(ctx, describe_atom_v, topic_atom_v,
+                                      ch.topic);
+    for (auto& ps : td.partitions)
+      if (ps.partition == ch.partition && list(ps.replicas) == target) {
+        std::cout << ch.topic << "/" << ch.partition.value << ": replicas "
+                  << target << ", leader " << ps.leader << ", ISR "
+                  << list(ps.isr) << '\n';
+        return 0;
+      }
+  }
+  fail(make_error(ec::request_timed_out,
+                  "the move of " + ch.topic + "/"
+                    + std::to_string(ch.partition.value)
+                    + " has not completed yet (it goes on; see topic "
+                      "describe)"));
+  return 1;
+}
+
 int cluster_describe(context& ctx) {
   auto c = call<cluster_description>(ctx, cluster_atom_v);
   if (ctx.opt.json) {
@@ -1045,6 +1095,23 @@ int main(int argc, char** argv) {
     "describe", "cluster id, controller, Raft term, the nodes and every partition's "
                 "leader, epoch, replicas, ISR and offsets");
   c_describe->callback([&] { run = cluster_describe; });
+
+  auto partition = app.add_subcommand("partition", "partition replicas");
+  partition->require_subcommand(1);
+  auto p_reassign = partition->add_subcommand(
+    "reassign", "move a partition's replicas to other brokers while it serves "
+                "traffic: the new ones catch up as followers, then the old "
+                "ones leave (the leader moves if it is not kept)");
+  p_reassign->add_option("topic", opt.name)->required();
+  p_reassign->add_option("partition", opt.partition)->required()
+    ->check(CLI::NonNegativeNumber);
+  p_reassign->add_option("--replicas", opt.replicas,
+                         "the new replica list, e.g. 2,3 (node ids)")
+    ->required()->delimiter(',');
+  p_reassign->add_flag("--no-wait", opt.no_wait,
+                       "return once the move started (default: wait up to "
+                       "--request-timeout for it to complete)");
+  p_reassign->callback([&] { run = partition_reassign; });
 
   // work (actors/ferryctl_work.cpp)
   ferry::ctl::add_work_command(app, [&] {

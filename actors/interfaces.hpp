@@ -979,6 +979,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::broker_registration))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::broker_registration>))
   CAF_ADD_TYPE_ID(ferry, (ferry::isr_change))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::isr_change>))
   CAF_ADD_ATOM(ferry, ferry, broker_atom, "broker")
   CAF_ADD_ATOM(ferry, ferry, isr_atom, "isr")
 CAF_END_TYPE_ID_BLOCK(ferry)
@@ -1021,6 +1022,13 @@ using metadata_actor = caf::typed_actor<
   /// that epoch; invalid_request for an ISR without the leader or with
   /// non-replicas.
   caf::replies_to<alter_atom, isr_atom, isr_change>::with<partition_assignment>,
+  /// Moves a partition's replicas to the target list in `isr` (ferryctl
+  /// partition reassign; `leader` and `epoch` are ignored): the new
+  /// replicas join as followers next to the old ones; once all of the
+  /// target is in the ISR the controller completes the move (the same
+  /// request with an empty list): replicas = target, the leader moves
+  /// within the ISR if it is not in the target. Answers the assignment.
+  caf::replies_to<assign_atom, isr_change>::with<partition_assignment>,
   /// The listener receives (update_atom, std::vector<topic_metadata>) with
   /// the full topic list now and after every change.
   caf::reacts_to<subscribe_atom, caf::actor>>;
@@ -1142,6 +1150,8 @@ using broker_actor = caf::typed_actor<
   caf::replies_to<update_atom, broker_atom, broker_registration>::with<broker_registration>,
   /// Cluster: a partition leader's ISR change (relayed to the controller).
   caf::replies_to<alter_atom, isr_atom, isr_change>::with<partition_assignment>,
+  /// Cluster: moves a partition's replicas (see metadata_actor).
+  caf::replies_to<assign_atom, isr_change>::with<partition_assignment>,
   /// Cluster: a Raft message from a peer, for this node's quorum member.
   caf::reacts_to<raft_atom, raft_message>,
   /// Internal: the link to peer node `id` is up (its broker handle) or down

@@ -285,6 +285,12 @@ local_metadata(metadata_actor::stateful_pointer<local_metadata_state> self,
                           + std::to_string(ch.partition.value)
                           + " cannot change in a single-node cluster");
     },
+    [](assign_atom, const isr_change& tp) -> caf::result<partition_assignment> {
+      return make_error(ec::policy_violation,
+                        "cannot move the replicas of " + tp.topic + "/"
+                          + std::to_string(tp.partition.value)
+                          + ": a single-node cluster has one broker");
+    },
     [self](subscribe_atom, const caf::actor& listener) {
       if (!listener)
         return;

@@ -353,7 +353,8 @@ void reconcile(self_ptr self) {
     }
     if (r.handle)
       self->demonitor(r.handle.address());
-    stop_replica(self, key, r.handle, topic_gone);
+    // Gone with its topic, or moved to other brokers: the data goes too.
+    stop_replica(self, key, r.handle, true);
     i = st.replicas.erase(i);
   }
   // Start what is missing, reconfigure what changed.
@@ -1049,6 +1050,35 @@ void control(self_ptr self) {
             log::warn("node: cannot create {}: {}", consumer_state_topic,
                       err);
         });
+  }
+  // Replica moves whose target caught up: complete them.
+  for (auto& mv : st.machine->reassignments()) {
+    auto key = topic_partition{mv.topic, mv.partition};
+    if (st.completing.count(key) > 0)
+      continue;
+    auto t = st.machine->topic(mv.topic);
+    if (!t || static_cast<size_t>(mv.partition.value) >= t->partitions.size())
+      continue;
+    const auto& pa = t->partitions[static_cast<size_t>(mv.partition.value)];
+    bool caught_up = std::all_of(mv.isr.begin(), mv.isr.end(), [&](int32_t id) {
+      return std::find(pa.isr.begin(), pa.isr.end(), id) != pa.isr.end();
+    });
+    if (!caught_up)
+      continue;
+    st.completing.insert(key);
+    isr_change done;
+    done.topic = mv.topic;
+    done.partition = mv.partition;
+    self
+      ->request(st.cfg.metadata, std::chrono::seconds{5}, assign_atom_v, done)
+      .then([self, key](const partition_assignment&) {
+              self->state.completing.erase(key);
+            },
+            [self, key](caf::error& err) {
+              self->state.completing.erase(key);
+              log::warn("node: completing the move of {} failed: {}",
+                        tp_name(key.topic, key.partition), err);
+            });
   }
   for (auto& v : st.cfg.voters) {
     if (v.id == st.cfg.node_id || st.peers.count(v.id) > 0
@@ -1888,6 +1918,12 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
            isr_change& ch) -> caf::result<partition_assignment> {
       auto rp = self->make_response_promise<partition_assignment>();
       meta_relay(self, rp, std::chrono::seconds{5}, alter_atom_v, isr_atom_v,
+                 std::move(ch));
+      return rp;
+    },
+    [self](assign_atom, isr_change& ch) -> caf::result<partition_assignment> {
+      auto rp = self->make_response_promise<partition_assignment>();
+      meta_relay(self, rp, self->state.cfg.create_timeout, assign_atom_v,
                  std::move(ch));
       return rp;
     },

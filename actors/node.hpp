@@ -277,6 +277,8 @@ struct node_state {
   bool registering = false;
   /// The controller is creating __consumer_state.
   bool creating_state_topic = false;
+  /// Replica moves the controller is completing.
+  std::set<topic_partition> completing;
   /// The applied metadata caught up with the quorum: replicas start only
   /// then (a restarted node must not act on an old view).
   bool cluster_ready = false;

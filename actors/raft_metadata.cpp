@@ -19,7 +19,7 @@ namespace {
 
 constexpr uint8_t command_version = 1;
 /// Version 1: next producer id, topics. Version 2 adds the brokers.
-constexpr uint8_t snapshot_version = 2;
+constexpr uint8_t snapshot_version = 3;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -120,6 +120,10 @@ std::string encode_broker(const broker_registration& reg) {
 
 std::string encode_isr_change(const isr_change& ch) {
   return encode_command(metadata_command::isr, ch);
+}
+
+std::string encode_reassign(const isr_change& ch) {
+  return encode_command(metadata_command::reassign, ch);
 }
 
 caf::expected<broker_registration>
@@ -427,6 +431,84 @@ metadata_state_machine::apply_command(std::string_view command,
       }
       return encode_ok(pa);
     }
+    case metadata_command::reassign: {
+      isr_change ch;
+      if (source(ch) || source.remaining() != 0)
+        return bad();
+      auto i = topics_.find(ch.topic);
+      if (i == topics_.end())
+        return unknown_topic(ch.topic);
+      auto& parts = i->second.partitions;
+      if (ch.partition.value < 0
+          || static_cast<size_t>(ch.partition.value) >= parts.size())
+        return make_error(ec::unknown_partition,
+                          "topic " + ch.topic + " has no partition "
+                            + std::to_string(ch.partition.value));
+      auto& pa = parts[static_cast<size_t>(ch.partition.value)];
+      auto where = ch.topic + "/" + std::to_string(ch.partition.value);
+      auto key = std::make_pair(ch.topic, ch.partition.value);
+      auto has = [](const std::vector<int32_t>& xs, int32_t x) {
+        return std::find(xs.begin(), xs.end(), x) != xs.end();
+      };
+      if (ch.isr.empty()) {
+        // Completion (the controller's call).
+        auto m = moving_.find(key);
+        if (m == moving_.end())
+          return make_error(ec::invalid_request,
+                            "no replica move of " + where + " in progress");
+        const auto& target = m->second;
+        for (auto id : target)
+          if (!has(pa.isr, id))
+            return make_error(ec::invalid_request,
+                              "replica " + std::to_string(id) + " of " + where
+                                + " has not caught up yet");
+        std::vector<int32_t> isr;
+        for (auto id : pa.isr)
+          if (has(target, id))
+            isr.push_back(id);
+        pa.replicas = target;
+        pa.isr = isr;
+        if (!has(target, pa.leader)) {
+          int32_t next = -1;
+          for (auto id : isr)
+            if (!fenced_locked(id)) {
+              next = id;
+              break;
+            }
+          pa.leader = next;
+          pa.epoch = leader_epoch{pa.epoch.value + 1};
+        }
+        moving_.erase(m);
+        log::info("metadata: replicas of {} moved; leader {} epoch {}", where,
+                  pa.leader, pa.epoch.value);
+        changed = true;
+        return encode_ok(pa);
+      }
+      auto sorted = ch.isr;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        return make_error(ec::invalid_request,
+                          "the new replicas of " + where
+                            + " name a broker twice");
+      for (auto id : ch.isr)
+        if (!has(voters_, id))
+          return make_error(ec::invalid_request,
+                            "broker " + std::to_string(id)
+                              + " is not a member of this cluster");
+      if (moving_.count(key) > 0)
+        return make_error(ec::invalid_request,
+                          "a replica move of " + where + " is in progress");
+      if (ch.isr == pa.replicas)
+        return encode_ok(pa);
+      for (auto id : ch.isr)
+        if (!has(pa.replicas, id))
+          pa.replicas.push_back(id);
+      moving_[key] = ch.isr;
+      log::info("metadata: moving the replicas of {} to {} brokers", where,
+                ch.isr.size());
+      changed = true;
+      return encode_ok(pa);
+    }
   }
   return make_error(ec::invalid_request, "unknown metadata command kind "
                                            + std::to_string(command[1]));
@@ -439,8 +521,9 @@ std::string metadata_state_machine::snapshot() {
   std::vector<broker_registration> brokers;
   for (auto& [id, b] : brokers_)
     brokers.push_back(b);
+  auto moves = reassignments_locked();
   return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
-                   next, list, brokers);
+                   next, list, brokers, moves);
 }
 
 caf::error metadata_state_machine::restore(uint64_t index,
@@ -452,9 +535,12 @@ caf::error metadata_state_machine::restore(uint64_t index,
   int64_t next = 0;
   std::vector<topic_metadata> list;
   std::vector<broker_registration> brokers;
+  std::vector<isr_change> moves;
   caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
-  bool bad = static_cast<uint8_t>(s[0]) == 1 ? bool{source(next, list)}
-                                             : bool{source(next, list, brokers)};
+  auto version = static_cast<uint8_t>(s[0]);
+  bool bad = version == 1   ? bool{source(next, list)}
+             : version == 2 ? bool{source(next, list, brokers)}
+                            : bool{source(next, list, brokers, moves)};
   if (bad || source.remaining() != 0)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot at " + std::to_string(index)
@@ -466,6 +552,9 @@ caf::error metadata_state_machine::restore(uint64_t index,
   brokers_.clear();
   for (auto& b : brokers)
     brokers_.emplace(b.id, b);
+  moving_.clear();
+  for (auto& m : moves)
+    moving_[std::make_pair(m.topic, m.partition.value)] = m.isr;
   next_producer_id_ = next;
   log::info("metadata: restored {} topics from the snapshot at {}",
             topics_.size(), index);
@@ -479,6 +568,23 @@ std::vector<topic_metadata> metadata_state_machine::topics_locked() const {
   for (auto& [name, md] : topics_)
     out.push_back(md);
   return out;
+}
+
+std::vector<isr_change> metadata_state_machine::reassignments_locked() const {
+  std::vector<isr_change> out;
+  for (auto& [key, target] : moving_) {
+    isr_change ch;
+    ch.topic = key.first;
+    ch.partition = partition_id{key.second};
+    ch.isr = target;
+    out.push_back(std::move(ch));
+  }
+  return out;
+}
+
+std::vector<isr_change> metadata_state_machine::reassignments() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return reassignments_locked();
 }
 
 std::vector<broker_registration> metadata_state_machine::brokers() const {
@@ -651,6 +757,11 @@ raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
     [self](alter_atom, isr_atom,
            const isr_change& ch) -> caf::result<partition_assignment> {
       return propose<partition_assignment>(self, encode_isr_change(ch),
+                                           decode_assignment_result);
+    },
+    [self](assign_atom,
+           const isr_change& ch) -> caf::result<partition_assignment> {
+      return propose<partition_assignment>(self, encode_reassign(ch),
                                            decode_assignment_result);
     },
     [self](subscribe_atom, const caf::actor& listener) {

@@ -15,11 +15,18 @@
 //     init_pid:  nothing
 //     broker:    broker_registration (fenced=false registers, true fences)
 //     isr:       isr_change
+//     reassign:  isr_change (target replicas in isr; empty completes)
 //   result:  byte 0 then the topic_metadata / producer_identity, or
 //            byte 1 then the ferry error code (uint8) and its context string.
-//   snapshot: version byte 2, next producer id (int64), all topic_metadata,
-//             all broker_registration (version 1, without brokers, still
-//             restores).
+//   snapshot: version byte 3, next producer id (int64), all topic_metadata,
+//             all broker_registration, the moves in progress as isr_change
+//             (versions 1 and 2, without brokers / moves, still restore).
+//
+// Replica moves: reassign with a target adds the target's new replicas
+// (replicas = old then new, ISR unchanged); the controller completes it
+// (reassign with an empty list) once the whole target is in the ISR:
+// replicas = target, ISR = ISR within target, and a leader outside the
+// target hands over to the first live ISR member (epoch + 1).
 //
 // Brokers and leadership (the controller's decisions, applied identically
 // everywhere): a fenced broker leaves every ISR (never as its last member)
@@ -86,6 +93,7 @@ enum class metadata_command : uint8_t {
   init_pid = 5,
   broker = 6,
   isr = 7,
+  reassign = 8,
 };
 
 /// Command encoders (see the file comment).
@@ -98,6 +106,8 @@ std::string encode_add_partitions(const std::string& name, int32_t n);
 std::string encode_init_pid();
 std::string encode_broker(const broker_registration& reg);
 std::string encode_isr_change(const isr_change& ch);
+/// A replica move (target in ch.isr; empty: complete the move).
+std::string encode_reassign(const isr_change& ch);
 
 /// Result decoders: the value, or the ferry error apply() returned.
 caf::expected<topic_metadata> decode_topic_result(std::string_view result);
@@ -128,6 +138,8 @@ public:
   std::vector<topic_metadata> topics() const;
   /// Every broker registered (or fenced) so far.
   std::vector<broker_registration> brokers() const;
+  /// Replica moves in progress (topic, partition, target in isr).
+  std::vector<isr_change> reassignments() const;
   caf::expected<topic_metadata> topic(const std::string& name) const;
   /// The largest replication factor a create accepts.
   int16_t max_replication_factor() const;
@@ -143,6 +155,7 @@ private:
   caf::expected<std::string> apply_command(std::string_view command,
                                            bool& changed);
   bool fenced_locked(int32_t id) const;
+  std::vector<isr_change> reassignments_locked() const;
   /// A broker was fenced: new leaders for what it led, ISRs without it.
   void fence_locked(int32_t id);
   /// A fenced broker registered again: it leads partitions that had no
@@ -159,6 +172,8 @@ private:
   std::map<std::string, topic_metadata> topics_;
   int64_t next_producer_id_ = 0;
   std::map<int32_t, broker_registration> brokers_;
+  /// Moves in progress by (topic, partition): the target replicas.
+  std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> moving_;
   std::vector<caf::actor> subscribers_;
   caf::actor_addr sender_;
 };

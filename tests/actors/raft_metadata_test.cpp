@@ -650,3 +650,60 @@ TEST(MetadataMachine, IsrChangesComeFromTheCurrentLeaderInItsEpoch) {
   EXPECT_TRUE(brokers[0].fenced);
   EXPECT_EQ(copy.topic("t")->partitions[0].isr, (std::vector<int32_t>{1, 2}));
 }
+
+TEST(MetadataMachine, ReplicaMoveAddsTheTargetThenCompletesOnceItCaughtUp) {
+  metadata_state_machine m{{1, 2, 3}, 3};
+  uint64_t i = 0;
+  topic_config tc;
+  tc.partitions = 1;
+  tc.replication_factor = 2;
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("t", tc))));
+  auto pa0 = m.topic("t")->partitions[0];
+  ASSERT_EQ(pa0.replicas, (std::vector<int32_t>{1, 2}));
+  ASSERT_EQ(pa0.leader, 1);
+  isr_change mv;
+  mv.topic = "t";
+  mv.partition = partition_id{0};
+  mv.isr = {2, 3};
+  // Completing before a move started, or bad targets, are refused.
+  isr_change done = mv;
+  done.isr.clear();
+  EXPECT_FALSE(decode_assignment_result(m.apply(++i, encode_reassign(done))));
+  auto twice = mv;
+  twice.isr = {3, 3};
+  EXPECT_FALSE(decode_assignment_result(m.apply(++i, encode_reassign(twice))));
+  auto stranger = mv;
+  stranger.isr = {2, 9};
+  EXPECT_FALSE(decode_assignment_result(m.apply(++i, encode_reassign(stranger))));
+  // Start: 3 joins the replicas, not the ISR; the leader stays.
+  auto started = decode_assignment_result(m.apply(++i, encode_reassign(mv)));
+  ASSERT_TRUE(started) << describe(started.error());
+  EXPECT_EQ(started->replicas, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(started->isr, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(started->leader, 1);
+  ASSERT_EQ(m.reassignments().size(), 1u);
+  // A second move of the same partition waits for the first.
+  EXPECT_FALSE(decode_assignment_result(m.apply(++i, encode_reassign(mv))));
+  // Not caught up yet: completion refused.
+  EXPECT_FALSE(decode_assignment_result(m.apply(++i, encode_reassign(done))));
+  // The leader expands the ISR with 3, then the move completes: 1 leaves,
+  // leadership moves within the ISR in a new epoch.
+  isr_change grow;
+  grow.topic = "t";
+  grow.partition = partition_id{0};
+  grow.leader = 1;
+  grow.epoch = leader_epoch{0};
+  grow.isr = {1, 2, 3};
+  ASSERT_TRUE(decode_assignment_result(m.apply(++i, encode_isr_change(grow))));
+  // Snapshots keep a move in progress.
+  metadata_state_machine copy{{1, 2, 3}, 3};
+  ASSERT_FALSE(copy.restore(i, m.snapshot()));
+  EXPECT_EQ(copy.reassignments().size(), 1u);
+  auto finished = decode_assignment_result(m.apply(++i, encode_reassign(done)));
+  ASSERT_TRUE(finished) << describe(finished.error());
+  EXPECT_EQ(finished->replicas, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(finished->isr, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(finished->leader, 2);
+  EXPECT_EQ(finished->epoch, leader_epoch{1});
+  EXPECT_TRUE(m.reassignments().empty());
+}

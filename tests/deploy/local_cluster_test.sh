@@ -205,6 +205,30 @@ grep -E "^$victim +[0-9]+ +up " <<<"$out" >/dev/null || fail "status does not sh
 got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume after the restart failed"
 [[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "after the restart: consumed '$got'"
 
+if ((nodes == 3)); then
+  step "partition reassign: topic m (1 partition on nodes 1,2, 300 records) moves to 2,3; 100 more after"
+  ctl topic create m --partitions 1 --replication-factor 2 || fail "topic create m failed"
+  deadline=$((SECONDS + 30))
+  until ctl --json topic describe m 2>/dev/null |
+    python3 -c 'import json,sys; p=json.load(sys.stdin)["partition_status"][0]; sys.exit(0 if p["online"] and len(p["isr"]) == 2 else 1)'; do
+    ((SECONDS < deadline)) || fail "topic m has no full ISR after 30 s"
+    sleep 0.5
+  done
+  seq 1 300 | sed 's/^/m-/' | ctl produce m || fail "produce to m failed"
+  out=$(ctl --request-timeout 30000 partition reassign m 0 --replicas 2,3) || fail "reassign failed: $out"
+  echo "$out"
+  grep -E '^m/0: replicas 2,3, leader [23], ISR' <<<"$out" >/dev/null || fail "reassign did not end with replicas 2,3: $out"
+  seq 301 400 | sed 's/^/m-/' | ctl produce m || fail "produce to m after the move failed"
+  n=$(ctl consume m --from-beginning --max 400 --timeout 20000 | wc -l)
+  ((n == 400)) || fail "consumed $n of 400 records of m after the move"
+  deadline=$((SECONDS + 20))
+  while [[ -e $FERRY_CLUSTER_DIR/node-1/data/topics/m-0 ]]; do
+    ((SECONDS < deadline)) || fail "node 1 still holds m-0 after the move"
+    sleep 0.5
+  done
+  [[ -d $FERRY_CLUSTER_DIR/node-3/data/topics/m-0 ]] || fail "node 3 has no m-0 after the move"
+fi
+
 step "stop"
 "$script" stop || fail "stop failed"
 [[ ! -e $FERRY_CLUSTER_DIR/brokers ]] || fail "stop left the brokers file"
