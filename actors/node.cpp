@@ -79,10 +79,31 @@ caf::error failed(self_ptr self, caf::error err) {
 /// error answer. Used instead of delegation for admin and group requests
 /// only (see the header): the data path keeps delegating.
 template <class T, class Dest, class... Ts>
+void relay_for(self_ptr self, caf::typed_response_promise<T> rp,
+               const Dest& dest, caf::timespan timeout, Ts&&... xs) {
+  self->request(dest, timeout, std::forward<Ts>(xs)...)
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+template <class T, class Dest, class... Ts>
 void relay(self_ptr self, caf::typed_response_promise<T> rp, const Dest& dest,
            Ts&&... xs) {
   self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
     .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+/// relay_void() with a timeout (forwards to other nodes).
+template <class Dest, class... Ts>
+void relay_void_for(self_ptr self, caf::response_promise rp, const Dest& dest,
+                    caf::timespan timeout, Ts&&... xs) {
+  self->request(dest, timeout, std::forward<Ts>(xs)...)
+    .then([rp]() mutable { rp.deliver(caf::unit); },
           [self, rp](caf::error& err) mutable {
             rp.deliver(failed(self, std::move(err)));
           });
@@ -657,7 +678,9 @@ void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
     rp.delegate(r->local, atom, std::move(req));
     return;
   }
-  self->request(r->remote, caf::infinite, atom, std::move(req))
+  // Bounded: a forward lost with a dying link must not wait forever (the
+  // longest legitimate wait is a long-poll fetch, at most max_fetch_wait).
+  self->request(r->remote, std::chrono::seconds{75}, atom, std::move(req))
     .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
           [self, rp](caf::error& err) mutable {
             rp.deliver(failed(self, std::move(err)));
@@ -851,7 +874,8 @@ bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
   if (home.err)
     rp.deliver(failed(self, std::move(home.err)));
   else
-    relay(self, rp, home.remote, std::move(xs)...);
+    relay_for(self, rp, home.remote, std::chrono::seconds{75},
+              std::move(xs)...);
   return true;
 }
 
@@ -891,7 +915,8 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
       else
-        relay(self, rp, home.remote, std::move(xs)...);
+        relay_for(self, rp, home.remote, std::chrono::seconds{75},
+                  std::move(xs)...);
       return;
     }
     auto c = coordinator(self, group, create);
@@ -914,7 +939,8 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
       else
-        relay_void(self, rp, home.remote, std::move(xs)...);
+        relay_void_for(self, rp, home.remote, std::chrono::seconds{75},
+                       std::move(xs)...);
       return;
     }
     auto c = coordinator(self, group, create);
@@ -1006,7 +1032,7 @@ void register_self(self_ptr self) {
     log::debug("node: registration failed: {}", err);
   };
   self
-    ->request(st.cfg.metadata, std::chrono::seconds{5}, update_atom_v,
+    ->request(st.cfg.metadata, std::chrono::seconds{1}, update_atom_v,
               broker_atom_v, reg)
     .then(done, [self, reg, done, failed_once](caf::error& err) {
       auto& st = self->state;
@@ -1017,7 +1043,7 @@ void register_self(self_ptr self) {
         return;
       }
       self
-        ->request(p->second, std::chrono::seconds{5}, update_atom_v,
+        ->request(p->second, std::chrono::seconds{1}, update_atom_v,
                   broker_atom_v, reg)
         .then(done, failed_once);
     });
