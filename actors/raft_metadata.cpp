@@ -176,6 +176,20 @@ int16_t metadata_state_machine::max_replication_factor() const {
   return max_rf_;
 }
 
+caf::expected<partition_assignment*>
+metadata_state_machine::partition_locked(const std::string& topic,
+                                         partition_id p) {
+  auto i = topics_.find(topic);
+  if (i == topics_.end())
+    return unknown_topic(topic);
+  auto& parts = i->second.partitions;
+  if (p.value < 0 || static_cast<size_t>(p.value) >= parts.size())
+    return make_error(ec::unknown_partition, "topic " + topic
+                                               + " has no partition "
+                                               + std::to_string(p.value));
+  return &parts[static_cast<size_t>(p.value)];
+}
+
 bool metadata_state_machine::fenced_locked(int32_t id) const {
   auto i = brokers_.find(id);
   return i != brokers_.end() && i->second.fenced;
@@ -381,16 +395,10 @@ metadata_state_machine::apply_command(std::string_view command,
       isr_change ch;
       if (source(ch) || source.remaining() != 0)
         return bad();
-      auto i = topics_.find(ch.topic);
-      if (i == topics_.end())
-        return unknown_topic(ch.topic);
-      auto& parts = i->second.partitions;
-      if (ch.partition.value < 0
-          || static_cast<size_t>(ch.partition.value) >= parts.size())
-        return make_error(ec::unknown_partition,
-                          "topic " + ch.topic + " has no partition "
-                            + std::to_string(ch.partition.value));
-      auto& pa = parts[static_cast<size_t>(ch.partition.value)];
+      auto found = partition_locked(ch.topic, ch.partition);
+      if (!found)
+        return std::move(found.error());
+      auto& pa = **found;
       auto where = ch.topic + "/" + std::to_string(ch.partition.value);
       if (pa.leader != ch.leader)
         return make_error(ec::not_leader,
@@ -435,16 +443,10 @@ metadata_state_machine::apply_command(std::string_view command,
       isr_change ch;
       if (source(ch) || source.remaining() != 0)
         return bad();
-      auto i = topics_.find(ch.topic);
-      if (i == topics_.end())
-        return unknown_topic(ch.topic);
-      auto& parts = i->second.partitions;
-      if (ch.partition.value < 0
-          || static_cast<size_t>(ch.partition.value) >= parts.size())
-        return make_error(ec::unknown_partition,
-                          "topic " + ch.topic + " has no partition "
-                            + std::to_string(ch.partition.value));
-      auto& pa = parts[static_cast<size_t>(ch.partition.value)];
+      auto found = partition_locked(ch.topic, ch.partition);
+      if (!found)
+        return std::move(found.error());
+      auto& pa = **found;
       auto where = ch.topic + "/" + std::to_string(ch.partition.value);
       auto key = std::make_pair(ch.topic, ch.partition.value);
       auto has = [](const std::vector<int32_t>& xs, int32_t x) {

@@ -156,6 +156,9 @@ private:
                                            bool& changed);
   bool fenced_locked(int32_t id) const;
   std::vector<isr_change> reassignments_locked() const;
+  /// The assignment of (topic, p); unknown_topic / unknown_partition.
+  caf::expected<partition_assignment*> partition_locked(const std::string& topic,
+                                                        partition_id p);
   /// A broker was fenced: new leaders for what it led, ISRs without it.
   void fence_locked(int32_t id);
   /// A fenced broker registered again: it leads partitions that had no
