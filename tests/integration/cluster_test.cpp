@@ -20,13 +20,9 @@
 //      leader's log end.
 //
 // Client bootstrap: the producer and consumers get the list of all three
-// nodes ("h:p1,h:p2,h:p3") when the client library parses such lists
-// (checked at run time with parse_broker_address). Otherwise (fallback,
-// printed in the log) they connect to one node only: node 1 in test 1 (no
-// node is killed there), the partition leader in test 3 (only a follower is
-// killed there), and node 1 in test 2, where it may be killed when it leads:
-// the client's connection then reconnects to it once it is restarted on the
-// same port.
+// nodes ("h:p1,h:p2,h:p3"). The harness (starting the nodes, describe,
+// producers, reading partitions, comparing logs on disk) is
+// cluster_harness.hpp, shared with cluster_failover_test.cpp.
 //
 // Every wait is bounded (about 20-30 s) and a timeout fails with the cluster
 // state (every node's cluster describe and the tail of its output). Every
@@ -35,6 +31,7 @@
 // (client_system.hpp).
 
 #include "client_system.hpp"
+#include "cluster_harness.hpp"
 #include "process.hpp"
 
 #include "actors/client_connection.hpp"
@@ -74,6 +71,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using namespace ferry::test;
 using ferry::test::client_system;
 using ferry::test::ferryd_process;
 using steady = std::chrono::steady_clock;
@@ -85,438 +83,8 @@ constexpr auto rejoin_timeout = 30s;    // a restarted node back in the ISR
 constexpr auto converge_timeout = 20s;  // replicas at the same log end
 constexpr auto poll_step = 100ms;
 
-/// Polls `done` every `step` until it returns true or `timeout` passed.
-template <class F>
-bool wait_until(std::chrono::milliseconds timeout, F&& done,
-                std::chrono::milliseconds step = poll_step) {
-  auto deadline = steady::now() + timeout;
-  for (;;) {
-    if (done())
-      return true;
-    if (steady::now() >= deadline)
-      return false;
-    std::this_thread::sleep_for(step);
-  }
-}
-
-double seconds_since(steady::time_point t0) {
-  return std::chrono::duration<double>(steady::now() - t0).count();
-}
-
-std::string join_ids(const std::vector<int32_t>& xs) {
-  std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i)
-    out += (i ? "," : "") + std::to_string(xs[i]);
-  return out + "]";
-}
-
-bool same_members(std::vector<int32_t> a, std::vector<int32_t> b) {
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  return a == b;
-}
-
 bool contains(const std::vector<int32_t>& xs, int32_t x) {
   return std::find(xs.begin(), xs.end(), x) != xs.end();
-}
-
-/// One request from a blocking scoped actor; request_timeout if no answer.
-template <class T, class Handle, class... Ts>
-caf::expected<T> ask(caf::actor_system& sys, const Handle& dest,
-                     caf::timespan timeout, Ts&&... xs) {
-  if (!dest)
-    return caf::make_error(caf::sec::invalid_argument, "no handle");
-  caf::scoped_actor self{sys};
-  std::optional<caf::expected<T>> out;
-  self->request(dest, timeout, std::forward<Ts>(xs)...)
-    .receive([&](T& x) { out = std::move(x); },
-             [&](caf::error& err) { out = std::move(err); });
-  if (!out)
-    return caf::make_error(caf::sec::request_timeout);
-  return std::move(*out);
-}
-
-/// True when parse_broker_address understands "h:p,h:p" lists (the
-/// client library's bootstrap lists); false with the one-broker parser,
-/// which takes everything before the last ':' as the host.
-bool bootstrap_lists_supported() {
-  auto a = ferry::parse_broker_address("127.0.0.1:1,127.0.0.1:2");
-  return a && a->host == "127.0.0.1" && a->port == 1;
-}
-
-/// The state of one partition as one node's cluster describe shows it.
-const ferry::partition_status* find_partition(const ferry::cluster_description& cd,
-                                              const std::string& topic, int32_t p) {
-  for (auto& t : cd.topics)
-    if (t.name == topic)
-      for (auto& ps : t.partitions)
-        if (ps.partition.value == p)
-          return &ps;
-  return nullptr;
-}
-
-std::string render(const ferry::cluster_description& cd) {
-  std::ostringstream os;
-  os << "controller=" << cd.controller << " term=" << cd.raft_term << " nodes=";
-  for (auto& n : cd.nodes)
-    os << n.id << (n.alive ? "(alive" : "(dead") << (n.controller ? ",ctl) " : ") ");
-  os << "\n";
-  for (auto& t : cd.topics)
-    for (auto& ps : t.partitions)
-      os << "    " << t.name << "-" << ps.partition.value << ": leader=" << ps.leader
-         << " epoch=" << ps.epoch.value << " replicas=" << join_ids(ps.replicas)
-         << " isr=" << join_ids(ps.isr) << " log_end=" << ps.log_end.value
-         << " hw=" << ps.high_watermark.value << (ps.online ? " online" : " OFFLINE")
-         << "\n";
-  return os.str();
-}
-
-/// One record read back from the log.
-struct log_record {
-  int64_t off = 0;
-  std::string key;
-  std::string value;
-  int32_t batch_epoch = 0; // partition leader epoch of its batch
-};
-
-/// Appends the records at or after `from` of the whole batches in `data`;
-/// returns the offset after the last batch, or nullopt on damage.
-std::optional<int64_t> decode_batches(std::string_view data, int64_t from,
-                                      std::vector<log_record>& out, std::string& why) {
-  int64_t next = from;
-  while (!data.empty()) {
-    auto h = ferry::parse_batch_header(data);
-    if (!h) {
-      why = "parse_batch_header: " + ferry::describe(h.error());
-      return std::nullopt;
-    }
-    auto b = ferry::decode_batch(data.substr(0, h->total_size()));
-    if (!b) {
-      why = "decode_batch: " + ferry::describe(b.error());
-      return std::nullopt;
-    }
-    for (auto& rec : b->records) {
-      auto off = h->base_offset.value + rec.offset_delta;
-      if (off >= from)
-        out.push_back(log_record{off, rec.key.value_or(""), rec.value.value_or(""),
-                                 h->partition_leader_epoch});
-    }
-    next = h->next_offset().value;
-    data.remove_prefix(h->total_size());
-  }
-  return next;
-}
-
-// -- the cluster --------------------------------------------------------------
-
-/// Three ferryd nodes (ids 1..3) on fixed ports, plus one client connection
-/// per node for describes and status requests.
-class cluster {
-public:
-  static constexpr int size = 3;
-
-  cluster() = default;
-  cluster(const cluster&) = delete;
-  cluster& operator=(const cluster&) = delete;
-
-  /// Picks ports, launches all three nodes (they may wait for each other),
-  /// then waits for their "listening on" lines. Retries with fresh ports
-  /// when a node fails on a taken port. "" on success, else why.
-  std::string start() {
-    std::string why;
-    for (int attempt = 1; attempt <= 3; ++attempt) {
-      ports_ = ferry::test::free_tcp_ports(size);
-      if (ports_.size() != static_cast<size_t>(size))
-        return "cannot pick free ports";
-      nodes_.clear();
-      std::string voters;
-      for (int id = 1; id <= size; ++id)
-        voters += (id > 1 ? "," : "") + std::to_string(id) + "@127.0.0.1:"
-                  + std::to_string(ports_[id - 1]);
-      for (int id = 1; id <= size; ++id)
-        nodes_.push_back(std::make_unique<ferryd_process>(std::vector<std::string>{
-          "--node-id", std::to_string(id), "--voters", voters, "--metrics-port", "0",
-          "--http-port", "-1"}));
-      for (int id = 1; id <= size; ++id)
-        if (!node(id).launch(port(id)))
-          return "cannot launch ferryd for node " + std::to_string(id);
-      why.clear();
-      bool port_taken = false;
-      for (int id = 1; id <= size; ++id) {
-        if (!node(id).wait_started(30s)) {
-          auto out = node(id).output();
-          why += "node " + std::to_string(id) + " did not start:\n" + tail(out, 3000) + "\n";
-          if (out.find("in use") != std::string::npos)
-            port_taken = true;
-        }
-      }
-      if (why.empty())
-        break;
-      if (!port_taken)
-        return why;
-      std::cout << "[cluster] a port was taken, retrying with fresh ports\n";
-    }
-    if (!why.empty())
-      return why;
-    if (links_.empty())
-      for (int id = 1; id <= size; ++id) {
-        ferry::connection_config cc;
-        cc.host = "127.0.0.1";
-        cc.port = port(id);
-        cc.connect_wait = 1s;
-        cc.backoff_min = 50ms;
-        cc.backoff_max = 300ms;
-        links_.push_back(cs.track(ferry::spawn_connection(*cs.sys, cc)));
-      }
-    std::cout << "[cluster] nodes on ports " << port(1) << ", " << port(2) << ", "
-              << port(3) << " (pids " << node(1).pid() << ", " << node(2).pid() << ", "
-              << node(3).pid() << ")\n";
-    return "";
-  }
-
-  ferryd_process& node(int id) { return *nodes_.at(static_cast<size_t>(id - 1)); }
-  uint16_t port(int id) const { return ports_.at(static_cast<size_t>(id - 1)); }
-  std::string endpoint(int id) const { return "127.0.0.1:" + std::to_string(port(id)); }
-  std::string all_endpoints() const {
-    std::string out;
-    for (int id = 1; id <= size; ++id)
-      out += (id > 1 ? "," : "") + endpoint(id);
-    return out;
-  }
-  bool running(int id) { return node(id).running(); }
-
-  /// The bootstrap string for clients: every node when lists work, else
-  /// node `fallback` only.
-  std::string bootstrap(int fallback) const {
-    if (bootstrap_lists_supported())
-      return all_endpoints();
-    return endpoint(fallback);
-  }
-
-  /// SIGKILL.
-  void kill(int id) { node(id).kill9(); }
-
-  /// Starts node `id` again on its data dir and port. "" or why not.
-  std::string restart(int id) {
-    if (node(id).start(port(id), 30s))
-      return "";
-    return "node " + std::to_string(id) + " did not restart:\n" + tail(node(id).output(), 3000);
-  }
-
-  /// One SIGTERM to each (a second one makes ferryd exit at once), then
-  /// waits for each, SIGKILL after `timeout`; the exit statuses by node id
-  /// (0: clean, 137: had to be killed, -1: was not running).
-  std::map<int, int> stop_all(std::chrono::milliseconds timeout = 20s) {
-    for (int id = 1; id <= size; ++id)
-      if (node(id).running())
-        node(id).child()->signal(SIGTERM);
-    std::map<int, int> codes;
-    auto deadline = steady::now() + timeout;
-    for (int id = 1; id <= size; ++id) {
-      auto* child = node(id).child();
-      if (!child) {
-        codes[id] = -1;
-        continue;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
-      auto status = child->wait_exit(std::max(left, std::chrono::milliseconds{0}));
-      codes[id] = status ? *status : child->kill_and_reap();
-    }
-    return codes;
-  }
-
-  /// Node `id`'s broker actor (through its connection; fails while down).
-  caf::expected<ferry::broker_actor> broker(int id) {
-    return ask<ferry::broker_actor>(*cs.sys, links_.at(static_cast<size_t>(id - 1)), 2s,
-                                    ferry::connect_atom_v);
-  }
-
-  caf::expected<ferry::cluster_description> describe(int id) {
-    if (!running(id))
-      return caf::make_error(caf::sec::invalid_argument, "node not running");
-    auto b = broker(id);
-    if (!b)
-      return b.error();
-    return ask<ferry::cluster_description>(*cs.sys, *b, 3s, ferry::cluster_atom_v);
-  }
-
-  /// The describe of the first running node that answers.
-  std::optional<ferry::cluster_description> describe_any(int* from = nullptr) {
-    for (int id = 1; id <= size; ++id) {
-      if (!running(id))
-        continue;
-      if (auto cd = describe(id)) {
-        if (from)
-          *from = id;
-        return std::move(*cd);
-      }
-    }
-    return std::nullopt;
-  }
-
-  /// The controller's describe (it owns the metadata), found through the
-  /// first running node that answers; that node's own describe when the
-  /// controller is unknown or does not answer. Preferred over
-  /// describe_any(): a node that just restarted may still show old state.
-  std::optional<ferry::cluster_description> describe_controller() {
-    int from = -1;
-    auto cd = describe_any(&from);
-    if (!cd)
-      return std::nullopt;
-    auto ctl = cd->controller;
-    if (ctl >= 1 && ctl <= size && ctl != from && running(ctl))
-      if (auto cc = describe(ctl))
-        return std::move(*cc);
-    return cd;
-  }
-
-  /// The live state of node `id`'s own replica of topic-p.
-  caf::expected<ferry::partition_status> status(int id, const std::string& topic, int32_t p) {
-    if (!running(id))
-      return caf::make_error(caf::sec::invalid_argument, "node not running");
-    auto b = broker(id);
-    if (!b)
-      return b.error();
-    return ask<ferry::partition_status>(*cs.sys, *b, 3s, ferry::status_atom_v,
-                                        ferry::topic_partition{topic, ferry::partition_id{p}});
-  }
-
-  /// Creates a topic through any node, retrying retriable errors (no
-  /// controller yet...) for up to `timeout`. "" or why not.
-  std::string create_topic(const std::string& name, int32_t partitions,
-                           std::chrono::milliseconds timeout = placement_timeout) {
-    ferry::topic_config tc;
-    tc.partitions = partitions;
-    tc.replication_factor = 3;
-    tc.min_insync_replicas = 2;
-    std::string last;
-    auto deadline = steady::now() + timeout;
-    int attempts = 0;
-    while (steady::now() < deadline) {
-      for (int id = 1; id <= size && steady::now() < deadline; ++id) {
-        if (!running(id))
-          continue;
-        ++attempts;
-        auto b = broker(id);
-        if (!b) {
-          last = "node " + std::to_string(id) + ": " + ferry::error_text(b.error());
-          continue;
-        }
-        auto md = ask<ferry::topic_metadata>(*cs.sys, *b, 10s, ferry::create_atom_v,
-                                             ferry::topic_atom_v, name, tc);
-        if (md)
-          return "";
-        // A create that timed out may have been applied: the retry says so.
-        if (ferry::is(md.error(), ferry::ec::topic_exists) && attempts > 1)
-          return "";
-        last = "node " + std::to_string(id) + ": " + ferry::error_text(md.error());
-        if (!ferry::is_retriable(md.error())
-            && !ferry::is(md.error(), ferry::ec::coordinator_not_available))
-          return "create " + name + " failed: " + last;
-      }
-      std::this_thread::sleep_for(200ms);
-    }
-    return "create " + name + " did not succeed within the timeout; last error " + last;
-  }
-
-  /// Every node's describe (or its error) and the tail of its output.
-  std::string dump(size_t output_tail = 1500) {
-    std::ostringstream os;
-    os << "---- cluster state ----\n";
-    for (int id = 1; id <= size; ++id) {
-      os << "node " << id << " (port " << port(id) << ", pid " << node(id).pid()
-         << (running(id) ? ", running" : ", NOT running") << "): ";
-      auto cd = describe(id);
-      if (cd)
-        os << render(*cd);
-      else
-        os << "describe failed: " << ferry::error_text(cd.error()) << "\n";
-    }
-    for (int id = 1; id <= size; ++id)
-      os << "---- node " << id << " output (tail) ----\n"
-         << tail(node(id).output(), output_tail) << "\n";
-    return os.str();
-  }
-
-  static std::string tail(const std::string& s, size_t n) {
-    return s.size() <= n ? s : "..." + s.substr(s.size() - n);
-  }
-
-  /// Waits until every running node answers a describe with a known
-  /// controller and all `size` nodes alive.
-  bool wait_ready(std::chrono::milliseconds timeout = ready_timeout) {
-    return wait_until(timeout, [&] {
-      for (int id = 1; id <= size; ++id) {
-        auto cd = describe(id);
-        if (!cd || cd->controller < 1 || cd->nodes.size() != static_cast<size_t>(size))
-          return false;
-        for (auto& n : cd->nodes)
-          if (!n.alive)
-            return false;
-      }
-      return true;
-    });
-  }
-
-  /// Waits until the describe of a running node shows every partition of
-  /// `topic` with a leader, online, and exactly the nodes `isr_members` (by
-  /// default all of them) in its ISR.
-  bool wait_placed(const std::string& topic, int32_t partitions,
-                   std::chrono::milliseconds timeout = placement_timeout,
-                   std::vector<int32_t> isr_members = {1, 2, 3}) {
-    return wait_until(timeout, [&] {
-      auto cd = describe_controller();
-      if (!cd)
-        return false;
-      for (int32_t p = 0; p < partitions; ++p) {
-        auto ps = find_partition(*cd, topic, p);
-        if (!ps || ps->leader < 1 || !ps->online || !same_members(ps->isr, isr_members))
-          return false;
-      }
-      return true;
-    });
-  }
-
-  /// The leader of topic-p per a running node (-1 if unknown).
-  int32_t leader_of(const std::string& topic, int32_t p) {
-    auto cd = describe_controller();
-    if (!cd)
-      return -1;
-    auto ps = find_partition(*cd, topic, p);
-    return ps ? ps->leader : -1;
-  }
-
-  // Declared first: destroyed last, after the nodes were killed.
-  client_system cs;
-
-private:
-  std::vector<uint16_t> ports_;
-  std::vector<ferry::connection_actor> links_;
-  std::vector<std::unique_ptr<ferryd_process>> nodes_;
-};
-
-#define ASSERT_CLUSTER_STARTED(c)                                                  \
-  do {                                                                             \
-    auto why_ = (c).start();                                                       \
-    ASSERT_TRUE(why_.empty()) << why_;                                             \
-    ASSERT_TRUE((c).wait_ready())                                                  \
-      << "no controller / not all nodes alive within "                             \
-      << std::chrono::duration_cast<std::chrono::seconds>(ready_timeout).count()   \
-      << " s\n"                                                                    \
-      << (c).dump();                                                               \
-  } while (false)
-
-/// A connection for a client actor, with quick reconnects.
-ferry::connection_actor client_connection(cluster& c, const std::string& bootstrap) {
-  auto addr = ferry::parse_broker_address(bootstrap);
-  if (!addr) {
-    ADD_FAILURE() << "bootstrap " << bootstrap << ": " << ferry::error_text(addr.error());
-    return {};
-  }
-  addr->connect_wait = 5s;
-  addr->backoff_min = 50ms;
-  addr->backoff_max = 500ms;
-  return c.cs.track(ferry::spawn_connection(*c.cs.sys, *addr));
 }
 
 /// Every message of the given partitions from the start, until `want` were
@@ -556,53 +124,6 @@ consume_all(cluster& c, const std::string& bootstrap, const std::string& topic,
   return out;
 }
 
-/// Fetches topic-p from offset 0 up to `hw` through node `id`.
-std::optional<std::vector<log_record>> fetch_all(cluster& c, int id, const std::string& topic,
-                                                 int32_t p, int64_t hw, std::string& why) {
-  std::vector<log_record> out;
-  auto b = c.broker(id);
-  if (!b) {
-    why = "no broker for node " + std::to_string(id) + ": " + ferry::error_text(b.error());
-    return std::nullopt;
-  }
-  int64_t next = 0;
-  auto deadline = steady::now() + 30s;
-  while (next < hw) {
-    if (steady::now() > deadline) {
-      why = "fetching took longer than 30 s (at offset " + std::to_string(next) + ")";
-      return std::nullopt;
-    }
-    ferry::fetch_request req;
-    req.topic = topic;
-    req.partition = ferry::partition_id{p};
-    req.from = ferry::offset{next};
-    req.max_bytes = 1 << 20;
-    req.max_wait_ms = 0;
-    auto r = ask<ferry::fetch_response>(*c.cs.sys, *b, 10s, ferry::fetch_atom_v, req);
-    if (!r) {
-      why = "fetch at " + std::to_string(next) + ": " + ferry::error_text(r.error());
-      return std::nullopt;
-    }
-    if (r->data.empty()) {
-      why = "fetch at " + std::to_string(next) + " returned nothing (hw "
-            + std::to_string(r->high_watermark.value) + ")";
-      return std::nullopt;
-    }
-    auto n = decode_batches(r->data, next, out, why);
-    if (!n)
-      return std::nullopt;
-    if (*n <= next) {
-      why = "fetch at " + std::to_string(next) + " did not advance";
-      return std::nullopt;
-    }
-    next = *n;
-  }
-  return out;
-}
-
-// -- the continuous producer ---------------------------------------------------
-
-/// An acknowledged message.
 struct ack_entry {
   int key = 0;
   int64_t seq = 0;
@@ -740,27 +261,6 @@ caf::behavior load_driver(driver_ptr self, ferry::producer_actor prod,
   };
 }
 
-/// The idempotent acks=all producer of these tests, on its own connection.
-caf::expected<ferry::producer_actor> make_producer(cluster& c, const std::string& bootstrap) {
-  ferry::producer_config pc;
-  pc.bootstrap = bootstrap;
-  pc.acks = ferry::acks_mode::all;
-  pc.idempotence = true;
-  pc.linger = 2ms;
-  pc.max_in_flight = 5;
-  pc.request_timeout = 5000ms;
-  pc.retry_backoff = 50ms;
-  pc.retry_backoff_max = 500ms;
-  pc.delivery_timeout = 45000ms;
-  auto conn = client_connection(c, bootstrap);
-  if (!conn)
-    return caf::make_error(caf::sec::invalid_argument, "no connection");
-  auto p = ferry::spawn_producer(*c.cs.sys, pc, conn);
-  if (p)
-    c.cs.track(*p);
-  return p;
-}
-
 /// Tracks leader changes seen in describes, per partition.
 struct leader_tracker {
   std::map<int32_t, std::pair<int32_t, int32_t>> last; // partition -> (leader, epoch)
@@ -810,61 +310,6 @@ struct leader_tracker {
   }
 };
 
-/// Compares the logs of topic-p in the three (stopped) nodes' data dirs up
-/// to `hw`, byte for byte. "" or the first difference.
-std::string compare_logs_on_disk(cluster& c, const std::string& topic, int32_t p,
-                                 int64_t hw, std::map<int, int64_t>& log_ends) {
-  std::map<int, std::string> bytes;
-  for (int id = 1; id <= cluster::size; ++id) {
-    auto dir = c.node(id).data_dir() / "topics" / (topic + "-" + std::to_string(p));
-    if (!std::filesystem::exists(dir)) {
-      std::string listing;
-      std::error_code ec;
-      for (auto& e : std::filesystem::recursive_directory_iterator(c.node(id).data_dir(), ec))
-        listing += "  " + e.path().string() + "\n";
-      return "node " + std::to_string(id) + ": no log dir " + dir.string()
-             + "; the data dir holds:\n" + listing;
-    }
-    ferry::memory_checkpoint cp;
-    auto log = ferry::partition_log::open(dir, ferry::log_config{}, &cp);
-    if (!log)
-      return "node " + std::to_string(id) + ": open " + dir.string() + ": "
-             + ferry::describe(log.error());
-    log_ends[id] = (*log)->log_end().value;
-    std::string data;
-    auto from = (*log)->log_start();
-    if (from.value != 0)
-      return "node " + std::to_string(id) + ": log starts at " + std::to_string(from.value);
-    while (from.value < hw) {
-      auto r = (*log)->read(from, 1 << 20, ferry::offset{hw});
-      if (!r)
-        return "node " + std::to_string(id) + ": read at " + std::to_string(from.value) + ": "
-               + ferry::describe(r.error());
-      if (r->data.empty() || r->next_offset.value <= from.value)
-        break; // a batch straddling hw, or the log ends early: compared below
-      data += r->data;
-      from = r->next_offset;
-    }
-    (*log)->close();
-    bytes[id] = std::move(data);
-  }
-  for (int id = 2; id <= cluster::size; ++id) {
-    auto& a = bytes[1];
-    auto& b = bytes[id];
-    if (a == b)
-      continue;
-    size_t i = 0;
-    while (i < a.size() && i < b.size() && a[i] == b[i])
-      ++i;
-    return "logs of node 1 (" + std::to_string(a.size()) + " bytes) and node "
-           + std::to_string(id) + " (" + std::to_string(b.size())
-           + " bytes) below hw differ first at byte " + std::to_string(i);
-  }
-  std::cout << "[cluster] " << topic << "-" << p << ": " << bytes[1].size()
-            << " bytes below hw " << hw << " identical on all nodes\n";
-  return "";
-}
-
 // -- 1 ------------------------------------------------------------------------
 
 TEST(Cluster, ThreeNodesElectAndReplicate) {
@@ -882,9 +327,8 @@ TEST(Cluster, ThreeNodesElectAndReplicate) {
     std::cout << "[cluster] " << render(*cd);
 
   // Produce 1000 keyed messages, acks=all, in one bulk request.
-  auto bootstrap = c.bootstrap(1);
-  std::cout << "[cluster] client bootstrap " << bootstrap
-            << (bootstrap_lists_supported() ? " (list)" : " (fallback: node 1 only)") << "\n";
+  auto bootstrap = c.endpoints();
+  std::cout << "[cluster] client bootstrap " << bootstrap << "\n";
   auto prod = make_producer(c, bootstrap);
   ASSERT_TRUE(prod) << ferry::error_text(prod.error());
   constexpr int total = 1000;
@@ -990,12 +434,8 @@ void acked_writes_survive_leader_kills(int32_t partitions, int kills) {
   if (auto cd = c.describe_controller())
     leaders.observe(*cd, topic, partitions);
 
-  auto bootstrap = c.bootstrap(1);
-  std::cout << "[cluster] producer bootstrap " << bootstrap
-            << (bootstrap_lists_supported()
-                  ? " (list)"
-                  : " (fallback: node 1 only; it reconnects when node 1 restarts)")
-            << "\n";
+  auto bootstrap = c.endpoints();
+  std::cout << "[cluster] producer bootstrap " << bootstrap << "\n";
   auto prod = make_producer(c, bootstrap);
   ASSERT_TRUE(prod) << ferry::error_text(prod.error());
   auto book = std::make_shared<ledger>();
@@ -1207,7 +647,7 @@ void acked_writes_survive_leader_kills(int32_t partitions, int kills) {
   auto codes = c.stop_all();
   for (auto& [id, code] : codes)
     EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly\n"
-                       << cluster::tail(c.node(id).output(), 3000);
+                       << tail(c.node(id).output(), 3000);
   for (int32_t p = 0; p < partitions; ++p) {
     std::map<int, int64_t> log_ends;
     auto diff = compare_logs_on_disk(c, topic, p, hws[p], log_ends);
@@ -1239,11 +679,9 @@ TEST(Cluster, FollowerRestartCatchesUp) {
   auto leader = c.leader_of(topic, 0);
   ASSERT_GE(leader, 1) << c.dump();
   int follower = leader % cluster::size + 1;
-  auto bootstrap = c.bootstrap(leader);
+  auto bootstrap = c.endpoints();
   std::cout << "[cluster] leader " << leader << ", killing follower " << follower
-            << "; client bootstrap " << bootstrap
-            << (bootstrap_lists_supported() ? " (list)" : " (fallback: the leader only)")
-            << "\n";
+            << "; client bootstrap " << bootstrap << "\n";
   c.kill(follower);
   // With the follower gone the ISR shrinks to the two others; then
   // acks=all writes (min.insync.replicas=2) go through.
@@ -1303,7 +741,7 @@ TEST(Cluster, FollowerRestartCatchesUp) {
   auto codes = c.stop_all();
   for (auto& [id, code] : codes)
     EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly\n"
-                       << cluster::tail(c.node(id).output(), 3000);
+                       << tail(c.node(id).output(), 3000);
   std::map<int, int64_t> log_ends;
   auto diff = compare_logs_on_disk(c, topic, 0, hw, log_ends);
   EXPECT_TRUE(diff.empty()) << diff;
