@@ -190,6 +190,14 @@ metadata_state_machine::partition_locked(const std::string& topic,
   return &parts[static_cast<size_t>(p.value)];
 }
 
+int32_t metadata_state_machine::first_live_locked(
+  const std::vector<int32_t>& isr, int32_t except) const {
+  for (auto id : isr)
+    if (id != except && !fenced_locked(id))
+      return id;
+  return -1;
+}
+
 bool metadata_state_machine::fenced_locked(int32_t id) const {
   auto i = brokers_.find(id);
   return i != brokers_.end() && i->second.fenced;
@@ -228,12 +236,7 @@ void metadata_state_machine::fence_locked(int32_t id) {
         continue;
       // Only an ISR member may lead (no unclean election): one that is not
       // fenced itself.
-      int32_t next = -1;
-      for (auto candidate : pa.isr)
-        if (candidate != id && !fenced_locked(candidate)) {
-          next = candidate;
-          break;
-        }
+      auto next = first_live_locked(pa.isr, id);
       pa.leader = next;
       pa.epoch = leader_epoch{pa.epoch.value + 1};
       log::info("metadata: {}/{} leader {} fenced, new leader {} epoch {}",
@@ -471,13 +474,7 @@ metadata_state_machine::apply_command(std::string_view command,
         pa.replicas = target;
         pa.isr = isr;
         if (!has(target, pa.leader)) {
-          int32_t next = -1;
-          for (auto id : isr)
-            if (!fenced_locked(id)) {
-              next = id;
-              break;
-            }
-          pa.leader = next;
+          pa.leader = first_live_locked(isr, -1);
           pa.epoch = leader_epoch{pa.epoch.value + 1};
         }
         moving_.erase(m);

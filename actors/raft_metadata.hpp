@@ -155,6 +155,10 @@ private:
   caf::expected<std::string> apply_command(std::string_view command,
                                            bool& changed);
   bool fenced_locked(int32_t id) const;
+  /// The first ISR member other than `except` that is not fenced; -1: none
+  /// (leadership is elected from the ISR only).
+  int32_t first_live_locked(const std::vector<int32_t>& isr,
+                            int32_t except) const;
   std::vector<isr_change> reassignments_locked() const;
   /// The assignment of (topic, p); unknown_topic / unknown_partition.
   caf::expected<partition_assignment*> partition_locked(const std::string& topic,
