@@ -62,6 +62,7 @@ struct options {
   std::vector<std::string> configs;
   std::vector<int32_t> replicas; // partition reassign
   bool no_wait = false;
+  int32_t node = -1; // cluster remove-node
 
   // produce / consume
   std::string topic;
@@ -859,6 +860,48 @@ int group_delete(context& ctx) {
 
 // -- cluster ----------------------------------------------------------------------------
 
+/// ferryctl cluster remove-node N: the controller moves every replica off
+/// broker-only node N, then unregisters it. Waits (up to --request-timeout)
+/// until N is gone from cluster describe unless --no-wait.
+int cluster_remove_node(context& ctx) {
+  auto id = ctx.opt.node;
+  auto reg = call<broker_registration>(ctx, delete_atom_v, broker_atom_v, id);
+  std::cout << "node " << id << " (" << reg.host << ":" << reg.port
+            << ") is being removed: its replicas move to other brokers\n";
+  if (ctx.opt.no_wait)
+    return 0;
+  auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
+  size_t last_left = SIZE_MAX;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto c = call<cluster_description>(ctx, cluster_atom_v);
+    // Partitions that still name it (as a replica or a move's source).
+    size_t left = 0;
+    for (auto& t : c.topics)
+      for (auto& p : t.partitions)
+        left += std::count(p.replicas.begin(), p.replicas.end(), id) > 0;
+    bool removing = std::any_of(c.nodes.begin(), c.nodes.end(), [&](auto& n) {
+      return n.id == id && n.removing;
+    });
+    if (!removing && left == 0) {
+      std::cout << "node " << id
+                << " holds no replicas any more and left the cluster; stop "
+                   "its ferryd now\n";
+      return 0;
+    }
+    if (left != last_left) {
+      std::cout << "node " << id << ": " << left
+                << " partition(s) still have a replica there\n";
+      last_left = left;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{200});
+  }
+  fail(make_error(ec::request_timed_out,
+                  "node " + std::to_string(id)
+                    + " still holds replicas (the moves go on; see cluster "
+                      "describe)"));
+  return 1;
+}
+
 // -- partition reassign ------------------------------------------------------------
 
 int partition_reassign(context& ctx) {
@@ -917,7 +960,9 @@ int cluster_describe(context& ctx) {
                            {"http_port", n.http_port},
                            {"metrics_port", n.metrics_port},
                            {"alive", n.alive},
-                           {"controller", n.controller}});
+                           {"controller", n.controller},
+                           {"role", n.voter ? "voter" : "broker"},
+                           {"removing", n.removing}});
     json topics = json::array();
     for (auto& t : c.topics)
       topics.push_back(to_json(t));
@@ -955,11 +1000,13 @@ int cluster_describe(context& ctx) {
     auto endpoint = n.host.find(':') != std::string::npos
                       ? "[" + n.host + "]:" + std::to_string(n.port)
                       : n.host + ":" + std::to_string(n.port);
-    rows.push_back({std::to_string(n.id), endpoint, port_text(n.http_port),
-                    port_text(n.metrics_port), n.alive ? "yes" : "no",
-                    n.controller ? "*" : ""});
+    rows.push_back({std::to_string(n.id),
+                    std::string{n.voter ? "voter" : "broker"}
+                      + (n.removing ? " (removing)" : ""),
+                    endpoint, port_text(n.http_port), port_text(n.metrics_port),
+                    n.alive ? "yes" : "no", n.controller ? "*" : ""});
   }
-  print_table({"NODE", "ENDPOINT", "HTTP", "METRICS", "ALIVE", "CONTROLLER"}, rows);
+  print_table({"NODE", "ROLE", "ENDPOINT", "HTTP", "METRICS", "ALIVE", "CONTROLLER"}, rows);
   std::cout << '\n';
   rows.clear();
   auto ints_text = [](const std::vector<int32_t>& xs) {
@@ -1095,6 +1142,18 @@ int main(int argc, char** argv) {
     "describe", "cluster id, controller, Raft term, the nodes and every partition's "
                 "leader, epoch, replicas, ISR and offsets");
   c_describe->callback([&] { run = cluster_describe; });
+  auto c_remove = cluster->add_subcommand(
+    "remove-node", "remove a broker-only node: the controller moves every "
+                   "replica it holds to the other brokers (new replicas catch "
+                   "up while the partitions serve traffic, leaders move within "
+                   "the ISR), then unregisters it; stop its ferryd afterwards. "
+                   "Raft voters (--voters) are fixed and cannot be removed");
+  c_remove->add_option("node", opt.node, "the node id")->required()
+    ->check(CLI::NonNegativeNumber);
+  c_remove->add_flag("--no-wait", opt.no_wait,
+                     "return once the removal started (default: wait up to "
+                     "--request-timeout until the node left)");
+  c_remove->callback([&] { run = cluster_remove_node; });
 
   auto partition = app.add_subcommand("partition", "partition replicas");
   partition->require_subcommand(1);

@@ -1053,7 +1053,9 @@ json to_json(const cluster_description& x) {
                          {"httpPort", n.http_port},
                          {"metricsPort", n.metrics_port},
                          {"alive", n.alive},
-                         {"controller", n.controller}});
+                         {"controller", n.controller},
+                         {"role", n.voter ? "voter" : "broker"},
+                         {"removing", n.removing}});
   json topics = json::array();
   for (auto& t : x.topics)
     topics.push_back(to_json(t));

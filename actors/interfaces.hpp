@@ -178,12 +178,17 @@ struct node_info {
   uint16_t metrics_port = 0;
   bool alive = true;
   bool controller = false;
+  /// A Raft voter (--voters); false: a broker-only node.
+  bool voter = true;
+  /// Being removed (ferryctl cluster remove-node): its replicas move away.
+  bool removing = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("ferry::node_info"), x.id, x.host, x.port,
-           x.http_port, x.metrics_port, x.alive, x.controller);
+           x.http_port, x.metrics_port, x.alive, x.controller, x.voter,
+           x.removing);
 }
 
 /// What `cluster describe` shows.
@@ -982,6 +987,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::isr_change>))
   CAF_ADD_ATOM(ferry, ferry, broker_atom, "broker")
   CAF_ADD_ATOM(ferry, ferry, isr_atom, "isr")
+  // Broker-only nodes (observers of the metadata log).
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_log_chunk))
 CAF_END_TYPE_ID_BLOCK(ferry)
 
 // -- typed actor interfaces -----------------------------------------------------
@@ -1031,7 +1038,14 @@ using metadata_actor = caf::typed_actor<
   caf::replies_to<assign_atom, isr_change>::with<partition_assignment>,
   /// The listener receives (update_atom, std::vector<topic_metadata>) with
   /// the full topic list now and after every change.
-  caf::reacts_to<subscribe_atom, caf::actor>>;
+  caf::reacts_to<subscribe_atom, caf::actor>,
+  /// Removes broker-only node `id` (ferryctl cluster remove-node): every
+  /// replica it holds moves to another broker (like a reassign, completed
+  /// by the controller), then it is unregistered. Answers its registration
+  /// at the start. invalid_request for a voter or an unknown broker,
+  /// policy_violation when too few brokers would be left for a partition's
+  /// replication factor.
+  caf::replies_to<delete_atom, broker_atom, int32_t>::with<broker_registration>>;
 
 /// One hosted partition replica (leader role; the follower role comes with
 /// replication). Appends with group commit: produce requests queue up, one
@@ -1154,6 +1168,12 @@ using broker_actor = caf::typed_actor<
   caf::replies_to<assign_atom, isr_change>::with<partition_assignment>,
   /// Cluster: a Raft message from a peer, for this node's quorum member.
   caf::reacts_to<raft_atom, raft_message>,
+  /// Cluster: removes a broker-only node (see metadata_actor).
+  caf::replies_to<delete_atom, broker_atom, int32_t>::with<broker_registration>,
+  /// Cluster: committed metadata log entries after an index, for a
+  /// broker-only node (answered by this node's quorum member; not_leader on
+  /// a broker-only node).
+  caf::replies_to<fetch_atom, raft_atom, uint64_t>::with<raft_log_chunk>,
   /// Internal: the link to peer node `id` is up (its broker handle) or down
   /// (a null handle).
   caf::reacts_to<connect_atom, int32_t, caf::actor>,
@@ -1254,7 +1274,10 @@ using raft_actor = caf::typed_actor<
   /// Sets (or replaces, after a reconnect) the handle of peer `id`.
   caf::reacts_to<connect_atom, int32_t, caf::actor>,
   /// Internal: the Raft clock.
-  caf::reacts_to<tick_atom>>;
+  caf::reacts_to<tick_atom>,
+  /// The committed entries after an index (at most 256), for an observer
+  /// (raft_log_chunk). An observer itself answers not_leader.
+  caf::replies_to<fetch_atom, raft_atom, uint64_t>::with<raft_log_chunk>>;
 
 } // namespace ferry
 

@@ -291,6 +291,13 @@ local_metadata(metadata_actor::stateful_pointer<local_metadata_state> self,
                           + std::to_string(tp.partition.value)
                           + ": a single-node cluster has one broker");
     },
+    [](delete_atom, broker_atom,
+       int32_t id) -> caf::result<broker_registration> {
+      return make_error(ec::policy_violation,
+                        "cannot remove node " + std::to_string(id)
+                          + ": a single-node cluster has one broker (start "
+                            "ferryd with --voters to run a cluster)");
+    },
     [self](subscribe_atom, const caf::actor& listener) {
       if (!listener)
         return;

@@ -276,6 +276,7 @@ void delete_replica_data(self_ptr self, const topic_partition& key) {
 }
 
 void reconcile(self_ptr self);
+void sync_broker_links(self_ptr self);
 
 /// Stops a replica; with `remove` its data goes too. Until it answered, the
 /// partition is in `stopping` and is not started again.
@@ -564,23 +565,48 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
     if (st.machine)
       for (auto& b : st.machine->brokers())
         regs.emplace(b.id, b);
+    std::set<int32_t> removing;
+    if (st.machine)
+      for (auto id : st.machine->removing())
+        removing.insert(id);
+    // The voters (always), then the registered broker-only nodes, by id.
+    std::map<int32_t, node_info> nodes;
     for (auto& v : st.cfg.voters) {
-      if (v.id == st.cfg.node_id) {
-        me.controller = v.id == st.raft_st.leader;
-        cd->nodes.push_back(me);
-        continue;
-      }
       node_info ni;
       ni.id = v.id;
       ni.host = v.host;
       ni.port = v.port;
-      if (auto r = regs.find(v.id); r != regs.end()) {
-        ni.http_port = r->second.http_port;
-        ni.metrics_port = r->second.metrics_port;
+      nodes[v.id] = ni;
+    }
+    for (auto& [id, b] : regs) {
+      if (nodes.count(id) > 0)
+        continue;
+      node_info ni;
+      ni.id = id;
+      ni.host = b.host;
+      ni.port = b.port;
+      ni.voter = false;
+      nodes[id] = ni;
+    }
+    if (nodes.count(st.cfg.node_id) == 0) {
+      me.voter = false; // not registered yet (or removed): still shown
+      nodes[st.cfg.node_id] = me;
+    }
+    for (auto& [id, ni] : nodes) {
+      if (id == st.cfg.node_id) {
+        auto voter = ni.voter;
+        ni = me;
+        ni.voter = voter;
+      } else {
+        if (auto r = regs.find(id); r != regs.end()) {
+          ni.http_port = r->second.http_port;
+          ni.metrics_port = r->second.metrics_port;
+        }
+        ni.alive = st.peers.count(id) > 0;
       }
-      ni.alive = st.peers.count(v.id) > 0;
-      ni.controller = v.id == st.raft_st.leader;
-      cd->nodes.push_back(std::move(ni));
+      ni.controller = id == st.raft_st.leader;
+      ni.removing = removing.count(id) > 0;
+      cd->nodes.push_back(ni);
     }
   }
   cd->topics.resize(topics.size());
@@ -1059,8 +1085,8 @@ void control(self_ptr self) {
   if (!st.creating_state_topic && !st.machine->topic(consumer_state_topic)) {
     topic_config tc;
     tc.partitions = st.cfg.state_partitions;
-    tc.replication_factor = static_cast<int16_t>(
-      std::min<size_t>(3, st.cfg.voters.size()));
+    tc.replication_factor = static_cast<int16_t>(std::max<size_t>(
+      1, std::min<size_t>(3, st.machine->placement().size())));
     st.creating_state_topic = true;
     self
       ->request(st.cfg.metadata, std::chrono::seconds{5}, create_atom_v,
@@ -1106,34 +1132,45 @@ void control(self_ptr self) {
                         tp_name(key.topic, key.partition), err);
             });
   }
-  for (auto& v : st.cfg.voters) {
-    if (v.id == st.cfg.node_id || st.peers.count(v.id) > 0
-        || st.fencing.count(v.id) > 0)
+  // Voters, and the brokers that registered (broker-only nodes).
+  std::set<int32_t> watched;
+  for (auto& v : st.cfg.voters)
+    watched.insert(v.id);
+  for (auto& [id, b] : regs)
+    watched.insert(id);
+  for (auto id : watched) {
+    if (id == st.cfg.node_id || st.peers.count(id) > 0
+        || st.fencing.count(id) > 0)
       continue;
-    auto r = regs.find(v.id);
+    auto r = regs.find(id);
     if (r != regs.end() && r->second.fenced)
       continue;
-    auto d = st.down_since.find(v.id);
+    auto d = st.down_since.find(id);
+    // Never seen: controller_grace after taking over (or after the link
+    // to a new broker was opened).
+    auto seen_from = st.controller_since;
+    if (auto l = st.linked_at.find(id); l != st.linked_at.end())
+      seen_from = std::max(seen_from, l->second);
     auto deadline = d != st.down_since.end()
                       ? d->second + std::chrono::duration_cast<caf::timespan>(
                           st.cfg.fence_after)
-                      : st.controller_since
+                      : seen_from
                           + std::chrono::duration_cast<caf::timespan>(
                             st.cfg.controller_grace);
     if (t_now < deadline)
       continue;
     broker_registration reg;
-    reg.id = v.id;
+    reg.id = id;
     reg.fenced = true;
-    st.fencing.insert(v.id);
-    log::warn("node: controller fences broker {} (unreachable)", v.id);
+    st.fencing.insert(id);
+    log::warn("node: controller fences broker {} (unreachable)", id);
     self
       ->request(st.cfg.metadata, std::chrono::seconds{5}, update_atom_v,
                 broker_atom_v, reg)
-      .then([self, id = v.id](const broker_registration&) {
+      .then([self, id](const broker_registration&) {
               self->state.fencing.erase(id);
             },
-            [self, id = v.id](caf::error& err) {
+            [self, id](caf::error& err) {
               self->state.fencing.erase(id);
               log::warn("node: fencing broker {} failed: {}", id, err);
             });
@@ -1180,39 +1217,114 @@ void cluster_tick(self_ptr self) {
     if (!st.registered || fenced)
       register_self(self);
   }
+  sync_broker_links(self);
   if (is_controller(st))
     control(self);
   self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
 }
 
-/// Spawns the quorum member, raft_metadata over it and the peer links.
+/// Opens (or reopens, after the endpoint changed) the link to node `id`.
+void open_link(self_ptr self, int32_t id, const std::string& host,
+               uint16_t port) {
+  auto& st = self->state;
+  if (auto old = st.links.find(id); old != st.links.end()) {
+    self->send_exit(old->second, caf::exit_reason::user_shutdown);
+    st.peers.erase(id);
+    if (st.raft)
+      self->send(st.raft, connect_atom_v, id, caf::actor{});
+  }
+  connection_config cc;
+  cc.host = host;
+  cc.port = port;
+  cc.backoff_min = std::chrono::milliseconds{100};
+  cc.backoff_max = std::chrono::milliseconds{1000};
+  auto link = spawn_connection(self->system(), cc);
+  auto listener = self->spawn<caf::linked>(peer_listener, id,
+                                           caf::actor_cast<caf::actor>(self));
+  self->send(link, subscribe_atom_v, listener);
+  st.links[id] = link; // never seen yet: controller_grace applies
+  st.link_endpoints[id] = std::make_pair(host, port);
+  st.linked_at[id] = now(self);
+  st.down_since.erase(id);
+}
+
+bool is_voter(const node_state& st, int32_t id) {
+  return std::any_of(st.cfg.voters.begin(), st.cfg.voters.end(),
+                     [id](const raft_voter& v) { return v.id == id; });
+}
+
+/// Links to the registered brokers that are not voters (the voters' links
+/// exist from the start): opened when one registers (again, when its
+/// endpoint changed), closed when it left the cluster.
+void sync_broker_links(self_ptr self) {
+  auto& st = self->state;
+  std::map<int32_t, broker_registration> regs;
+  for (auto& b : st.machine->brokers())
+    if (b.id != st.cfg.node_id && !is_voter(st, b.id) && b.port != 0)
+      regs.emplace(b.id, b);
+  for (auto& [id, b] : regs) {
+    auto ep = st.link_endpoints.find(id);
+    if (ep != st.link_endpoints.end()
+        && ep->second == std::make_pair(b.host, b.port))
+      continue;
+    log::info("node: linking to broker {} at {}:{}", id, b.host, b.port);
+    open_link(self, id, b.host, b.port);
+  }
+  std::vector<int32_t> gone;
+  for (auto& [id, link] : st.links)
+    if (!is_voter(st, id) && regs.count(id) == 0)
+      gone.push_back(id);
+  for (auto id : gone) {
+    log::info("node: broker {} left the cluster; closing its link", id);
+    self->send_exit(st.links[id], caf::exit_reason::user_shutdown);
+    st.links.erase(id);
+    st.link_endpoints.erase(id);
+    st.linked_at.erase(id);
+    st.peers.erase(id);
+    st.down_since.erase(id);
+    if (st.raft)
+      self->send(st.raft, connect_atom_v, id, caf::actor{});
+  }
+  if (!gone.empty())
+    reconcile(self);
+}
+
+/// Spawns the quorum member (a voter) or the observer (a broker-only node),
+/// raft_metadata over it and the links to the voters.
 caf::error start_cluster(self_ptr self) {
   auto& st = self->state;
-  auto storage = raft_storage::open(st.cfg.store->environment());
-  if (!storage)
-    return std::move(storage.error());
   std::vector<int32_t> ids;
-  bool member = false;
-  for (auto& v : st.cfg.voters) {
+  for (auto& v : st.cfg.voters)
     ids.push_back(v.id);
-    member = member || v.id == st.cfg.node_id;
-  }
-  if (!member)
+  bool member = is_voter(st, st.cfg.node_id);
+  if (st.cfg.node_id < 0)
     return make_error(ec::invalid_config,
                       "node id " + std::to_string(st.cfg.node_id)
-                        + " is not in the voter list");
-  auto max_rf = static_cast<int16_t>(std::min<size_t>(ids.size(), 32767));
+                        + " is negative");
+  auto max_rf = static_cast<int16_t>(32767);
   st.machine = std::make_shared<metadata_state_machine>(ids, max_rf);
-  raft_node_config rc;
-  rc.raft.id = st.cfg.node_id;
-  rc.raft.voters = ids;
-  rc.raft.election_ticks = st.cfg.election_ticks;
-  rc.raft.heartbeat_ticks = st.cfg.heartbeat_ticks;
-  rc.raft.seed = std::random_device{}();
-  rc.store = std::shared_ptr<raft_log_store>(std::move(*storage));
-  rc.machine = metadata_state_machine::adapter(st.machine);
-  rc.tick_interval = st.cfg.raft_tick;
-  st.raft = self->spawn(raft_node, std::move(rc));
+  if (member) {
+    auto storage = raft_storage::open(st.cfg.store->environment());
+    if (!storage)
+      return std::move(storage.error());
+    raft_node_config rc;
+    rc.raft.id = st.cfg.node_id;
+    rc.raft.voters = ids;
+    rc.raft.election_ticks = st.cfg.election_ticks;
+    rc.raft.heartbeat_ticks = st.cfg.heartbeat_ticks;
+    rc.raft.seed = std::random_device{}();
+    rc.store = std::shared_ptr<raft_log_store>(std::move(*storage));
+    rc.machine = metadata_state_machine::adapter(st.machine);
+    rc.tick_interval = st.cfg.raft_tick;
+    st.raft = self->spawn(raft_node, std::move(rc));
+  } else {
+    raft_observer_config oc;
+    oc.id = st.cfg.node_id;
+    oc.voters = ids;
+    oc.machine = metadata_state_machine::adapter(st.machine);
+    oc.poll_interval = st.cfg.raft_tick;
+    st.raft = self->spawn(raft_observer, std::move(oc));
+  }
   self->monitor(st.raft);
   self->send(st.raft, subscribe_atom_v, caf::actor_cast<caf::actor>(self));
   raft_metadata_config mc;
@@ -1220,22 +1332,16 @@ caf::error start_cluster(self_ptr self) {
   mc.machine = st.machine;
   st.cfg.metadata = self->spawn(raft_metadata, std::move(mc));
   st.own_metadata = true;
-  for (auto& v : st.cfg.voters) {
-    if (v.id == st.cfg.node_id)
-      continue;
-    connection_config cc;
-    cc.host = v.host;
-    cc.port = v.port;
-    cc.backoff_min = std::chrono::milliseconds{100};
-    cc.backoff_max = std::chrono::milliseconds{1000};
-    auto link = spawn_connection(self->system(), cc);
-    auto listener = self->spawn<caf::linked>(peer_listener, v.id,
-                                             caf::actor_cast<caf::actor>(self));
-    self->send(link, subscribe_atom_v, listener);
-    st.links[v.id] = link; // never seen yet: controller_grace applies
-  }
-  log::info("node: cluster member {} of {} voters", st.cfg.node_id,
-            ids.size());
+  for (auto& v : st.cfg.voters)
+    if (v.id != st.cfg.node_id)
+      open_link(self, v.id, v.host, v.port);
+  if (member)
+    log::info("node: cluster member {} of {} voters", st.cfg.node_id,
+              ids.size());
+  else
+    log::info("node: broker-only node {} (not a voter; {} voters) follows "
+              "the metadata log",
+              st.cfg.node_id, ids.size());
   self->send(self, tick_atom_v);
   return caf::none;
 }
@@ -1956,6 +2062,24 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](raft_atom, raft_message& m) {
       if (self->state.raft)
         self->send(self->state.raft, raft_atom_v, std::move(m));
+    },
+    [self](delete_atom, broker_atom,
+           int32_t id) -> caf::result<broker_registration> {
+      auto rp = self->make_response_promise<broker_registration>();
+      meta_relay(self, rp, std::chrono::seconds{5}, delete_atom_v,
+                 broker_atom_v, id);
+      return rp;
+    },
+    [self](fetch_atom, raft_atom,
+           uint64_t after) -> caf::result<raft_log_chunk> {
+      auto& st = self->state;
+      if (!st.raft)
+        return make_error(ec::not_leader,
+                          "node " + std::to_string(st.cfg.node_id)
+                            + " is not part of a cluster; leader=-1");
+      auto rp = self->make_response_promise<raft_log_chunk>();
+      rp.delegate(st.raft, fetch_atom_v, raft_atom_v, after);
+      return rp;
     },
     [self](connect_atom, int32_t id, const caf::actor& peer) {
       auto& st = self->state;

@@ -268,6 +268,10 @@ struct node_state {
   std::map<int32_t, broker_actor> peers;
   /// When a peer's link went down (controller: fence after fence_after).
   std::map<int32_t, caf::actor_clock::time_point> down_since;
+  /// The endpoint each link connects to and when it was opened (a broker
+  /// never seen gets controller_grace from then).
+  std::map<int32_t, std::pair<std::string, uint16_t>> link_endpoints;
+  std::map<int32_t, caf::actor_clock::time_point> linked_at;
   /// When this node last became the controller.
   caf::actor_clock::time_point controller_since{};
   /// Fences proposed and not answered yet.

@@ -18,8 +18,9 @@ namespace ferry {
 namespace {
 
 constexpr uint8_t command_version = 1;
-/// Version 1: next producer id, topics. Version 2 adds the brokers.
-constexpr uint8_t snapshot_version = 3;
+/// Version 1: next producer id, topics. Version 2 adds the brokers, 3 the
+/// moves in progress, 4 the brokers being removed.
+constexpr uint8_t snapshot_version = 4;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -126,6 +127,10 @@ std::string encode_reassign(const isr_change& ch) {
   return encode_command(metadata_command::reassign, ch);
 }
 
+std::string encode_remove_broker(int32_t id) {
+  return encode_command(metadata_command::remove_broker, id);
+}
+
 caf::expected<broker_registration>
 decode_broker_result(std::string_view result) {
   return decode_result<broker_registration>(result);
@@ -163,8 +168,9 @@ metadata_state_machine::metadata_state_machine(std::vector<int32_t> voters,
                                                int16_t max_replication_factor)
   : voters_(std::move(voters)), max_rf_(max_replication_factor) {
   std::sort(voters_.begin(), voters_.end());
-  auto n = static_cast<int16_t>(std::max<size_t>(voters_.size(), 1));
-  max_rf_ = std::max<int16_t>(1, std::min(max_rf_, n));
+  // Brokers that are not voters may join later: the number of brokers that
+  // can hold replicas is checked per create (check_replication_factor).
+  max_rf_ = std::max<int16_t>(1, max_rf_);
 }
 
 std::shared_ptr<raft_state_machine>
@@ -174,6 +180,125 @@ metadata_state_machine::adapter(std::shared_ptr<metadata_state_machine> m) {
 
 int16_t metadata_state_machine::max_replication_factor() const {
   return max_rf_;
+}
+
+bool metadata_state_machine::voter_locked(int32_t id) const {
+  return std::find(voters_.begin(), voters_.end(), id) != voters_.end();
+}
+
+bool metadata_state_machine::member_locked(int32_t id) const {
+  return voter_locked(id) || brokers_.count(id) > 0;
+}
+
+std::vector<int32_t> metadata_state_machine::placement_locked() const {
+  // Voters count before they registered (they are configured members; a
+  // fresh cluster creates topics while its voters are still registering);
+  // other brokers once registered. Fenced and departing brokers never.
+  std::set<int32_t> ids{voters_.begin(), voters_.end()};
+  for (auto& [id, b] : brokers_)
+    ids.insert(id);
+  std::vector<int32_t> out;
+  for (auto id : ids)
+    if (!fenced_locked(id) && removing_.count(id) == 0)
+      out.push_back(id);
+  return out;
+}
+
+caf::error metadata_state_machine::check_rf_locked(int16_t rf) const {
+  auto n = placement_locked().size();
+  if (rf >= 1 && static_cast<size_t>(rf) > n)
+    return make_error(ec::policy_violation,
+                      "replication factor " + std::to_string(rf)
+                        + " exceeds the " + std::to_string(n)
+                        + " brokers that can hold replicas now (registered, "
+                          "not fenced, not being removed)");
+  return caf::none;
+}
+
+caf::error metadata_state_machine::check_replication_factor(int16_t rf) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return check_rf_locked(rf);
+}
+
+std::vector<int32_t> metadata_state_machine::placement() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return placement_locked();
+}
+
+std::vector<int32_t> metadata_state_machine::removing() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return {removing_.begin(), removing_.end()};
+}
+
+int32_t metadata_state_machine::replacement_locked(
+  const std::vector<int32_t>& replicas) const {
+  // Like placement, but for one seat: the broker holding the fewest
+  // replicas (ties: the lowest id) among those not in the partition yet.
+  std::map<int32_t, size_t> load;
+  for (auto id : placement_locked())
+    load[id] = 0;
+  for (auto& [name, md] : topics_)
+    for (auto& pa : md.partitions)
+      for (auto id : pa.replicas)
+        if (auto i = load.find(id); i != load.end())
+          ++i->second;
+  int32_t best = -1;
+  size_t best_load = 0;
+  for (auto& [id, n] : load) {
+    if (std::find(replicas.begin(), replicas.end(), id) != replicas.end())
+      continue;
+    if (best < 0 || n < best_load) {
+      best = id;
+      best_load = n;
+    }
+  }
+  return best;
+}
+
+void metadata_state_machine::drive_removals_locked(bool& changed) {
+  for (auto it = removing_.begin(); it != removing_.end();) {
+    auto id = *it;
+    bool left = false; // still named somewhere
+    for (auto& [name, md] : topics_) {
+      for (auto& pa : md.partitions) {
+        auto key = std::make_pair(name, pa.partition.value);
+        auto m = moving_.find(key);
+        bool in_replicas = std::find(pa.replicas.begin(), pa.replicas.end(),
+                                     id)
+                           != pa.replicas.end();
+        if (m != moving_.end()) {
+          // A move in progress: wait for it (a target naming the broker is
+          // moved again once it completed).
+          if (in_replicas)
+            left = true;
+          continue;
+        }
+        if (!in_replicas)
+          continue;
+        left = true;
+        auto seat = replacement_locked(pa.replicas);
+        if (seat < 0)
+          continue; // no broker to take the seat now: retried on changes
+        std::vector<int32_t> target = pa.replicas;
+        std::replace(target.begin(), target.end(), id, seat);
+        pa.replicas.push_back(seat);
+        moving_[key] = target;
+        log::info("metadata: removing broker {}: {}/{} moves to broker {}",
+                  id, name, pa.partition.value, seat);
+        changed = true;
+      }
+    }
+    if (left) {
+      ++it;
+      continue;
+    }
+    brokers_.erase(id);
+    log::info("metadata: broker {} holds no replicas any more and left the "
+              "cluster",
+              id);
+    it = removing_.erase(it);
+    changed = true;
+  }
 }
 
 caf::expected<partition_assignment*>
@@ -208,12 +333,12 @@ partition_assignment metadata_state_machine::assignment(int32_t p,
   partition_assignment pa;
   pa.partition = partition_id{p};
   pa.epoch = leader_epoch{0};
-  auto n = voters_.size();
-  for (int16_t k = 0; k < rf && n > 0; ++k)
+  auto ids = placement_locked();
+  auto n = ids.size();
+  for (int16_t k = 0; k < rf && static_cast<size_t>(k) < n; ++k)
     pa.replicas.push_back(
-      voters_[(static_cast<size_t>(p) + static_cast<size_t>(k)) % n]);
-  // Fenced brokers get their replicas (they catch up and join the ISR when
-  // they are back) but neither the leadership nor an ISR seat.
+      ids[(static_cast<size_t>(p) + static_cast<size_t>(k)) % n]);
+  // Placement skips fenced brokers; this only guards the ISR.
   for (auto id : pa.replicas)
     if (!fenced_locked(id))
       pa.isr.push_back(id);
@@ -263,6 +388,10 @@ std::string metadata_state_machine::apply(uint64_t, std::string_view command) {
   std::lock_guard<std::mutex> guard{mtx_};
   bool changed = false;
   auto res = apply_command(command, changed);
+  // Any change may let a removal go on (a move completed, a broker that
+  // can take a seat registered) or finish.
+  if (res && !removing_.empty())
+    drive_removals_locked(changed);
   if (changed)
     notify_locked();
   if (!res)
@@ -295,6 +424,8 @@ metadata_state_machine::apply_command(std::string_view command,
       if (auto err = validate_topic_name(name))
         return err;
       if (auto err = validate_topic_config(tc, max_rf_))
+        return err;
+      if (auto err = check_rf_locked(tc.replication_factor))
         return err;
       if (topics_.count(name) > 0)
         return make_error(ec::topic_exists,
@@ -348,6 +479,8 @@ metadata_state_machine::apply_command(std::string_view command,
                             + std::to_string(n));
       if (auto err = validate_partition_count(n))
         return err;
+      if (auto err = check_rf_locked(i->second.config.replication_factor))
+        return err;
       auto& md = i->second;
       md.config.partitions = n;
       for (int32_t p = have; p < n; ++p)
@@ -366,7 +499,13 @@ metadata_state_machine::apply_command(std::string_view command,
       broker_registration reg;
       if (source(reg) || source.remaining() != 0)
         return bad();
-      if (std::find(voters_.begin(), voters_.end(), reg.id) == voters_.end())
+      if (reg.id < 0)
+        return make_error(ec::invalid_request,
+                          "broker id " + std::to_string(reg.id)
+                            + " is negative");
+      // Voters are members from the start; any other node becomes one by
+      // registering (a broker-only node). Fencing names members only.
+      if (reg.fenced && !member_locked(reg.id))
         return make_error(ec::invalid_request,
                           "broker " + std::to_string(reg.id)
                             + " is not a member of this cluster");
@@ -489,11 +628,16 @@ metadata_state_machine::apply_command(std::string_view command,
         return make_error(ec::invalid_request,
                           "the new replicas of " + where
                             + " name a broker twice");
-      for (auto id : ch.isr)
-        if (!has(voters_, id))
+      for (auto id : ch.isr) {
+        if (!member_locked(id))
           return make_error(ec::invalid_request,
                             "broker " + std::to_string(id)
                               + " is not a member of this cluster");
+        if (removing_.count(id) > 0)
+          return make_error(ec::invalid_request,
+                            "broker " + std::to_string(id)
+                              + " is being removed from the cluster");
+      }
       if (moving_.count(key) > 0)
         return make_error(ec::invalid_request,
                           "a replica move of " + where + " is in progress");
@@ -508,6 +652,55 @@ metadata_state_machine::apply_command(std::string_view command,
       changed = true;
       return encode_ok(pa);
     }
+    case metadata_command::remove_broker: {
+      int32_t id = -1;
+      if (source(id) || source.remaining() != 0)
+        return bad();
+      auto who = "node " + std::to_string(id);
+      if (voter_locked(id))
+        return make_error(ec::invalid_request,
+                          who + " is a Raft voter: the voters are fixed in "
+                                "this version (--voters) and cannot be "
+                                "removed; only broker-only nodes can");
+      auto b = brokers_.find(id);
+      if (b == brokers_.end())
+        return make_error(ec::invalid_request,
+                          who + " is not a registered broker of this cluster");
+      if (removing_.count(id) > 0)
+        return encode_ok(b->second); // already leaving
+      // The brokers left must be able to hold every partition it has a
+      // replica of.
+      auto left = placement_locked();
+      left.erase(std::remove(left.begin(), left.end(), id), left.end());
+      for (auto& [name, md] : topics_)
+        for (auto& pa : md.partitions) {
+          bool named = std::find(pa.replicas.begin(), pa.replicas.end(), id)
+                       != pa.replicas.end();
+          auto m = moving_.find(std::make_pair(name, pa.partition.value));
+          if (m != moving_.end())
+            named = named
+                    || std::find(m->second.begin(), m->second.end(), id)
+                         != m->second.end();
+          if (named
+              && left.size()
+                   < static_cast<size_t>(md.config.replication_factor))
+            return make_error(
+              ec::policy_violation,
+              "removing " + who + " would leave "
+                + std::to_string(left.size())
+                + " brokers that can hold replicas, fewer than the "
+                  "replication factor "
+                + std::to_string(md.config.replication_factor) + " of "
+                + name + "/" + std::to_string(pa.partition.value));
+        }
+      removing_.insert(id);
+      auto reg = b->second;
+      log::info("metadata: removing broker {} from the cluster", id);
+      changed = true;
+      // drive_removals_locked (after this command) starts its moves, or
+      // unregisters it at once when it holds nothing.
+      return encode_ok(reg);
+    }
   }
   return make_error(ec::invalid_request, "unknown metadata command kind "
                                            + std::to_string(command[1]));
@@ -521,8 +714,9 @@ std::string metadata_state_machine::snapshot() {
   for (auto& [id, b] : brokers_)
     brokers.push_back(b);
   auto moves = reassignments_locked();
+  std::vector<int32_t> removing{removing_.begin(), removing_.end()};
   return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
-                   next, list, brokers, moves);
+                   next, list, brokers, moves, removing);
 }
 
 caf::error metadata_state_machine::restore(uint64_t index,
@@ -535,11 +729,13 @@ caf::error metadata_state_machine::restore(uint64_t index,
   std::vector<topic_metadata> list;
   std::vector<broker_registration> brokers;
   std::vector<isr_change> moves;
+  std::vector<int32_t> removing;
   caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
   auto version = static_cast<uint8_t>(s[0]);
   bool bad = version == 1   ? bool{source(next, list)}
              : version == 2 ? bool{source(next, list, brokers)}
-                            : bool{source(next, list, brokers, moves)};
+             : version == 3 ? bool{source(next, list, brokers, moves)}
+                            : bool{source(next, list, brokers, moves, removing)};
   if (bad || source.remaining() != 0)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot at " + std::to_string(index)
@@ -554,6 +750,7 @@ caf::error metadata_state_machine::restore(uint64_t index,
   moving_.clear();
   for (auto& m : moves)
     moving_[std::make_pair(m.topic, m.partition.value)] = m.isr;
+  removing_ = {removing.begin(), removing.end()};
   next_producer_id_ = next;
   log::info("metadata: restored {} topics from the snapshot at {}",
             topics_.size(), index);
@@ -715,6 +912,9 @@ raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
       if (auto err = validate_topic_config(
             tc, self->state.cfg.machine->max_replication_factor()))
         return err;
+      if (auto err = self->state.cfg.machine->check_replication_factor(
+            tc.replication_factor))
+        return err;
       return propose_topic(self, encode_create_topic(name, tc));
     },
     [self](delete_atom, topic_atom,
@@ -762,6 +962,11 @@ raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
            const isr_change& ch) -> caf::result<partition_assignment> {
       return propose<partition_assignment>(self, encode_reassign(ch),
                                            decode_assignment_result);
+    },
+    [self](delete_atom, broker_atom,
+           int32_t id) -> caf::result<broker_registration> {
+      return propose<broker_registration>(self, encode_remove_broker(id),
+                                          decode_broker_result);
     },
     [self](subscribe_atom, const caf::actor& listener) {
       if (!listener)

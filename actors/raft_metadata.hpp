@@ -75,6 +75,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,6 +95,7 @@ enum class metadata_command : uint8_t {
   broker = 6,
   isr = 7,
   reassign = 8,
+  remove_broker = 9,
 };
 
 /// Command encoders (see the file comment).
@@ -108,6 +110,8 @@ std::string encode_broker(const broker_registration& reg);
 std::string encode_isr_change(const isr_change& ch);
 /// A replica move (target in ch.isr; empty: complete the move).
 std::string encode_reassign(const isr_change& ch);
+/// Removes a broker-only node (ferryctl cluster remove-node).
+std::string encode_remove_broker(int32_t id);
 
 /// Result decoders: the value, or the ferry error apply() returned.
 caf::expected<topic_metadata> decode_topic_result(std::string_view result);
@@ -141,8 +145,16 @@ public:
   /// Replica moves in progress (topic, partition, target in isr).
   std::vector<isr_change> reassignments() const;
   caf::expected<topic_metadata> topic(const std::string& name) const;
-  /// The largest replication factor a create accepts.
+  /// The largest replication factor the configuration allows (the number
+  /// of brokers that can hold replicas is checked separately).
   int16_t max_replication_factor() const;
+  /// policy_violation when fewer brokers than `rf` can hold replicas now.
+  caf::error check_replication_factor(int16_t rf) const;
+  /// The brokers new replicas go to, by id: voters and registered brokers,
+  /// without the fenced ones and those being removed.
+  std::vector<int32_t> placement() const;
+  /// Brokers being removed (their replicas are moving away).
+  std::vector<int32_t> removing() const;
   /// Sets the sender of topic updates (the raft_metadata actor; held weakly).
   void set_sender(caf::actor_addr sender);
   /// Adds a listener and sends it the current topic list.
@@ -155,6 +167,19 @@ private:
   caf::expected<std::string> apply_command(std::string_view command,
                                            bool& changed);
   bool fenced_locked(int32_t id) const;
+  bool voter_locked(int32_t id) const;
+  /// A voter or a registered broker.
+  bool member_locked(int32_t id) const;
+  std::vector<int32_t> placement_locked() const;
+  caf::error check_rf_locked(int16_t rf) const;
+  /// The broker that takes a seat given up by a departing one: the
+  /// placement broker holding the fewest replicas (then the lowest id) that
+  /// is not in `replicas`; -1: none.
+  int32_t replacement_locked(const std::vector<int32_t>& replicas) const;
+  /// Starts the moves off departing brokers (one per partition that names
+  /// one and is not moving) and unregisters those that hold nothing any
+  /// more. Runs after every successful command.
+  void drive_removals_locked(bool& changed);
   /// The first ISR member other than `except` that is not fenced; -1: none
   /// (leadership is elected from the ISR only).
   int32_t first_live_locked(const std::vector<int32_t>& isr,
@@ -181,6 +206,9 @@ private:
   std::map<int32_t, broker_registration> brokers_;
   /// Moves in progress by (topic, partition): the target replicas.
   std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> moving_;
+  /// Brokers being removed (remove_broker): they leave brokers_ once no
+  /// partition names them.
+  std::set<int32_t> removing_;
   std::vector<caf::actor> subscribers_;
   caf::actor_addr sender_;
 };

@@ -139,6 +139,9 @@ raft_actor::behavior_type raft_node(self_ptr self, raft_node_config cfg) {
       [](subscribe_atom, const caf::actor&) {},
       [](connect_atom, int32_t, const caf::actor&) {},
       [](tick_atom) {},
+      [](fetch_atom, raft_atom, uint64_t) -> caf::result<raft_log_chunk> {
+        return make_error(ec::log_closed, "raft node failed to start");
+      },
     };
   }
   st.core = std::move(*core);
@@ -189,6 +192,193 @@ raft_actor::behavior_type raft_node(self_ptr self, raft_node_config cfg) {
       self->state.core->tick();
       flush(self);
       self->delayed_send(self, self->state.cfg.tick_interval, tick_atom_v);
+    },
+    [self](fetch_atom, raft_atom, uint64_t after) -> raft_log_chunk {
+      return self->state.core->committed_after(after, observer_chunk_entries);
+    },
+  };
+}
+
+// -- raft_observer ------------------------------------------------------------
+
+namespace {
+
+using observer_ptr = raft_actor::stateful_pointer<raft_observer_state>;
+
+raft_status observer_status(observer_ptr self) {
+  auto& st = self->state;
+  raft_status s;
+  s.id = st.cfg.id;
+  s.role = raft_role::follower;
+  s.term = st.term;
+  s.leader = st.leader;
+  s.commit_index = std::max(st.commit, st.last_applied);
+  s.last_applied = st.last_applied;
+  s.last_log_index = st.last_applied;
+  s.snapshot_index = st.snapshot_index;
+  return s;
+}
+
+void observer_report(observer_ptr self) {
+  auto& st = self->state;
+  auto s = observer_status(self);
+  if (s.term == st.reported.term && s.leader == st.reported.leader)
+    return;
+  st.reported = s;
+  for (auto& sub : st.subscribers)
+    caf::anon_send(sub, update_atom_v, s);
+}
+
+void observer_fetch(observer_ptr self);
+
+/// Applies a chunk; false when the state machine refused a snapshot (the
+/// actor stopped).
+bool observer_apply(observer_ptr self, raft_log_chunk& c) {
+  auto& st = self->state;
+  if (c.snapshot.index > st.last_applied) {
+    if (auto err = st.cfg.machine->restore(c.snapshot.index,
+                                           c.snapshot.data)) {
+      log::error("raft observer {}: snapshot at {} does not restore: {}",
+                 st.cfg.id, c.snapshot.index, describe(err));
+      self->quit(std::move(err));
+      return false;
+    }
+    st.last_applied = c.snapshot.index;
+    st.snapshot_index = c.snapshot.index;
+  }
+  for (size_t k = 0; k < c.entries.size(); ++k) {
+    auto index = c.first + k;
+    if (index <= st.last_applied)
+      continue;
+    if (index != st.last_applied + 1)
+      break; // cannot happen: chunks are contiguous
+    auto& e = c.entries[k];
+    if (e.kind == raft_entry_kind::command)
+      st.cfg.machine->apply(index, e.data);
+    st.last_applied = index;
+  }
+  // A lagging voter may know an older term only: the newest view wins.
+  if (c.term > st.term || (c.term == st.term && c.leader >= 0)) {
+    st.term = c.term;
+    st.leader = c.leader;
+  }
+  st.commit = std::max(st.commit, c.commit);
+  return true;
+}
+
+/// The voter to ask: the leader while it answers, else the next voter with a
+/// handle in turn.
+int32_t observer_source(observer_ptr self) {
+  auto& st = self->state;
+  if (st.leader >= 0 && !st.leader_failed && st.cfg.peers.count(st.leader) > 0
+      && st.cfg.peers[st.leader])
+    return st.leader;
+  auto n = st.cfg.voters.size();
+  for (size_t k = 0; k < n; ++k) {
+    auto id = st.cfg.voters[(st.rotation + k) % n];
+    auto p = st.cfg.peers.find(id);
+    if (p != st.cfg.peers.end() && p->second) {
+      st.rotation = (st.rotation + k) % n;
+      return id;
+    }
+  }
+  return -1;
+}
+
+void observer_fetch(observer_ptr self) {
+  auto& st = self->state;
+  if (st.fetching)
+    return;
+  auto id = observer_source(self);
+  if (id < 0)
+    return;
+  st.fetching = true;
+  self
+    ->request(st.cfg.peers[id], st.cfg.request_timeout, fetch_atom_v,
+              raft_atom_v, st.last_applied)
+    .then(
+      [self, id](raft_log_chunk& c) {
+        auto& st = self->state;
+        st.fetching = false;
+        if (id == st.leader)
+          st.leader_failed = false;
+        if (!observer_apply(self, c))
+          return;
+        if (c.leader != id && c.leader >= 0)
+          st.leader_failed = false; // try the leader it named
+        observer_report(self);
+        // More committed entries than one chunk: go on at once.
+        if (st.last_applied < c.commit && !c.entries.empty())
+          observer_fetch(self);
+      },
+      [self, id](caf::error& err) {
+        auto& st = self->state;
+        st.fetching = false;
+        log::debug("raft observer {}: fetch from {} failed: {}", st.cfg.id,
+                   id, describe(err));
+        if (id == st.leader)
+          st.leader_failed = true;
+        ++st.rotation;
+      });
+}
+
+} // namespace
+
+raft_actor::behavior_type raft_observer(observer_ptr self,
+                                        raft_observer_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  std::sort(st.cfg.voters.begin(), st.cfg.voters.end());
+  if (!st.cfg.machine || st.cfg.voters.empty()) {
+    log::error("raft observer {}: state machine and voters needed",
+               st.cfg.id);
+    self->quit(make_error(ec::invalid_argument,
+                          "raft observer: state machine and voters needed"));
+  }
+  st.reported.role = raft_role::follower;
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& subs = self->state.subscribers;
+    subs.erase(std::remove(subs.begin(), subs.end(), msg.source), subs.end());
+  });
+  self->delayed_send(self, st.cfg.poll_interval, tick_atom_v);
+  return {
+    [](raft_atom, const raft_message&) {
+      // Observers take no part in elections or replication.
+    },
+    [self](propose_atom, const std::string&) -> caf::result<raft_applied> {
+      return make_error(ec::not_leader,
+                        "node " + std::to_string(self->state.cfg.id)
+                          + " is not a voter; leader="
+                          + std::to_string(self->state.leader));
+    },
+    [self](status_atom) -> caf::result<raft_status> {
+      return observer_status(self);
+    },
+    [self](subscribe_atom, const caf::actor& listener) {
+      if (!listener)
+        return;
+      self->monitor(listener);
+      self->state.subscribers.push_back(listener);
+      caf::anon_send(listener, update_atom_v, observer_status(self));
+    },
+    [self](connect_atom, int32_t id, const caf::actor& peer) {
+      auto& st = self->state;
+      if (std::find(st.cfg.voters.begin(), st.cfg.voters.end(), id)
+          == st.cfg.voters.end())
+        return; // only voters have the log
+      st.cfg.peers[id] = peer;
+      if (id == st.leader && peer)
+        st.leader_failed = false;
+    },
+    [self](tick_atom) {
+      observer_fetch(self);
+      self->delayed_send(self, self->state.cfg.poll_interval, tick_atom_v);
+    },
+    [self](fetch_atom, raft_atom, uint64_t) -> caf::result<raft_log_chunk> {
+      return make_error(ec::not_leader,
+                        "node " + std::to_string(self->state.cfg.id)
+                          + " is not a voter and has no metadata log; leader="
+                          + std::to_string(self->state.leader));
     },
   };
 }

@@ -36,6 +36,22 @@
 //
 // Failure: a storage error (or a failing restore) stops the actor with that
 // error; committed data is safe in the store and a respawn continues.
+//
+// Observers (raft_observer below): a node that is not a voter (a
+// broker-only node) still needs the replicated metadata. It runs a
+// raft_observer instead of a raft_node: same raft_actor interface, but it
+// takes no part in Raft at all (never votes, never campaigns, never counts
+// in a majority, keeps no log). Every poll_interval it asks one voter for
+// the committed entries after its last applied index ((fetch_atom,
+// raft_atom, index), answered by raft_node from raft_core::committed_after:
+// the snapshot first when those entries were compacted away) and applies
+// them to its state machine. Committed entries are final, so any voter may
+// answer: it asks the leader the voters name, and the next voter in turn
+// when that one fails. It starts empty (nothing durable): a restarted
+// observer fetches the snapshot and the log again. Its status has the
+// leader, term and commit index of the newest answer, so "applied reached
+// commit" means it caught up with what that voter knew; propose answers
+// not_leader with "leader=<id>" (the caller forwards writes there).
 
 #include "actors/interfaces.hpp"
 #include "broker/raft_core.hpp"
@@ -108,5 +124,48 @@ struct raft_node_state {
 raft_actor::behavior_type
 raft_node(raft_actor::stateful_pointer<raft_node_state> self,
           raft_node_config cfg);
+
+/// At most this many entries per answer to an observer's fetch.
+constexpr size_t observer_chunk_entries = 256;
+
+struct raft_observer_config {
+  /// This node's id (not a voter).
+  int32_t id = -1;
+  /// The voters' ids: only they are asked.
+  std::vector<int32_t> voters;
+  /// What the committed commands are applied to.
+  std::shared_ptr<raft_state_machine> machine;
+  /// Voter id -> an actor answering (fetch_atom, raft_atom, uint64_t) for
+  /// it (production: the voter's node; tests: the raft_node itself).
+  /// Replaced with connect_atom (a null handle: the link is down).
+  std::map<int32_t, caf::actor> peers;
+  /// How often it asks for new entries.
+  caf::timespan poll_interval = std::chrono::milliseconds{50};
+  /// How long one fetch may take before the next voter is asked.
+  caf::timespan request_timeout = std::chrono::seconds{1};
+};
+
+struct raft_observer_state {
+  raft_observer_config cfg;
+  uint64_t last_applied = 0;
+  uint64_t snapshot_index = 0;
+  /// The newest term, leader and commit index the voters told.
+  uint64_t term = 0;
+  int32_t leader = -1;
+  uint64_t commit = 0;
+  bool fetching = false;
+  /// The leader did not answer the last fetch: ask the others in turn.
+  bool leader_failed = false;
+  size_t rotation = 0;
+  std::vector<caf::actor> subscribers;
+  raft_status reported;
+  static inline const char* name = "raft-observer";
+};
+
+/// A non-voting follower of the metadata log (see "Observers" above).
+/// @pre cfg.machine set, cfg.voters not empty.
+raft_actor::behavior_type
+raft_observer(raft_actor::stateful_pointer<raft_observer_state> self,
+              raft_observer_config cfg);
 
 } // namespace ferry

@@ -277,8 +277,10 @@ int main(int argc, char** argv) {
                  "cluster mode: every voter of the Raft metadata quorum as "
                  "id@host:port (its CAF port), comma-separated, e.g. "
                  "1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103; this "
-                 "node's entry gives its --port unless set. Empty: a "
-                 "single node with local metadata");
+                 "node's entry gives its --port unless set. A --node-id not "
+                 "in the list starts a broker-only node (not a voter: it "
+                 "follows the metadata log, registers and hosts replicas). "
+                 "Empty: a single node with local metadata");
   app.add_option("--log-level", opt.log_level,
                  "trace, debug, info, warn, error, critical or off")
     ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning",
@@ -315,12 +317,16 @@ int main(int argc, char** argv) {
     auto me = std::find_if(voters.begin(), voters.end(), [&](auto& v) {
       return v.id == opt.node_id;
     });
-    if (node_id_opt->count() == 0 || me == voters.end()) {
-      std::fprintf(stderr,
-                   "ferryd: --voters needs --node-id naming one of them\n");
+    if (node_id_opt->count() == 0) {
+      std::fprintf(stderr, "ferryd: --voters needs --node-id (one of the "
+                           "voters, or another id for a broker-only node)\n");
       return 2;
     }
-    if (port_opt->count() == 0)
+    if (me == voters.end()) {
+      // A broker-only node: it follows the voters' metadata log and hosts
+      // replicas, but does not vote. Its endpoint is --host/--port (0: a
+      // free port, registered once published).
+    } else if (port_opt->count() == 0)
       opt.port = me->port;
     else if (opt.port != me->port) {
       std::fprintf(stderr,

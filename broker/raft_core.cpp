@@ -134,6 +134,22 @@ raft_status raft_core::status() const {
   return s;
 }
 
+raft_log_chunk raft_core::committed_after(uint64_t after, size_t max) const {
+  raft_log_chunk out;
+  out.from = cfg_.id;
+  out.term = hard_.term;
+  out.leader = leader_;
+  out.commit = commit_;
+  if (after < snap_.index) {
+    out.snapshot = snap_;
+    after = snap_.index;
+  }
+  out.first = after + 1;
+  for (auto i = after + 1; i <= commit_ && out.entries.size() < max; ++i)
+    out.entries.push_back(log_[i - snap_.index - 1]);
+  return out;
+}
+
 std::vector<raft_message> raft_core::take_messages() {
   return std::exchange(out_, {});
 }

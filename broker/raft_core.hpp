@@ -126,6 +126,11 @@ public:
   /// Messages queued since the last call.
   std::vector<raft_message> take_messages();
 
+  /// What an observer that has applied up to `after` needs next: the
+  /// snapshot when `after` lies before it, then at most `max` committed
+  /// entries from after + 1 (or from the snapshot). Read-only.
+  raft_log_chunk committed_after(uint64_t after, size_t max) const;
+
   /// What became committed since the last call.
   raft_commit_batch take_committed();
 

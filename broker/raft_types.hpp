@@ -164,4 +164,30 @@ typename Inspector::result_type inspect(Inspector& f, raft_applied& x) {
   return f(caf::meta::type_name("ferry::raft_applied"), x.index, x.result);
 }
 
+/// Committed log entries as a voter hands them to an observer (a node that
+/// is not a voter: it pulls the metadata log and applies it, see
+/// actors/raft_node.hpp, raft_observer). Everything here is committed, so
+/// any voter may answer, the leader or a lagging follower alike.
+struct raft_log_chunk {
+  /// The answering voter's id, term, known leader (-1 none) and commit
+  /// index.
+  int32_t from = -1;
+  uint64_t term = 0;
+  int32_t leader = -1;
+  uint64_t commit = 0;
+  /// Set (index > 0) when the entries the observer asked for were compacted
+  /// away: restore it first; `entries` continue after it.
+  raft_snapshot snapshot;
+  /// Index of entries[0].
+  uint64_t first = 0;
+  /// Committed entries, no-ops included (they keep the indexes contiguous).
+  std::vector<raft_entry> entries;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, raft_log_chunk& x) {
+  return f(caf::meta::type_name("ferry::raft_log_chunk"), x.from, x.term,
+           x.leader, x.commit, x.snapshot, x.first, x.entries);
+}
+
 } // namespace ferry
