@@ -15,6 +15,7 @@
 #include "broker/topic_config.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/binary_serializer.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -22,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -594,10 +596,15 @@ TEST(MetadataMachine, FencingMovesLeadershipWithinTheIsrOnly) {
     EXPECT_EQ(pa.leader, 3) << "partition " << pa.partition.value;
     EXPECT_EQ(pa.isr, std::vector<int32_t>{3});
   }
-  // Not a voter.
-  auto stranger = decode_broker_result(m.apply(++i, encode_broker(reg_of(7, false))));
-  ASSERT_FALSE(stranger);
-  EXPECT_TRUE(is(stranger.error(), ec::invalid_request));
+  // Not a voter: a broker-only node joins by registering; fencing a node
+  // that never registered is refused.
+  auto fence_stranger = decode_broker_result(m.apply(++i, encode_broker(reg_of(8, true))));
+  ASSERT_FALSE(fence_stranger);
+  EXPECT_TRUE(is(fence_stranger.error(), ec::invalid_request));
+  auto joined = decode_broker_result(m.apply(++i, encode_broker(reg_of(7, false))));
+  ASSERT_TRUE(joined) << describe(joined.error());
+  EXPECT_EQ(joined->id, 7);
+  EXPECT_EQ(m.brokers().size(), 4u);
 }
 
 TEST(MetadataMachine, IsrChangesComeFromTheCurrentLeaderInItsEpoch) {
@@ -706,4 +713,246 @@ TEST(MetadataMachine, ReplicaMoveAddsTheTargetThenCompletesOnceItCaughtUp) {
   EXPECT_EQ(finished->leader, 2);
   EXPECT_EQ(finished->epoch, leader_epoch{1});
   EXPECT_TRUE(m.reassignments().empty());
+}
+
+// -- broker-only nodes: placement over brokers, removal --------------------------
+
+namespace {
+
+topic_config rf_config(int32_t partitions, int16_t rf) {
+  topic_config tc;
+  tc.partitions = partitions;
+  tc.replication_factor = rf;
+  return tc;
+}
+
+/// The ISR change a partition's leader would make once `id` caught up.
+isr_change grown(const partition_assignment& pa, const std::string& topic,
+                 int32_t id) {
+  isr_change ch;
+  ch.topic = topic;
+  ch.partition = pa.partition;
+  ch.leader = pa.leader;
+  ch.epoch = pa.epoch;
+  ch.isr = pa.isr;
+  ch.isr.push_back(id);
+  return ch;
+}
+
+/// Plays the leaders and the controller until no move is left: every
+/// target replica joins the ISR, then the move completes.
+void finish_moves(metadata_state_machine& m, uint64_t& i) {
+  for (int round = 0; round < 20 && !m.reassignments().empty(); ++round) {
+    for (auto& mv : m.reassignments()) {
+      auto pa = m.topic(mv.topic)->partitions[static_cast<size_t>(mv.partition.value)];
+      for (auto id : mv.isr)
+        if (std::find(pa.isr.begin(), pa.isr.end(), id) == pa.isr.end()) {
+          auto r = decode_assignment_result(m.apply(++i, encode_isr_change(grown(pa, mv.topic, id))));
+          ASSERT_TRUE(r) << describe(r.error());
+          pa = *r;
+        }
+      isr_change done;
+      done.topic = mv.topic;
+      done.partition = mv.partition;
+      auto r = decode_assignment_result(m.apply(++i, encode_reassign(done)));
+      ASSERT_TRUE(r) << describe(r.error());
+    }
+  }
+  EXPECT_TRUE(m.reassignments().empty());
+}
+
+bool names(const topic_metadata& md, int32_t id) {
+  for (auto& pa : md.partitions)
+    if (std::find(pa.replicas.begin(), pa.replicas.end(), id) != pa.replicas.end()
+        || std::find(pa.isr.begin(), pa.isr.end(), id) != pa.isr.end()
+        || pa.leader == id)
+      return true;
+  return false;
+}
+
+} // namespace
+
+TEST(MetadataMachine, PlacementSpreadsOverRegisteredBrokersIncludingBrokerOnlyNodes) {
+  metadata_state_machine m{{1, 2, 3}, 32767};
+  uint64_t i = 0;
+  // Before any broker-only node registered: the voters only; RF 4 refused
+  // with a clear error.
+  auto too_big = decode_topic_result(m.apply(++i, encode_create_topic("big", rf_config(1, 4))));
+  ASSERT_FALSE(too_big);
+  EXPECT_TRUE(is(too_big.error(), ec::policy_violation));
+  EXPECT_NE(describe(too_big.error()).find("exceeds the 3 brokers"), std::string::npos)
+    << describe(too_big.error());
+  EXPECT_TRUE(m.check_replication_factor(4));
+  for (int32_t id : {1, 2, 3, 4})
+    ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_broker(reg_of(id, false)))));
+  EXPECT_EQ(m.placement(), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_FALSE(m.check_replication_factor(4));
+  auto md = decode_topic_result(m.apply(++i, encode_create_topic("t", rf_config(4, 2))));
+  ASSERT_TRUE(md) << describe(md.error());
+  EXPECT_EQ(md->partitions[0].replicas, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(md->partitions[1].replicas, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(md->partitions[2].replicas, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(md->partitions[3].replicas, (std::vector<int32_t>{4, 1}));
+  EXPECT_EQ(md->partitions[3].leader, 4); // the broker-only node leads
+  EXPECT_EQ(md->partitions[3].isr, (std::vector<int32_t>{4, 1}));
+  // A fenced broker gets no new replicas; RF 4 no longer fits.
+  m.apply(++i, encode_broker(reg_of(2, true)));
+  EXPECT_EQ(m.placement(), (std::vector<int32_t>{1, 3, 4}));
+  auto u = decode_topic_result(m.apply(++i, encode_create_topic("u", rf_config(3, 3))));
+  ASSERT_TRUE(u) << describe(u.error());
+  for (auto& pa : u->partitions) {
+    EXPECT_EQ(std::count(pa.replicas.begin(), pa.replicas.end(), 2), 0);
+    EXPECT_EQ(pa.replicas.size(), 3u);
+  }
+  EXPECT_FALSE(decode_topic_result(m.apply(++i, encode_create_topic("v", rf_config(1, 4)))));
+  // Growing a topic places the new partitions the same way.
+  auto grown_t = decode_topic_result(m.apply(++i, encode_add_partitions("t", 5)));
+  ASSERT_TRUE(grown_t) << describe(grown_t.error());
+  // (2 is fenced: partition 4 goes to the 2nd and 3rd of {1, 3, 4})
+  EXPECT_EQ(grown_t->partitions[4].replicas, (std::vector<int32_t>{3, 4}));
+  // Snapshots keep broker-only registrations; a restored copy places alike.
+  metadata_state_machine copy{{1, 2, 3}, 32767};
+  ASSERT_FALSE(copy.restore(i, m.snapshot()));
+  EXPECT_EQ(copy.placement(), m.placement());
+  EXPECT_EQ(copy.snapshot(), m.snapshot());
+}
+
+TEST(MetadataMachine, OldSnapshotVersionsStillRestore) {
+  // Version 3 (before removals): next producer id, topics, brokers, moves.
+  metadata_state_machine m{{1, 2, 3}, 3};
+  ASSERT_TRUE(decode_topic_result(m.apply(1, encode_create_topic("t", rf_config(2, 2)))));
+  ASSERT_TRUE(decode_broker_result(m.apply(2, encode_broker(reg_of(1, false)))));
+  std::vector<char> buf{static_cast<char>(3)};
+  caf::binary_serializer sink{nullptr, buf};
+  int64_t next = 5;
+  auto topics = m.topics();
+  auto brokers = m.brokers();
+  std::vector<isr_change> moves;
+  ASSERT_FALSE(sink(next, topics, brokers, moves));
+  metadata_state_machine copy{{1, 2, 3}, 3};
+  ASSERT_FALSE(copy.restore(2, std::string{buf.begin(), buf.end()}));
+  EXPECT_EQ(copy.topics().size(), 1u);
+  EXPECT_EQ(copy.brokers().size(), 1u);
+  EXPECT_TRUE(copy.removing().empty());
+  auto pid = decode_pid_result(copy.apply(3, encode_init_pid()));
+  ASSERT_TRUE(pid);
+  EXPECT_EQ(pid->id.value, 5);
+}
+
+TEST(MetadataMachine, RemovingABrokerMovesItsReplicasThenUnregistersIt) {
+  metadata_state_machine m{{1, 2, 3}, 32767};
+  uint64_t i = 0;
+  for (int32_t id : {1, 2, 3, 4})
+    ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_broker(reg_of(id, false)))));
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("t", rf_config(4, 2)))));
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("s", rf_config(2, 3)))));
+  ASSERT_TRUE(names(*m.topic("t"), 4));
+  auto reg = decode_broker_result(m.apply(++i, encode_remove_broker(4)));
+  ASSERT_TRUE(reg) << describe(reg.error());
+  EXPECT_EQ(reg->id, 4);
+  EXPECT_EQ(m.removing(), std::vector<int32_t>{4});
+  // A move started for every partition with a replica on 4; the old
+  // replicas stay (and serve) until the new ones caught up.
+  auto moves = m.reassignments();
+  size_t with_4 = 0;
+  for (auto* t : {"t", "s"}) {
+    auto md = *m.topic(t);
+    for (auto& pa : md.partitions)
+      with_4 += std::count(pa.replicas.begin(), pa.replicas.end(), 4);
+  }
+  EXPECT_EQ(moves.size(), with_4);
+  for (auto& mv : moves)
+    EXPECT_EQ(std::count(mv.isr.begin(), mv.isr.end(), 4), 0) << mv.topic;
+  // Removing twice is harmless; 4 gets no new replicas meanwhile and cannot
+  // be a move target.
+  EXPECT_TRUE(decode_broker_result(m.apply(++i, encode_remove_broker(4))));
+  EXPECT_EQ(m.placement(), (std::vector<int32_t>{1, 2, 3}));
+  auto fresh = decode_topic_result(m.apply(++i, encode_create_topic("f", rf_config(3, 3))));
+  ASSERT_TRUE(fresh);
+  EXPECT_FALSE(names(*fresh, 4));
+  isr_change onto4;
+  onto4.topic = "f";
+  onto4.partition = partition_id{0};
+  onto4.isr = {1, 4};
+  auto refused = decode_assignment_result(m.apply(++i, encode_reassign(onto4)));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(describe(refused.error()).find("being removed"), std::string::npos);
+  // 4 is still registered while its replicas move.
+  EXPECT_EQ(m.brokers().size(), 4u);
+  // The leaders expand the ISRs, the controller completes the moves: 4 is
+  // gone everywhere, leaders it had moved within the ISR, and it is
+  // unregistered.
+  auto led_by_4 = m.topic("t")->partitions[3];
+  ASSERT_EQ(led_by_4.leader, 4);
+  finish_moves(m, i);
+  EXPECT_FALSE(names(*m.topic("t"), 4));
+  EXPECT_FALSE(names(*m.topic("s"), 4));
+  for (auto* t : {"t", "s"})
+    for (auto md = *m.topic(t); auto& pa : md.partitions) {
+      EXPECT_EQ(pa.replicas.size(), static_cast<size_t>(md.config.replication_factor));
+      EXPECT_EQ(pa.isr.size(), pa.replicas.size());
+      EXPECT_NE(std::find(pa.isr.begin(), pa.isr.end(), pa.leader), pa.isr.end());
+    }
+  auto moved = m.topic("t")->partitions[3];
+  EXPECT_EQ(moved.epoch.value, led_by_4.epoch.value + 1);
+  EXPECT_TRUE(m.removing().empty());
+  for (auto& b : m.brokers())
+    EXPECT_NE(b.id, 4);
+  EXPECT_EQ(m.brokers().size(), 3u);
+  // Gone: it cannot be removed again, nor fenced; registering brings it back.
+  auto again = decode_broker_result(m.apply(++i, encode_remove_broker(4)));
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(is(again.error(), ec::invalid_request));
+  EXPECT_FALSE(decode_broker_result(m.apply(++i, encode_broker(reg_of(4, true)))));
+  // Snapshots in the middle of a removal keep it going.
+  ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_broker(reg_of(5, false)))));
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("w", rf_config(4, 2)))));
+  ASSERT_TRUE(names(*m.topic("w"), 5));
+  ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_remove_broker(5))));
+  metadata_state_machine copy{{1, 2, 3}, 32767};
+  ASSERT_FALSE(copy.restore(i, m.snapshot()));
+  EXPECT_EQ(copy.removing(), std::vector<int32_t>{5});
+  EXPECT_EQ(copy.reassignments().size(), m.reassignments().size());
+  finish_moves(copy, i);
+  EXPECT_FALSE(names(*copy.topic("w"), 5));
+  EXPECT_TRUE(copy.removing().empty());
+}
+
+TEST(MetadataMachine, RemovingABrokerWithNothingUnregistersAtOnce) {
+  metadata_state_machine m{{1, 2, 3}, 32767};
+  uint64_t i = 0;
+  ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_broker(reg_of(6, false)))));
+  ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_remove_broker(6))));
+  EXPECT_TRUE(m.removing().empty());
+  EXPECT_TRUE(m.brokers().empty());
+}
+
+TEST(MetadataMachine, RemoveNodeRefusesVotersUnknownNodesAndTooFewBrokers) {
+  metadata_state_machine m{{1, 2, 3}, 32767};
+  uint64_t i = 0;
+  for (int32_t id : {1, 2, 3, 4})
+    ASSERT_TRUE(decode_broker_result(m.apply(++i, encode_broker(reg_of(id, false)))));
+  auto voter = decode_broker_result(m.apply(++i, encode_remove_broker(2)));
+  ASSERT_FALSE(voter);
+  EXPECT_TRUE(is(voter.error(), ec::invalid_request));
+  EXPECT_NE(describe(voter.error()).find("voter"), std::string::npos) << describe(voter.error());
+  auto unknown = decode_broker_result(m.apply(++i, encode_remove_broker(9)));
+  ASSERT_FALSE(unknown);
+  EXPECT_TRUE(is(unknown.error(), ec::invalid_request));
+  // RF 4 over 4 brokers: removing one would leave 3.
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("t", rf_config(1, 4)))));
+  auto few = decode_broker_result(m.apply(++i, encode_remove_broker(4)));
+  ASSERT_FALSE(few);
+  EXPECT_TRUE(is(few.error(), ec::policy_violation));
+  EXPECT_NE(describe(few.error()).find("replication factor 4"), std::string::npos)
+    << describe(few.error());
+  EXPECT_TRUE(m.removing().empty());
+  EXPECT_TRUE(m.reassignments().empty());
+  // A fenced broker does not count as a place to move to either.
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_delete_topic("t"))));
+  ASSERT_TRUE(decode_topic_result(m.apply(++i, encode_create_topic("u", rf_config(4, 3)))));
+  m.apply(++i, encode_broker(reg_of(3, true)));
+  auto fenced = decode_broker_result(m.apply(++i, encode_remove_broker(4)));
+  ASSERT_FALSE(fenced);
+  EXPECT_TRUE(is(fenced.error(), ec::policy_violation));
 }

@@ -209,6 +209,8 @@ public:
   }
 
   ~RaftCluster() {
+    for (auto& o : observers_)
+      caf::anon_send_exit(o, caf::exit_reason::kill);
     for (auto& [id, m] : members_)
       if (m.actor)
         caf::anon_send_exit(m.actor, caf::exit_reason::kill);
@@ -455,6 +457,48 @@ public:
     }
   }
 
+  /// Spawns an observer (a non-voter, actors/raft_node.hpp) with id `id`
+  /// that fetches straight from the voters' actors (not through the
+  /// network: observers take no part in the Raft traffic).
+  raft_actor add_observer(int32_t id, std::shared_ptr<test_machine> m) {
+    raft_observer_config oc;
+    oc.id = id;
+    oc.voters = voters_;
+    oc.machine = m;
+    for (auto v : voters_)
+      oc.peers[v] = caf::actor_cast<caf::actor>(members_[v].actor);
+    oc.poll_interval = tick;
+    auto a = sys_->spawn(raft_observer, oc);
+    caf::anon_send(a, subscribe_atom_v, recorder_);
+    observers_.push_back(a);
+    sched_->run();
+    return a;
+  }
+
+  raft_status status_of(const raft_actor& target) {
+    auto out = std::make_shared<std::optional<raft_status>>();
+    sys_->spawn([out, target](caf::event_based_actor* self) {
+      self->request(target, caf::infinite, status_atom_v)
+        .then([out](raft_status& s) { *out = s; }, [](caf::error&) {});
+    });
+    sched_->run();
+    return out->value_or(raft_status{});
+  }
+
+  caf::expected<raft_applied> propose_to(const raft_actor& target,
+                                         std::string cmd) {
+    auto out = std::make_shared<std::optional<caf::expected<raft_applied>>>();
+    sys_->spawn([out, target, cmd](caf::event_based_actor* self) {
+      self->request(target, caf::infinite, propose_atom_v, cmd)
+        .then([out](raft_applied& r) { *out = r; },
+              [out](caf::error& e) { *out = e; });
+    });
+    sched_->run();
+    if (!out->has_value())
+      return make_error(ec::request_timed_out, "no answer");
+    return **out;
+  }
+
   const std::vector<int32_t>& voters() const { return voters_; }
   member& node(int32_t id) { return members_[id]; }
   std::mt19937_64& rng() { return rng_; }
@@ -480,6 +524,7 @@ private:
   std::map<int32_t, member> members_;
   std::vector<raft_message> held_;
   std::vector<std::pair<std::string, reply>> proposals_;
+  std::vector<raft_actor> observers_;
 };
 
 std::string violations(const history& h) {
@@ -779,4 +824,102 @@ TEST(RaftRandomized, FixedSeedsKeepSafetyAndRecover) {
              static_cast<int>(seed), c.hist->leaders.size(),
              c.hist->applied.size(), c.max_in_flight);
   }
+}
+
+// -- observers (broker-only nodes) ------------------------------------------------
+
+TEST(RaftObserver, CatchesUpFromTheLogAndFromASnapshot) {
+  RaftCluster c{3, 21, 5};
+  auto l = c.await_leader();
+  ASSERT_NE(l, -1);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(c.propose(l, "a" + std::to_string(i)));
+  auto early_machine = std::make_shared<test_machine>(4, c.hist);
+  auto early = c.add_observer(4, early_machine);
+  c.step(5);
+  auto so = c.status_of(early);
+  auto sl = c.status(l);
+  EXPECT_EQ(so.leader, l);
+  EXPECT_EQ(so.term, sl.term);
+  EXPECT_EQ(so.last_applied, sl.last_applied);
+  EXPECT_EQ(so.commit_index, sl.commit_index);
+  EXPECT_EQ(early_machine->state(), c.node(l).machine->state());
+  EXPECT_EQ(early_machine->restores, 0); // from the log: nothing compacted yet
+  // More entries: the leader compacts (threshold 5); the early observer
+  // follows entry by entry, a new one starts from the snapshot.
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(c.propose(l, "b" + std::to_string(i)));
+  ASSERT_GT(c.status(l).snapshot_index, 0u);
+  auto late_machine = std::make_shared<test_machine>(5, c.hist);
+  auto late = c.add_observer(5, late_machine);
+  c.step(5);
+  sl = c.status(l);
+  EXPECT_EQ(c.status_of(early).last_applied, sl.last_applied);
+  EXPECT_EQ(early_machine->state(), c.node(l).machine->state());
+  auto s5 = c.status_of(late);
+  EXPECT_EQ(s5.last_applied, sl.last_applied);
+  EXPECT_GT(s5.snapshot_index, 0u);
+  EXPECT_GE(late_machine->restores, 1);
+  EXPECT_EQ(late_machine->state(), c.node(l).machine->state());
+  // The leader goes away: the observers ask another voter and learn the
+  // new leader from it.
+  c.kill(l);
+  c.step(60);
+  auto l2 = c.leader();
+  ASSERT_NE(l2, -1);
+  ASSERT_TRUE(c.propose(l2, "after"));
+  c.step(5);
+  EXPECT_EQ(c.status_of(late).leader, l2);
+  EXPECT_EQ(c.status_of(late).last_applied, c.status(l2).last_applied);
+  EXPECT_EQ(late_machine->state(), c.node(l2).machine->state());
+  c.check_prefixes();
+  EXPECT_TRUE(c.hist->violations.empty()) << violations(*c.hist);
+}
+
+TEST(RaftObserver, NeverVotesLeadsOrCountsInAMajority) {
+  RaftCluster c{3, 22};
+  auto l = c.await_leader();
+  ASSERT_NE(l, -1);
+  auto om = std::make_shared<test_machine>(4, c.hist);
+  auto obs = c.add_observer(4, om);
+  ASSERT_TRUE(c.propose(l, "x"));
+  c.step(3);
+  // The leader alone with the observer: no majority, nothing commits, and
+  // the observer never sees the entry.
+  c.isolate(l);
+  auto before = c.status(l).commit_index;
+  auto lost = c.propose_async(l, "alone");
+  c.step(5);
+  EXPECT_EQ(c.status(l).commit_index, before);
+  EXPECT_FALSE(lost->has_value());
+  for (auto& [i, cmd] : om->state())
+    EXPECT_NE(cmd, "alone");
+  // Raft traffic addressed to it is ignored; it never campaigns or leads.
+  raft_message vote;
+  vote.kind = raft_msg::vote;
+  vote.from = l;
+  vote.to = 4;
+  vote.term = 99;
+  caf::anon_send(obs, raft_atom_v, vote);
+  c.step(100); // many election timeouts
+  auto so = c.status_of(obs);
+  EXPECT_EQ(so.role, raft_role::follower);
+  EXPECT_NE(so.term, 99u);
+  for (auto& [term, id] : c.hist->leaders)
+    EXPECT_NE(id, 4) << "term " << term;
+  // Writes at the observer: not_leader naming the leader it knows.
+  auto w = c.propose_to(obs, "via-observer");
+  ASSERT_FALSE(w);
+  EXPECT_TRUE(is(w.error(), ec::not_leader));
+  EXPECT_NE(describe(w.error()).find("leader="), std::string::npos);
+  c.heal();
+  c.step(30);
+  auto l2 = c.leader();
+  ASSERT_NE(l2, -1);
+  c.step(5);
+  EXPECT_EQ(om->state(), c.node(l2).machine->state());
+  for (auto& [i, cmd] : om->state())
+    EXPECT_NE(cmd, "alone");
+  c.check_prefixes();
+  EXPECT_TRUE(c.hist->violations.empty()) << violations(*c.hist);
 }
