@@ -1224,15 +1224,32 @@ void cluster_tick(self_ptr self) {
 }
 
 /// Opens (or reopens, after the endpoint changed) the link to node `id`.
+void close_link(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  // The listener is linked to the node: unlink first, else it takes the
+  // node down when the closed connection releases it (exit "unreachable").
+  if (auto l = st.link_listeners.find(id); l != st.link_listeners.end()) {
+    self->unlink_from(l->second);
+    self->send_exit(l->second, caf::exit_reason::user_shutdown);
+    st.link_listeners.erase(l);
+  }
+  if (auto old = st.links.find(id); old != st.links.end()) {
+    self->send_exit(old->second, caf::exit_reason::user_shutdown);
+    st.links.erase(old);
+  }
+  st.link_endpoints.erase(id);
+  st.linked_at.erase(id);
+  st.peers.erase(id);
+  st.down_since.erase(id);
+  if (st.raft)
+    self->send(st.raft, connect_atom_v, id, caf::actor{});
+}
+
 void open_link(self_ptr self, int32_t id, const std::string& host,
                uint16_t port) {
   auto& st = self->state;
-  if (auto old = st.links.find(id); old != st.links.end()) {
-    self->send_exit(old->second, caf::exit_reason::user_shutdown);
-    st.peers.erase(id);
-    if (st.raft)
-      self->send(st.raft, connect_atom_v, id, caf::actor{});
-  }
+  if (st.links.count(id) > 0)
+    close_link(self, id);
   connection_config cc;
   cc.host = host;
   cc.port = port;
@@ -1243,6 +1260,7 @@ void open_link(self_ptr self, int32_t id, const std::string& host,
                                            caf::actor_cast<caf::actor>(self));
   self->send(link, subscribe_atom_v, listener);
   st.links[id] = link; // never seen yet: controller_grace applies
+  st.link_listeners[id] = caf::actor_cast<caf::actor>(listener);
   st.link_endpoints[id] = std::make_pair(host, port);
   st.linked_at[id] = now(self);
   st.down_since.erase(id);
@@ -1276,14 +1294,7 @@ void sync_broker_links(self_ptr self) {
       gone.push_back(id);
   for (auto id : gone) {
     log::info("node: broker {} left the cluster; closing its link", id);
-    self->send_exit(st.links[id], caf::exit_reason::user_shutdown);
-    st.links.erase(id);
-    st.link_endpoints.erase(id);
-    st.linked_at.erase(id);
-    st.peers.erase(id);
-    st.down_since.erase(id);
-    if (st.raft)
-      self->send(st.raft, connect_atom_v, id, caf::actor{});
+    close_link(self, id);
   }
   if (!gone.empty())
     reconcile(self);

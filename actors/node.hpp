@@ -272,6 +272,8 @@ struct node_state {
   /// never seen gets controller_grace from then).
   std::map<int32_t, std::pair<std::string, uint16_t>> link_endpoints;
   std::map<int32_t, caf::actor_clock::time_point> linked_at;
+  /// Each link's listener (linked to the node; unlinked before a close).
+  std::map<int32_t, caf::actor> link_listeners;
   /// When this node last became the controller.
   caf::actor_clock::time_point controller_since{};
   /// Fences proposed and not answered yet.

@@ -360,8 +360,12 @@ void shut_down(replica_ptr self) {
     wake_waiters(self, true);
     save_snapshot(self);
   }
-  fail_pending(st, make_error(ec::log_closed, "partition " + name_of(st)
-                                                + " is shutting down"));
+  // Retriable for clients: the partition lives on elsewhere (a replica
+  // moved away, a node stopping); the producer retries at the new leader
+  // (idempotence keeps a write that did land from landing twice).
+  fail_pending(st, make_error(ec::not_leader,
+                              "partition " + name_of(st)
+                                + " is shutting down on this node (leader=-1)"));
   if (auto err = st.log->close())
     log::warn("partition {}: close failed: {}", name_of(st), err);
   st.log.reset();

@@ -9,6 +9,9 @@
 // per node (own temp data dir, process.hpp), waits for every "listening on"
 // line (retrying with fresh ports when one was taken meanwhile), and opens one
 // client connection per node for describes and status requests.
+// add_broker() starts one more node, a broker-only one (id 4, 5, ...: not in
+// --voters; it follows the voters' metadata log and hosts replicas); most
+// helpers below cover the voters 1..3 only, stop_all() and dump() every node.
 // kill() is SIGKILL, restart() starts a node again on its data dir and port,
 // freeze()/thaw() are SIGSTOP/SIGCONT (a frozen node neither sends nor
 // answers: a network partition of that node; describes skip it),
@@ -248,6 +251,54 @@ public:
     return "";
   }
 
+  /// Starts broker-only node `count() + 1` (on a free port, with the voters'
+  /// --voters list) and links to it. "" or why not.
+  std::string add_broker() {
+    using namespace std::chrono_literals;
+    int id = count() + 1;
+    std::string voters;
+    for (int v = 1; v <= size; ++v)
+      voters += (v > 1 ? "," : "") + std::to_string(v) + "@" + endpoint(v);
+    std::vector<std::string> args{"--node-id",      std::to_string(id), "--voters", voters,
+                                  "--metrics-port", "0", "--http-port", "-1"};
+    if (auto lvl = std::getenv("FERRY_TEST_LOG_LEVEL"); lvl && *lvl) {
+      args.push_back("--log-level");
+      args.push_back(lvl);
+    }
+    if (auto dir = std::getenv("FERRY_TEST_LOG_DIR"); dir && *dir) {
+      args.push_back("--log-file");
+      args.push_back(std::string{dir} + "/node" + std::to_string(id) + ".log");
+    }
+    std::string why;
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      auto ports = free_tcp_ports(1);
+      if (ports.size() != 1)
+        return "cannot pick a free port";
+      auto proc = std::make_unique<ferryd_process>(args);
+      if (proc->start(ports[0], 30s)) {
+        nodes_.push_back(std::move(proc));
+        ports_.push_back(ports[0]);
+        ferry::connection_config cc;
+        cc.host = "127.0.0.1";
+        cc.port = ports[0];
+        cc.connect_wait = 1s;
+        cc.backoff_min = 50ms;
+        cc.backoff_max = 300ms;
+        links_.push_back(cs.track(ferry::spawn_connection(*cs.sys, cc)));
+        std::cout << "[cluster] broker-only node " << id << " on port " << ports[0]
+                  << " (pid " << node(id).pid() << ")\n";
+        return "";
+      }
+      why = tail(proc->output(), 3000);
+      if (why.find("in use") == std::string::npos)
+        break;
+    }
+    return "broker-only node " + std::to_string(id) + " did not start:\n" + why;
+  }
+
+  /// Nodes started so far (voters and broker-only ones).
+  int count() const { return static_cast<int>(nodes_.size()); }
+
   ferryd_process& node(int id) { return *nodes_.at(static_cast<size_t>(id - 1)); }
   uint16_t port(int id) const { return ports_.at(static_cast<size_t>(id - 1)); }
   std::string endpoint(int id) const { return "127.0.0.1:" + std::to_string(port(id)); }
@@ -289,14 +340,14 @@ public:
   /// SIGCONT + one SIGTERM each, then waits (SIGKILL after `timeout`); the
   /// exit status per node (0 clean, 137 killed, -1 not running).
   std::map<int, int> stop_all(std::chrono::milliseconds timeout = std::chrono::seconds{20}) {
-    for (int id = 1; id <= size; ++id)
+    for (int id = 1; id <= count(); ++id)
       if (node(id).running()) {
         thaw(id);
         node(id).child()->signal(SIGTERM);
       }
     std::map<int, int> codes;
     auto deadline = steady_clock::now() + timeout;
-    for (int id = 1; id <= size; ++id) {
+    for (int id = 1; id <= count(); ++id) {
       auto* child = node(id).child();
       if (!child) {
         codes[id] = -1;
@@ -398,7 +449,7 @@ public:
   std::string dump(size_t output_tail = 2000) {
     std::ostringstream os;
     os << "---- cluster state ----\n";
-    for (int id = 1; id <= size; ++id) {
+    for (int id = 1; id <= count(); ++id) {
       os << "node " << id << " (port " << port(id) << ", pid " << node(id).pid()
          << (running(id) ? (up(id) ? ", running" : ", FROZEN") : ", NOT running") << "): ";
       auto cd = describe(id);
@@ -407,7 +458,7 @@ public:
       else
         os << "describe failed: " << ferry::error_text(cd.error()) << "\n";
     }
-    for (int id = 1; id <= size; ++id)
+    for (int id = 1; id <= count(); ++id)
       os << "---- node " << id << " output (tail) ----\n"
          << tail(node(id).output(), output_tail) << "\n";
     return os.str();
@@ -576,9 +627,10 @@ fetch_all(cluster& c, int id, const std::string& topic, int32_t p, int64_t hw,
 /// Compares topic-p in the three (stopped) nodes' data dirs up to `hw`, byte
 /// for byte; fills each node's log end. "" or the first difference.
 inline std::string compare_logs_on_disk(cluster& c, const std::string& topic, int32_t p,
-                                        int64_t hw, std::map<int, int64_t>& log_ends) {
+                                        int64_t hw, std::map<int, int64_t>& log_ends,
+                                        std::vector<int> ids = {1, 2, 3}) {
   std::map<int, std::string> bytes;
-  for (int id = 1; id <= cluster::size; ++id) {
+  for (int id : ids) {
     auto dir = c.node(id).data_dir() / "topics" / (topic + "-" + std::to_string(p));
     if (!std::filesystem::exists(dir))
       return "node " + std::to_string(id) + ": no log dir " + dir.string();
@@ -605,20 +657,23 @@ inline std::string compare_logs_on_disk(cluster& c, const std::string& topic, in
     (*log)->close();
     bytes[id] = std::move(data);
   }
-  for (int id = 2; id <= cluster::size; ++id) {
-    auto& a = bytes[1];
+  auto first = ids.front();
+  for (int id : ids) {
+    auto& a = bytes[first];
     auto& b = bytes[id];
     if (a == b)
       continue;
     size_t i = 0;
     while (i < a.size() && i < b.size() && a[i] == b[i])
       ++i;
-    return "logs of node 1 (" + std::to_string(a.size()) + " bytes) and node "
+    return "logs of node " + std::to_string(first) + " (" + std::to_string(a.size())
+           + " bytes) and node "
            + std::to_string(id) + " (" + std::to_string(b.size())
            + " bytes) below hw differ first at byte " + std::to_string(i);
   }
-  std::cout << "[cluster] " << topic << "-" << p << ": " << bytes[1].size()
-            << " bytes below hw " << hw << " identical on all nodes\n";
+  std::cout << "[cluster] " << topic << "-" << p << ": " << bytes[first].size()
+            << " bytes below hw " << hw << " identical on nodes " << join_ids({ids.begin(), ids.end()})
+            << "\n";
   return "";
 }
 
