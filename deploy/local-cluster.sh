@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # local-cluster.sh: a Ferry cluster of N ferryd nodes on 127.0.0.1, for trying
-# things out and for tests. Every node is a voter of the metadata quorum
-# (--voters lists all of them) and runs in the background with its own data
-# dir, log and pid file under one state folder.
+# things out and for tests. The N nodes of `start` are the voters of the
+# metadata quorum (--voters lists all of them); `add` starts broker-only
+# nodes (ids N+1, N+2, ...: not voters, they follow the metadata log and host
+# replicas) and `remove` takes one out again. Every node runs in the
+# background with its own data dir, log and pid file under one state folder.
 #
-#   deploy/local-cluster.sh start [N]      N nodes (default 3), waits until each listens
+#   deploy/local-cluster.sh start [N]      N voters (default 3), waits until each listens
 #   deploy/local-cluster.sh status         which nodes are up (+ ferryctl cluster describe)
+#   deploy/local-cluster.sh add            start one more node, broker-only, with the next id
+#   deploy/local-cluster.sh remove NODE    ferryctl cluster remove-node NODE (its replicas
+#                                          move to other brokers), then stop it
 #   deploy/local-cluster.sh kill NODE      SIGKILL one node (a crash)
 #   deploy/local-cluster.sh restart NODE   start one node again with the same flags
 #   deploy/local-cluster.sh stop           SIGTERM every node, SIGKILL after a bound
@@ -19,10 +24,13 @@
 #   FERRY_CLUSTER_START_TIMEOUT  seconds to wait for "listening on" (default 60)
 #   FERRY_CLUSTER_STOP_TIMEOUT   seconds a node may take to stop on SIGTERM
 #                                before it gets SIGKILL (default 30)
+#   FERRY_CLUSTER_REMOVE_TIMEOUT seconds `remove` waits for the replicas to move
+#                                (default 120)
 #
 # State folder:
-#   cluster.conf        nodes, base port and ferryd path of this cluster (later
-#                       commands use these, whatever the environment says)
+#   cluster.conf        nodes (all ever started), voters, removed nodes, base
+#                       port and ferryd path of this cluster (later commands
+#                       use these, whatever the environment says)
 #   brokers             "127.0.0.1:PORT" per line, node 1 first; written by start
 #                       and restart, removed by stop. While it exists, ferryctl
 #                       run from the folder that holds ./ferry-cluster (or with
@@ -48,12 +56,19 @@ host=127.0.0.1
 
 usage() {
   cat <<EOF
-usage: $prog start [N] | status | kill NODE | restart NODE | stop
+usage: $prog start [N] | status | add | remove NODE | kill NODE | restart NODE | stop
 
   start [N]      start N ferryd nodes (default 3, at most 99) on $host, each a
                  voter of the metadata quorum; waits until each listens
   status         which nodes are up, then 'ferryctl cluster describe' (exit 3 if
                  any node is down)
+  add            start one more node with the next id, a broker-only node (not
+                 a voter: it follows the metadata log, registers and hosts
+                 replicas; new topics place replicas on it)
+  remove NODE    remove broker-only node NODE: 'ferryctl cluster remove-node'
+                 moves its replicas to the other brokers while they serve
+                 traffic and unregisters it, then the node is stopped (voters
+                 cannot be removed)
   kill NODE      SIGKILL node NODE (1..N)
   restart NODE   start node NODE again with the same flags (SIGTERM first if it
                  is up)
@@ -89,30 +104,45 @@ is_uint "$stop_timeout" || usage_error "FERRY_CLUSTER_STOP_TIMEOUT '$stop_timeou
 # -- the cluster's configuration --------------------------------------------------
 
 nodes=
+voter_count=
+removed=
 base_port=
 ferryd=
 
-# Loads cluster.conf (nodes, base_port, ferryd) or fails: no cluster here.
+# Loads cluster.conf (nodes, voters, removed, base_port, ferryd) or fails: no
+# cluster here. (voters= and removed= are absent in clusters started before
+# broker-only nodes existed: all nodes are voters then.)
 load_conf() {
   local conf=$cluster_dir/cluster.conf
   [[ -f $conf ]] || die "no local cluster in $cluster_dir (start one with: $prog start)"
-  nodes='' base_port='' ferryd=''
+  nodes='' voter_count='' removed='' base_port='' ferryd=''
   local key value
   while IFS='=' read -r key value; do
     case $key in
       nodes) nodes=$value ;;
+      voters) voter_count=$value ;;
+      removed) removed=$value ;;
       base_port) base_port=$value ;;
       ferryd) ferryd=$value ;;
     esac
   done <"$conf"
-  if ! is_uint "$nodes" || ! is_uint "$base_port" || [[ -z $ferryd ]]; then
-    die "$conf is damaged (expected nodes=, base_port=, ferryd= lines)"
+  voter_count=${voter_count:-$nodes}
+  if ! is_uint "$nodes" || ! is_uint "$voter_count" || ! is_uint "$base_port" || [[ -z $ferryd ]]; then
+    die "$conf is damaged (expected nodes=, voters=, base_port=, ferryd= lines)"
   fi
   set_ids
   # An absolute path from now on: the nodes' --data-dir must not depend on
   # where later commands run.
   cluster_dir=$(cd "$cluster_dir" && pwd)
 }
+
+save_conf() {
+  printf 'nodes=%s\nvoters=%s\nremoved=%s\nbase_port=%s\nferryd=%s\n' "$nodes" \
+    "$voter_count" "$removed" "$base_port" "$ferryd" >"$cluster_dir/cluster.conf.tmp"
+  mv "$cluster_dir/cluster.conf.tmp" "$cluster_dir/cluster.conf"
+}
+
+is_removed() { [[ ,$removed, == *,$1,* ]]; }
 
 caf_port() { echo $((base_port + $1)); }
 http_port() { echo $((base_port + 100 + $1)); }
@@ -121,7 +151,7 @@ node_dir() { echo "$cluster_dir/node-$1"; }
 
 voters() {
   local i out=
-  for ((i = 1; i <= nodes; i++)); do
+  for ((i = 1; i <= voter_count; i++)); do
     out+=${out:+,}$i@$host:$(caf_port "$i")
   done
   echo "$out"
@@ -130,7 +160,7 @@ voters() {
 write_brokers() {
   local i tmp=$cluster_dir/brokers.tmp
   : >"$tmp"
-  for ((i = 1; i <= nodes; i++)); do
+  for i in "${ids[@]}"; do
     echo "$host:$(caf_port "$i")" >>"$tmp"
   done
   mv "$tmp" "$cluster_dir/brokers"
@@ -140,6 +170,9 @@ write_brokers() {
 check_node() {
   if ! is_uint "$1" || ((10#$1 < 1 || 10#$1 > nodes)); then
     usage_error "no node '$1': this cluster has nodes 1..$nodes"
+  fi
+  if is_removed "$((10#$1))"; then
+    die "node $((10#$1)) was removed from this cluster"
   fi
 }
 
@@ -257,25 +290,27 @@ stop_node() {
 }
 
 print_table() {
-  local i pid state
-  printf '%-5s %-8s %-6s %-16s %-6s %-8s %s\n' NODE PID STATE CAF HTTP METRICS DATA_DIR
+  local i pid state role
+  printf '%-5s %-8s %-6s %-16s %-6s %-8s %-7s %s\n' NODE PID STATE CAF HTTP METRICS ROLE DATA_DIR
   for i in "$@"; do
     pid=$(node_pid "$i")
     state=up
     [[ -n $pid ]] || { pid=- state=down; }
-    printf '%-5s %-8s %-6s %-16s %-6s %-8s %s\n' "$i" "$pid" "$state" \
-      "$host:$(caf_port "$i")" "$(http_port "$i")" "$(metrics_port "$i")" \
+    role=voter
+    ((i <= voter_count)) || role=broker
+    printf '%-5s %-8s %-6s %-16s %-6s %-8s %-7s %s\n' "$i" "$pid" "$state" \
+      "$host:$(caf_port "$i")" "$(http_port "$i")" "$(metrics_port "$i")" "$role" \
       "$(node_dir "$i")/data"
   done
 }
 
-# ids: the node numbers 1..nodes.
+# ids: the node numbers 1..nodes without the removed ones.
 ids=()
 set_ids() {
   local i
   ids=()
   for ((i = 1; i <= nodes; i++)); do
-    ids+=("$i")
+    is_removed "$i" || ids+=("$i")
   done
 }
 
@@ -303,12 +338,14 @@ cmd_start() {
       pid=$(node_pid "$i")
       [[ -z $pid ]] || die "a cluster is already running in $cluster_dir (node $i, pid $pid); '$prog stop' first"
     done
-    [[ -z $want || $want == "$nodes" ]] ||
-      die "$cluster_dir holds a $nodes-node cluster: start it with '$prog start $nodes', or remove $cluster_dir for a new one"
+    [[ -z $want || $want == "$voter_count" ]] ||
+      die "$cluster_dir holds a cluster of $voter_count voters: start it with '$prog start $voter_count', or remove $cluster_dir for a new one"
     [[ -z $env_base || $env_base == "$base_port" ]] ||
       die "$cluster_dir holds a cluster on base port $base_port (FERRY_CLUSTER_BASE_PORT=$env_base): unset it, or remove $cluster_dir for a new one"
   else
     nodes=${want:-3}
+    voter_count=$nodes
+    removed=
     base_port=${env_base:-19090}
     ferryd=$build_dir/ferryd
     set_ids
@@ -326,10 +363,7 @@ cmd_start() {
     die "port(s) ${busy[*]} on $host are in use: stop what listens there, or pick other ports with FERRY_CLUSTER_BASE_PORT"
   mkdir -p "$cluster_dir"
   cluster_dir=$(cd "$cluster_dir" && pwd)
-  if [[ ! -f $cluster_dir/cluster.conf ]]; then
-    printf 'nodes=%s\nbase_port=%s\nferryd=%s\n' "$nodes" "$base_port" "$ferryd" \
-      >"$cluster_dir/cluster.conf"
-  fi
+  save_conf
   for i in "${ids[@]}"; do
     launch "$i"
   done
@@ -342,7 +376,7 @@ cmd_start() {
     exit 1
   fi
   write_brokers
-  echo "started a $nodes-node cluster in $cluster_dir"
+  echo "started a cluster of ${#ids[@]} node(s) ($voter_count voters) in $cluster_dir"
   print_table "${ids[@]}"
   local how="with FERRY_CLUSTER_DIR=$cluster_dir"
   [[ $(basename "$cluster_dir") != ferry-cluster ]] || how+=" or run from $(dirname "$cluster_dir")"
@@ -356,7 +390,7 @@ cmd_status() {
     if [[ -n $(node_pid "$i") ]]; then up+=("$i"); else down+=("$i"); fi
   done
   print_table "${ids[@]}"
-  echo "${#up[@]} of $nodes node(s) up${down[*]:+; down: ${down[*]}}"
+  echo "${#up[@]} of ${#ids[@]} node(s) up${down[*]:+; down: ${down[*]}}"
   local ferryctl=$build_dir/ferryctl
   [[ -x $ferryctl ]] || ferryctl=$(dirname "$ferryd")/ferryctl
   if ((${#up[@]} > 0)) && [[ -x $ferryctl ]]; then
@@ -409,6 +443,65 @@ cmd_restart() {
   print_table "$i"
 }
 
+# The ferryctl next to ferryd (or in FERRY_BUILD_DIR).
+ferryctl_path() {
+  local ferryctl=$build_dir/ferryctl
+  [[ -x $ferryctl ]] || ferryctl=$(dirname "$ferryd")/ferryctl
+  [[ -x $ferryctl ]] || die "no ferryctl program next to $ferryd or in $build_dir"
+  echo "$ferryctl"
+}
+
+cmd_add() {
+  load_conf
+  local i=$((nodes + 1))
+  ((i <= 99)) || die "a local cluster has at most 99 node ids"
+  ((base_port + 200 + i <= 65535)) || die "node $i's ports would exceed 65535"
+  local p busy=()
+  for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
+    port_in_use "$p" && busy+=("$p")
+  done
+  ((${#busy[@]} == 0)) || die "node $i's port(s) ${busy[*]} are in use by something else"
+  [[ -x $ferryd ]] || die "no ferryd program at $ferryd"
+  launch "$i"
+  if ! wait_listening "$i"; then
+    stop_node "$i" TERM 10 || true
+    exit 1
+  fi
+  nodes=$i
+  save_conf
+  set_ids
+  write_brokers
+  echo "added broker-only node $i (it registers with the controller; new topics place replicas on it)"
+  print_table "$i"
+}
+
+cmd_remove() {
+  load_conf
+  check_node "$1"
+  local i=$((10#$1))
+  ((i > voter_count)) ||
+    die "node $i is a voter of the metadata quorum; voters are fixed and cannot be removed (only nodes started with '$prog add')"
+  local ferryctl j up=
+  ferryctl=$(ferryctl_path)
+  for j in "${ids[@]}"; do
+    if ((j != i)) && [[ -n $(node_pid "$j") ]]; then
+      up+=${up:+,}$host:$(caf_port "$j")
+    fi
+  done
+  [[ -n $up ]] || die "no other node is up to ask"
+  echo "\$ ferryctl cluster remove-node $i"
+  timeout 300 "$ferryctl" --broker "$up" --connect-timeout 3000 \
+    --request-timeout "${FERRY_CLUSTER_REMOVE_TIMEOUT:-120}000" cluster remove-node "$i" ||
+    die "ferryctl cluster remove-node $i failed; node $i keeps running"
+  stop_node "$i" TERM "$stop_timeout" || true
+  rm -f "$(node_dir "$i")/ferryd.pid"
+  removed=${removed:+$removed,}$i
+  save_conf
+  set_ids
+  write_brokers
+  echo "removed node $i (stopped; its data dir $(node_dir "$i") is no longer used)"
+}
+
 cmd_stop() {
   load_conf
   local i pid running=()
@@ -450,7 +543,11 @@ case $command in
     (($# == 0)) || usage_error "status takes no arguments"
     cmd_status
     ;;
-  kill | restart)
+  add)
+    (($# == 0)) || usage_error "add takes no arguments"
+    cmd_add
+    ;;
+  kill | restart | remove)
     (($# == 1)) || usage_error "$command takes one argument: the node number"
     "cmd_$command" "$1"
     ;;

@@ -6,7 +6,10 @@
 # start 3 -> status -> ferryctl topic create (RF 3) with no --broker, from the
 # folder that holds ./ferry-cluster (so ferryctl's default finds the cluster)
 # -> produce and consume a few messages -> kill 2 -> status shows node 2 down
-# -> restart 2 -> status shows all up, the messages are still there -> stop.
+# -> restart 2 -> status shows all up, the messages are still there; with 3
+# nodes also: partition reassign, then `add` (broker-only node 4), a reassign
+# onto it, `remove 4` (its replica moves back to the voters), `remove 1`
+# refused (a voter) -> stop.
 # The cluster lives in a temp dir on a random free port range (base in
 # 20000-60000) and is always stopped on the way out, also on failure (then
 # the nodes' logs are printed). --nodes N (default 3) runs the same with N
@@ -75,9 +78,9 @@ EOF
 base=
 for _ in $(seq 1 50); do
   candidate=$((20000 + (RANDOM * 32768 + RANDOM) % 39700))
-  ((candidate + 200 + nodes <= 60000)) || continue
+  ((candidate + 201 + nodes <= 60000)) || continue
   ports=()
-  for ((i = 1; i <= nodes; i++)); do
+  for ((i = 1; i <= nodes + 1; i++)); do
     ports+=($((candidate + i)) $((candidate + 100 + i)) $((candidate + 200 + i)))
   done
   if ports_free "${ports[@]}"; then
@@ -147,7 +150,7 @@ echo "$out"
 grep -F "$nodes of $nodes node(s) up" <<<"$out" >/dev/null || fail "status does not say all nodes are up"
 grep -F "RaftTerm: " <<<"$out" >/dev/null || fail "status did not show ferryctl cluster describe"
 for ((i = 1; i <= nodes; i++)); do
-  grep -E "^$i +127\.0\.0\.1:$((base + i)) " <<<"$out" >/dev/null ||
+  grep -E "^$i +voter +127\.0\.0\.1:$((base + i)) " <<<"$out" >/dev/null ||
     fail "cluster describe does not list node $i at 127.0.0.1:$((base + i))"
 done
 
@@ -227,6 +230,35 @@ if ((nodes == 3)); then
     sleep 0.5
   done
   [[ -d $FERRY_CLUSTER_DIR/node-3/data/topics/m-0 ]] || fail "node 3 has no m-0 after the move"
+
+  step "add: broker-only node 4; m moves to 3,4; remove 4 moves it back to the voters"
+  out=$("$script" add) || fail "add failed: $out"
+  echo "$out"
+  grep -E '^4 +[0-9]+ +up .* broker ' <<<"$out" >/dev/null || fail "add did not show node 4 up as a broker"
+  [[ $(wc -l <"$FERRY_CLUSTER_DIR/brokers") == 4 ]] || fail "brokers file has not 4 lines after add"
+  deadline=$((SECONDS + 30))
+  until ctl cluster describe 2>/dev/null | grep -E "^4 +broker +127\.0\.0\.1:$((base + 4)) +[0-9]+ +[0-9]+ +yes" >/dev/null; do
+    ((SECONDS < deadline)) || fail "cluster describe does not show node 4 as an alive broker after 30 s"
+    sleep 0.5
+  done
+  out=$(ctl --request-timeout 30000 partition reassign m 0 --replicas 3,4) || fail "reassign onto 4 failed: $out"
+  echo "$out"
+  grep -E '^m/0: replicas 3,4, leader [34], ISR' <<<"$out" >/dev/null || fail "reassign did not end with replicas 3,4: $out"
+  [[ -d $FERRY_CLUSTER_DIR/node-4/data/topics/m-0 ]] || fail "node 4 has no m-0 after the move"
+  rc=0
+  out=$("$script" remove 1 2>&1) || rc=$?
+  ((rc == 1)) && grep -F "voter" <<<"$out" >/dev/null || fail "remove 1 (a voter) was not refused: $rc $out"
+  out=$("$script" remove 4) || fail "remove 4 failed: $out"
+  echo "$out"
+  grep -F "left the cluster" <<<"$out" >/dev/null || fail "remove 4 did not wait for the node to leave: $out"
+  ctl cluster describe | grep -E '^4 ' >/dev/null && fail "cluster describe still lists node 4"
+  [[ $(ctl --json topic describe m | python3 -c 'import json,sys; print(",".join(map(str, sorted(json.load(sys.stdin)["partition_status"][0]["replicas"]))))') != *4* ]] ||
+    fail "m still has a replica on node 4"
+  n=$(ctl consume m --from-beginning --max 400 --timeout 20000 | wc -l)
+  ((n == 400)) || fail "consumed $n of 400 records of m after removing node 4"
+  rc=0
+  out=$("$script" status 2>&1) || rc=$?
+  ((rc == 0)) || fail "status exited $rc after remove (the removed node must not count): $out"
 fi
 
 step "stop"
