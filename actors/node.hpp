@@ -61,6 +61,17 @@
 // (actors/client_connection.hpp: reconnects with backoff) to every other
 // voter's node. Raft messages travel node to node: (raft_atom, msg) to the
 // peer's broker, which hands it to its own quorum member.
+// - Broker-only nodes: a node whose id is not among the voters spawns a
+//   raft_observer (actors/raft_node.hpp) instead: it pulls the committed
+//   metadata log from the voters' nodes ((fetch_atom, raft_atom, index),
+//   which a voter's node hands to its quorum member), applies it to its own
+//   metadata_state_machine, and answers not_leader to writes, which the node
+//   forwards to the Raft leader's node like any not_leader write. It never
+//   votes or counts in a majority (the voters are fixed: --voters).
+// - Links to brokers: every node also links to each registered broker that
+//   is not a voter (opened on the cluster tick when it registers, reopened
+//   when its endpoint changed, closed when it left the cluster), so
+//   forwarding, follower fetches and describes reach broker-only nodes.
 // - Readiness: replicas start, and requests are served, once the applied
 //   metadata caught up (a leader is known and the applied index reached the
 //   commit index in two probes one tick apart), so a restarted node never
@@ -68,14 +79,20 @@
 // - Registration: once a leader is known and the port is open, the node
 //   registers itself (endpoints) through the metadata; again whenever the
 //   metadata shows it fenced.
-// - Controller (the node whose quorum member leads): fences a voter whose
-//   link has been down for fence_after (one never seen: controller_grace
-//   after taking over); raft_metadata then moves leaderships and ISRs.
+// - Controller (the node whose quorum member leads): fences a voter or a
+//   registered broker whose link has been down for fence_after (one never
+//   seen: controller_grace after taking over or after the link to it was
+//   opened); raft_metadata then moves leaderships and ISRs. It completes
+//   every replica move whose target is in the ISR: the moves of ferryctl
+//   partition reassign and those raft_metadata starts to empty a broker
+//   being removed (ferryctl cluster remove-node: (delete_atom, broker_atom,
+//   id), relayed to the metadata), which leaves the cluster once no
+//   partition names it.
 // - Roles: every hosted replica gets its assignment and the leader node's
 //   broker (update_atom) whenever either changes; replicas' ISR changes
 //   come here and go to the metadata.
 // - Groups: the controller creates __consumer_state (state_partitions,
-//   RF min(3, voters)); a stream group is coordinated by the node leading
+//   RF min(3, brokers that can hold replicas)); a stream group is coordinated by the node leading
 //   its partition there, other nodes forward its requests; commits are
 //   produced there with acks=all, and every replica of it applies the
 //   records to its node's offset store (broker/consumer_state.hpp), so a
@@ -143,8 +160,9 @@ struct node_config {
   /// Where topics live. Null: the node spawns local_metadata over `store`
   /// (no voters) or the Raft quorum member (voters).
   metadata_actor metadata;
-  /// The Raft voters (--voters), this node included. Empty: a cluster of one
-  /// with local metadata. See "Cluster" in the file comment.
+  /// The Raft voters (--voters), this node included unless it is a
+  /// broker-only node. Empty: a cluster of one with local metadata. See
+  /// "Cluster" in the file comment.
   std::vector<raft_voter> voters;
   /// Raft timing: tick length, election timeout and heartbeat in ticks.
   caf::timespan raft_tick = std::chrono::milliseconds{50};

@@ -16,17 +16,33 @@
 //     broker:    broker_registration (fenced=false registers, true fences)
 //     isr:       isr_change
 //     reassign:  isr_change (target replicas in isr; empty completes)
+//     remove_broker: int32 id
 //   result:  byte 0 then the topic_metadata / producer_identity, or
 //            byte 1 then the ferry error code (uint8) and its context string.
-//   snapshot: version byte 3, next producer id (int64), all topic_metadata,
-//             all broker_registration, the moves in progress as isr_change
-//             (versions 1 and 2, without brokers / moves, still restore).
+//   snapshot: version byte 4, next producer id (int64), all topic_metadata,
+//             all broker_registration, the moves in progress as isr_change,
+//             the ids of the brokers being removed (versions 1 to 3,
+//             without brokers / moves / removals, still restore).
 //
 // Replica moves: reassign with a target adds the target's new replicas
 // (replicas = old then new, ISR unchanged); the controller completes it
 // (reassign with an empty list) once the whole target is in the ISR:
 // replicas = target, ISR = ISR within target, and a leader outside the
 // target hands over to the first live ISR member (epoch + 1).
+//
+// Members: the voters (fixed, --voters) and every broker that registered
+// (a broker-only node joins by registering; fencing names members only).
+//
+// Removing a broker (remove_broker; only a broker-only node: voters are
+// refused, and so is a removal that would leave fewer brokers that can hold
+// replicas than some partition naming it has as replication factor): it is
+// marked as being removed (no new replicas, no move targets) and after every
+// applied command each partition that names it and is not moving starts a
+// move whose target replaces it by the broker holding the fewest replicas
+// (then the lowest id) among the placement brokers not in the partition;
+// the controller completes these moves like any other. Once no partition
+// names it, it is unregistered (it leaves brokers(); registering again
+// brings it back).
 //
 // Brokers and leadership (the controller's decisions, applied identically
 // everywhere): a fenced broker leaves every ISR (never as its last member)
@@ -56,10 +72,13 @@
 // ignores topic updates from anyone but its metadata actor). init_pid does not
 // change topics and sends nothing. Terminated subscribers are dropped.
 //
-// Partition assignment is deterministic: partition p of a topic with
-// replication factor rf gets replicas voters[(p + k) % n] for k < rf, isr =
-// the replicas not fenced, leader = the first of them, epoch 0. The replication factor may
-// be at most min(max_replication_factor, number of voters).
+// Partition assignment is deterministic: with b = the placement brokers
+// sorted by id (the voters and the registered brokers, without the fenced
+// ones and those being removed; voters count before they registered, as a
+// fresh cluster creates topics while they register), partition p of a topic
+// with replication factor rf gets replicas b[(p + k) % n] for k < rf, isr =
+// the replicas, leader = the first of them, epoch 0. The replication factor
+// may be at most min(max_replication_factor, n): policy_violation beyond.
 //
 // Producer ids: the next id is part of the replicated state; each init_pid
 // is one log entry, so ids are unique across leader changes and restarts.
