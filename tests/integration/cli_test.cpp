@@ -317,7 +317,7 @@ TEST_F(Cli, TableOutputsHaveHeaders) {
   EXPECT_NE(cluster.out.find("RaftTerm: "), std::string::npos) << cluster.out;
   // The nodes table (this one node, its endpoint as --broker takes it), then
   // every partition of every topic.
-  EXPECT_NE(cluster.out.find("NODE  ENDPOINT"), std::string::npos) << cluster.out;
+  EXPECT_NE(cluster.out.find("NODE  ROLE   ENDPOINT"), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find(broker_->endpoint()), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find("TOPIC"), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find("HIGH_WATERMARK"), std::string::npos) << cluster.out;
