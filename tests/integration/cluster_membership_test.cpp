@@ -232,3 +232,101 @@ TEST(ClusterMembership, BrokerOnlyNodeJoinsTakesAReplicaAndLeavesUnderLoad) {
   EXPECT_TRUE(diff.empty()) << diff;
   std::cout << "[membership] done in " << seconds_since(t0) << " s\n";
 }
+
+TEST(ClusterMembership, BrokerOnlyNodeGetsNewReplicasIsFencedWhenDownAndRejoins) {
+  auto t0 = steady::now();
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  auto why = c.add_broker();
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(wait_until(20s, [&] {
+    auto cd = c.describe(1);
+    auto n = cd ? find_node(*cd, 4) : nullptr;
+    return n && !n->voter && n->alive && n->metrics_port != 0;
+  })) << c.dump();
+
+  // Placement over the registered brokers 1..4: partition p gets brokers
+  // p+1 and p+2 (mod 4), so node 4 holds partitions 2 and 3 and leads 3.
+  const std::string topic = "spread";
+  {
+    auto b = c.broker(1);
+    ASSERT_TRUE(b);
+    ferry::topic_config tc;
+    tc.partitions = 4;
+    tc.replication_factor = 2;
+    tc.min_insync_replicas = 1;
+    auto md = ask<ferry::topic_metadata>(*c.cs.sys, *b, 10s, ferry::create_atom_v,
+                                         ferry::topic_atom_v, topic, tc);
+    ASSERT_TRUE(md) << ferry::error_text(md.error());
+    ASSERT_EQ(md->partitions[2].replicas, (std::vector<int32_t>{3, 4}));
+    ASSERT_EQ(md->partitions[3].replicas, (std::vector<int32_t>{4, 1}));
+    // More than the four brokers: a clear refusal.
+    tc.replication_factor = 5;
+    auto big = ask<ferry::topic_metadata>(*c.cs.sys, *b, 10s, ferry::create_atom_v,
+                                          ferry::topic_atom_v, std::string{"too-big"}, tc);
+    ASSERT_FALSE(big);
+    EXPECT_NE(ferry::error_text(big.error()).find("exceeds the 4 brokers"), std::string::npos)
+      << ferry::error_text(big.error());
+  }
+  auto placed = [&](int32_t p, std::vector<int32_t> isr, int32_t leader) {
+    auto cd = c.describe(1);
+    auto ps = cd ? find_partition(*cd, topic, p) : nullptr;
+    return ps && ps->leader == leader && ps->online && same_members(ps->isr, isr);
+  };
+  ASSERT_TRUE(wait_until(20s, [&] { return placed(3, {4, 1}, 4) && placed(2, {3, 4}, 3); }))
+    << c.dump();
+
+  auto prod = make_producer(c, c.endpoints());
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  auto produce = [&](const std::string& prefix) {
+    std::vector<ferry::client_message> msgs;
+    for (int i = 0; i < 100; ++i) {
+      ferry::client_message m;
+      m.topic = topic;
+      m.partition = 3;
+      m.value = prefix + std::to_string(i);
+      msgs.push_back(std::move(m));
+    }
+    return ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 30s, ferry::produce_atom_v,
+                                                    msgs);
+  };
+  auto first = produce("a");
+  ASSERT_TRUE(first) << ferry::error_text(first.error()) << "\n" << c.dump();
+
+  // Node 4 dies: the controller fences it; partition 3's leadership moves
+  // to node 1 (the ISR), partition 2 keeps leader 3 with a smaller ISR.
+  c.kill(4);
+  ASSERT_TRUE(wait_until(20s, [&] {
+    auto cd = c.describe(1);
+    auto n = cd ? find_node(*cd, 4) : nullptr;
+    return n && !n->alive && placed(3, {1}, 1) && placed(2, {3}, 3);
+  })) << "node 4 was not fenced\n"
+      << c.dump();
+  std::cout << "[membership] node 4 fenced at " << seconds_since(t0) << " s\n";
+  auto second = produce("b");
+  ASSERT_TRUE(second) << ferry::error_text(second.error()) << "\n" << c.dump();
+
+  // It comes back (empty in-memory metadata: it fetches the log again),
+  // registers, catches up and rejoins both ISRs.
+  why = c.restart(4);
+  ASSERT_TRUE(why.empty()) << why;
+  ASSERT_TRUE(wait_until(20s, [&] {
+    auto cd = c.describe(1);
+    auto n = cd ? find_node(*cd, 4) : nullptr;
+    return n && n->alive && placed(3, {1, 4}, 1) && placed(2, {3, 4}, 3);
+  })) << "node 4 did not rejoin\n"
+      << c.dump();
+  std::cout << "[membership] node 4 back in the ISRs at " << seconds_since(t0) << " s\n";
+  auto st4 = c.status(4, topic, 3);
+  ASSERT_TRUE(st4) << ferry::error_text(st4.error());
+  EXPECT_EQ(st4->log_end.value, 200);
+  auto recs = fetch_all(c, 4, topic, 3, 200, why);
+  ASSERT_TRUE(recs) << why;
+  ASSERT_EQ(recs->size(), 200u);
+  for (int i = 0; i < 200; ++i)
+    EXPECT_EQ((*recs)[static_cast<size_t>(i)].value,
+              (i < 100 ? "a" : "b") + std::to_string(i % 100));
+  auto codes = c.stop_all();
+  for (int id = 1; id <= 4; ++id)
+    EXPECT_EQ(codes[id], 0) << "node " << id;
+}
