@@ -227,6 +227,53 @@ TEST(RaftCore, LaggingFollowerGetsTheSnapshot) {
   EXPECT_EQ(st->snapshot.data, "snap");
 }
 
+TEST(RaftCore, CommittedAfterHandsObserversOnlyCommittedEntriesAndTheSnapshot) {
+  cluster cl{3, 6};
+  cl.ticks(40);
+  auto l = cl.leader();
+  ASSERT_NE(l, -1);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(cl.node(l).propose("e" + std::to_string(i)));
+  cl.ticks(2);
+  auto commit = cl.node(l).commit_index();
+  auto c = cl.node(l).committed_after(0, 100);
+  EXPECT_EQ(c.from, l);
+  EXPECT_EQ(c.leader, l);
+  EXPECT_EQ(c.term, cl.node(l).term());
+  EXPECT_EQ(c.commit, commit);
+  EXPECT_EQ(c.snapshot.index, 0u);
+  EXPECT_EQ(c.first, 1u);
+  ASSERT_EQ(c.entries.size(), commit); // the no-op and e0..e4
+  EXPECT_EQ(c.entries.back().data, "e4");
+  // At most `max` entries, from after + 1.
+  auto part = cl.node(l).committed_after(2, 2);
+  EXPECT_EQ(part.first, 3u);
+  ASSERT_EQ(part.entries.size(), 2u);
+  EXPECT_TRUE(cl.node(l).committed_after(commit, 10).entries.empty());
+  // An entry the leader has not committed yet (no majority) is not handed out.
+  cl.cut = {l == 1 ? 2 : 1, l == 3 ? 2 : 3};
+  ASSERT_TRUE(cl.node(l).propose("pending"));
+  cl.pump();
+  EXPECT_EQ(cl.node(l).committed_after(0, 100).entries.size(), commit);
+  cl.cut.clear();
+  cl.ticks(3);
+  // After compaction: the snapshot first, then what follows it.
+  auto applied = cl.node(l).commit_index();
+  ASSERT_GT(applied, commit);
+  ASSERT_FALSE(cl.node(l).compact(commit, "snap"));
+  auto s = cl.node(l).committed_after(1, 100);
+  EXPECT_EQ(s.snapshot.index, commit);
+  EXPECT_EQ(s.snapshot.data, "snap");
+  EXPECT_EQ(s.first, commit + 1);
+  ASSERT_EQ(s.entries.size(), applied - commit);
+  EXPECT_EQ(s.entries.back().data, "pending");
+  // A follower answers too (committed entries are final everywhere).
+  auto f = l == 1 ? 2 : 1;
+  auto fc = cl.node(f).committed_after(0, 100);
+  EXPECT_EQ(fc.leader, l);
+  EXPECT_EQ(fc.first + fc.entries.size() - 1, cl.node(f).commit_index());
+}
+
 // Raft paper, Figure 8: a leader must not commit an entry of an earlier term
 // by counting replicas, because a later leader may still overwrite it.
 // S1 leads term 4 holding (2, term 2), which S2 and S3 also hold: a majority.
