@@ -475,10 +475,10 @@ void open_partition(self_ptr self, const topic_partition& key,
   }
   auto s = p.table->stats();
   if (s.committed.value > 0 || s.tracked > 0)
-    log::info("queue group {}: {} resumes at {} ({} retrying, {} pending "
-              "dead-letter)",
-              st.cfg.group, tp_text(key), s.committed, s.tracked - s.done,
-              s.dead_letter);
+    log::info("queue group {}: {} resumes at {} ({} leased, {} retrying, {} "
+              "pending dead-letter)",
+              st.cfg.group, tp_text(key), s.committed, s.leased,
+              s.tracked - s.done - s.leased - s.dead_letter, s.dead_letter);
   if (p.table->has_changes())
     mark_dirty(self, p);
   maybe_fetch(self, p);
