@@ -1663,7 +1663,31 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     // -- data path: delegated to the partition's replica ----------------------
     [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
       auto rp = self->make_response_promise<produce_response>();
-      when_ready(self, [self, rp, req = std::move(req)]() mutable {
+      // The coordinators of this node (and the node itself) write group
+      // state only where they are the partition's leader: a coordinator
+      // whose group just moved away must not reach the new leader through
+      // a forward (a late write would land after the new coordinator's).
+      auto& sender = self->current_sender();
+      bool own_state = req.topic == consumer_state_topic && sender
+                       && sender->node() == self->node();
+      when_ready(self, [self, rp, own_state, req = std::move(req)]() mutable {
+        if (own_state && cluster_mode(self->state)) {
+          auto& st = self->state;
+          auto t = st.topics.find(req.topic);
+          auto p = static_cast<size_t>(std::max(req.partition.value, 0));
+          if (t != st.topics.end() && p < t->second.partitions.size()
+              && t->second.partitions[p].leader != st.cfg.node_id) {
+            rp.deliver(failed(
+              self, make_error(ec::not_leader,
+                               "group state of " + tp_name(req.topic, req.partition)
+                                 + " is written only by its leader's node, not "
+                                   "node "
+                                 + std::to_string(st.cfg.node_id) + " (leader="
+                                 + std::to_string(t->second.partitions[p].leader)
+                                 + ")")));
+            return;
+          }
+        }
         serve_partition(self, rp, produce_atom_v, std::move(req), false);
       });
       return rp;

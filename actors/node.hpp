@@ -92,8 +92,11 @@
 //   the leadership starts them fresh from the replicated state) and starts
 //   a queue coordinator for each stored queue group whose partition it
 //   leads, so a queue group goes on with its committed positions, attempts,
-//   open leases and config when its coordinator's node dies. DLQ operations
-//   stay with the node the client talks to.
+//   open leases and config when its coordinator's node dies. A
+//   __consumer_state produce from an actor of this node is never forwarded
+//   (not_leader unless this node leads the partition): a coordinator whose
+//   group moved cannot write after its successor. DLQ operations stay with
+//   the node the client talks to.
 // - Routing: produce, consumer fetch and list offsets for a partition led
 //   by another node are forwarded to that node's broker (request/answer, so
 //   clients may talk to any node); a request forwarded by a peer is never

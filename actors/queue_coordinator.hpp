@@ -72,9 +72,11 @@
 // erased by a record too. A cluster-mode alter reopens the tables from their
 // own state (leases kept) and rewrites it whole. The exit handler does not
 // flush (the group moved away or the node stops: nothing unreplicated was
-// answered). Known limit: a produce of a coordinator that has just lost the
-// leadership can still be forwarded to the new leader (no coordinator
-// epoch fences it).
+// answered). The node never forwards a __consumer_state produce of its own
+// actors to another node (not_leader instead), so a coordinator that has
+// just lost the leadership cannot write after its successor: its produce
+// reaches only its own node's replica, which takes it only as the leader of
+// the current epoch.
 //
 // Dead letters, exactly once in effect: a record pending dead-letter (saved
 // as such before anything else happens) is written to the DLQ topic with an
