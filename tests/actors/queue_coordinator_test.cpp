@@ -1462,5 +1462,42 @@ TEST_F(QueueCoordinatorTest, ClusterModeNewCoordinatorTakesOverLeasesAndAttempts
   other.reset();
 }
 
+
+TEST_F(QueueCoordinatorTest, ClusterModeAlterKeepsLeasesAndRewritesTheState) {
+  world->topics["__consumer_state"].resize(1);
+  settings.max_attempts = 10;
+  start(1, nullptr, true);
+  produce("t", 0, {{"k0", "a"}, {"k1", "b"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  auto r = ack_ok("m1", got[0], queue_ack_kind::nack, "first");
+  EXPECT_EQ(r.attempts, 1);
+  auto next = settings;
+  next.max_attempts = 2;
+  next.initial_backoff_ms = 200;
+  auto altered = ask<queue_group_config>(alter_atom_v, group_atom_v, next);
+  ASSERT_TRUE(altered->done && altered->value) << describe(altered->err);
+  sched->run();
+  // The state went out whole under the new config.
+  auto log = state_log(*world);
+  ASSERT_FALSE(log.empty());
+  EXPECT_TRUE(log.back().changes.full);
+  EXPECT_EQ(lease_rows(log.back()), 1u);
+  // In a cluster the lease of offset 1 survives the alter: its id works.
+  auto d = describe_partition();
+  EXPECT_EQ(d.leased, 1);
+  ack_ok("m1", got[1]);
+  // The new max_attempts applies to the stored failure count.
+  advance(1000ms);
+  auto again = receive("m2");
+  ASSERT_EQ(offsets_of(again), (std::vector<int64_t>{0}));
+  EXPECT_EQ(again[0].attempt, 2);
+  r = ack_ok("m2", again[0], queue_ack_kind::nack, "second");
+  EXPECT_TRUE(r.dead_letter);
+  advance(1000ms);
+  EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 1u);
+  EXPECT_EQ(describe_partition().committed, offset{2});
+}
+
 } // namespace
 } // namespace ferry
