@@ -720,6 +720,14 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
 
 bool known_queue_group(self_ptr self, const std::string& group);
 
+/// Where a group is coordinated (see group_home below).
+struct group_home_t {
+  bool local = true;
+  broker_actor remote;
+  caf::error err;
+};
+group_home_t group_home(self_ptr self, const std::string& group);
+
 /// The coordinator of `group`; spawned if `create`. Errors: invalid_request
 /// for an empty name, unknown_group if it does not exist and !create.
 caf::expected<group_coordinator_actor>
@@ -828,6 +836,12 @@ queue_coordinator_for(self_ptr self, const std::string& group,
   if (st.shutting_down)
     return make_error(ec::coordinator_not_available,
                       "the node is shutting down");
+  // In a cluster a queue coordinator runs only where its group lives (the
+  // callers forward first; this keeps e.g. the group list from starting
+  // one elsewhere).
+  if (cluster_mode(st) && !group_home(self, group).local)
+    return make_error(ec::coordinator_not_available,
+                      "queue group " + group + " is coordinated elsewhere");
   known_queue_group(self, group);
   auto c = st.queue_configs.find(group);
   if (c != st.queue_configs.end()) {
@@ -934,11 +948,6 @@ void with_queue_coordinator(self_ptr self, const std::string& group,
 /// node leading its __consumer_state partition (remote), or nowhere yet
 /// (err: coordinator_not_available, retriable). A local coordinator of a
 /// group that moved away is ended (its members rejoin at the new one).
-struct group_home_t {
-  bool local = true;
-  broker_actor remote;
-  caf::error err;
-};
 
 group_home_t group_home(self_ptr self, const std::string& group) {
   auto& st = self->state;
