@@ -1499,5 +1499,28 @@ TEST_F(QueueCoordinatorTest, ClusterModeAlterKeepsLeasesAndRewritesTheState) {
   EXPECT_EQ(describe_partition().committed, offset{2});
 }
 
+
+TEST_F(QueueCoordinatorTest, ClusterModeReceiveWhoseLeasesWereNotReplicatedFails) {
+  world->topics["__consumer_state"].resize(1);
+  start(1, nullptr, true);
+  EXPECT_TRUE(receive("m0").empty());
+  produce("t", 0, {{"a", "1"}, {"b", "2"}});
+  world->fail_state_produce = true;
+  auto r = receive_async("m1");
+  ASSERT_TRUE(r->done);
+  EXPECT_TRUE(is(r->err, ec::coordinator_not_available)) << describe(r->err);
+  // The leases nobody saw ended without an attempt.
+  EXPECT_EQ(describe_partition().leased, 0);
+  world->fail_state_produce = false;
+  advance(1000ms);
+  auto got = receive("m2");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(got[0].attempt, 1);
+  EXPECT_EQ(got[1].attempt, 1);
+  ack_ok("m2", got[0]);
+  ack_ok("m2", got[1]);
+  EXPECT_EQ(describe_partition().committed, offset{2});
+}
+
 } // namespace
 } // namespace ferry
