@@ -324,8 +324,10 @@ void spawn_replica(self_ptr self, const topic_partition& key,
   rc.store = st.cfg.store;
   if (cluster_mode(st)) {
     if (key.topic == consumer_state_topic)
-      rc.on_replicated = [offsets = st.offsets](std::string_view batches) {
-        auto n = apply_consumer_state(*offsets, batches);
+      // Runs on the replica's thread: both stores are thread-safe LMDB.
+      rc.on_replicated = [offsets = st.offsets, store = st.cfg.store](
+                           std::string_view batches) {
+        auto n = apply_consumer_state(*offsets, *store, batches);
         return n ? caf::error{} : std::move(n.error());
       };
     rc.assignment = pa;
@@ -742,6 +744,16 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
   return h;
 }
 
+bool known_queue_group(self_ptr self, const std::string& group);
+
+/// Where a group is coordinated (see group_home below).
+struct group_home_t {
+  bool local = true;
+  broker_actor remote;
+  caf::error err;
+};
+group_home_t group_home(self_ptr self, const std::string& group);
+
 /// The coordinator of `group`; spawned if `create`. Errors: invalid_request
 /// for an empty name, unknown_group if it does not exist and !create.
 caf::expected<group_coordinator_actor>
@@ -752,7 +764,7 @@ coordinator(self_ptr self, const std::string& group, bool create) {
   auto i = st.groups.find(group);
   if (i != st.groups.end())
     return i->second;
-  if (st.queue_configs.count(group) > 0)
+  if (known_queue_group(self, group))
     return make_error(ec::invalid_request,
                       "group " + group + " is a queue-mode group");
   if (!create) {
@@ -783,6 +795,14 @@ queue_coordinator_actor spawn_queue_coordinator(self_ptr self,
   qc.broker = caf::actor_cast<broker_actor>(self);
   qc.topics = topic_list(st);
   qc.topics_known = st.ready;
+  if (cluster_mode(st)) {
+    auto t = st.topics.find(consumer_state_topic);
+    if (t != st.topics.end() && !t->second.partitions.empty()) {
+      qc.state_topic = consumer_state_topic;
+      qc.state_partition = partition_id{partition_for_key(
+        group, static_cast<int32_t>(t->second.partitions.size()))};
+    }
+  }
   qc.probe = st.cfg.metrics
                ? std::make_shared<metrics::group_probe>(st.cfg.metrics, group)
                : nullptr;
@@ -798,6 +818,40 @@ queue_coordinator_actor spawn_queue_coordinator(self_ptr self,
 /// config unless `create_default` (first use by receive). Errors:
 /// invalid_request (empty name, a stream group, another config),
 /// unknown_group, invalid_config.
+/// Cluster mode: the config of queue group `group` as this node's store has
+/// it (applied from __consumer_state), into st.queue_configs if there. True
+/// if the group is a queue group known here.
+bool known_queue_group(self_ptr self, const std::string& group) {
+  auto& st = self->state;
+  if (st.queue_configs.count(group) > 0)
+    return true;
+  if (!cluster_mode(st) || group.empty())
+    return false;
+  auto qc = load_queue_group(*st.cfg.store, group);
+  if (!qc) {
+    log::error("node: cannot read the config of queue group {}: {}", group,
+               qc.error());
+    return false;
+  }
+  if (!*qc)
+    return false;
+  st.queue_configs.emplace(group, std::move(**qc));
+  return true;
+}
+
+/// Why `group` cannot be created as a queue group with `qc`, or none.
+caf::error check_new_queue_group(self_ptr self, const std::string& group,
+                                 const queue_group_config& qc) {
+  auto& st = self->state;
+  bool stream = st.groups.count(group) > 0;
+  if (auto rec = st.offsets->get_group(group); rec && *rec)
+    stream = true;
+  if (stream)
+    return make_error(ec::invalid_request,
+                      "group " + group + " is a stream-mode group");
+  return validate(qc);
+}
+
 caf::expected<queue_coordinator_actor>
 queue_coordinator_for(self_ptr self, const std::string& group,
                       const queue_group_config* create,
@@ -808,6 +862,13 @@ queue_coordinator_for(self_ptr self, const std::string& group,
   if (st.shutting_down)
     return make_error(ec::coordinator_not_available,
                       "the node is shutting down");
+  // In a cluster a queue coordinator runs only where its group lives (the
+  // callers forward first; this keeps e.g. the group list from starting
+  // one elsewhere).
+  if (cluster_mode(st) && !group_home(self, group).local)
+    return make_error(ec::coordinator_not_available,
+                      "queue group " + group + " is coordinated elsewhere");
+  known_queue_group(self, group);
   auto c = st.queue_configs.find(group);
   if (c != st.queue_configs.end()) {
     if (create && !create_default && !(*create == c->second))
@@ -822,14 +883,11 @@ queue_coordinator_for(self_ptr self, const std::string& group,
   if (!create)
     return make_error(ec::unknown_group, "group " + group
                                            + " does not exist");
-  bool stream = st.groups.count(group) > 0;
-  if (auto rec = st.offsets->get_group(group); rec && *rec)
-    stream = true;
-  if (stream)
-    return make_error(ec::invalid_request,
-                      "group " + group + " is a stream-mode group");
-  if (auto err = validate(*create))
+  if (auto err = check_new_queue_group(self, group, *create))
     return err;
+  if (cluster_mode(st)) // with_queue_coordinator replicates the config
+    return make_error(ec::coordinator_not_available,
+                      "queue group " + group + " is not created yet");
   if (auto err = save_queue_group(*st.cfg.store, group, *create))
     return err;
   st.queue_configs.emplace(group, *create);
@@ -837,15 +895,85 @@ queue_coordinator_for(self_ptr self, const std::string& group,
   return spawn_queue_coordinator(self, group);
 }
 
+/// Cluster mode: produces `rec` (a queue group config upsert or delete) to
+/// the group's __consumer_state partition with acks=all, then applies it to
+/// this node's store (the other replicas apply it as they fetch it); then
+/// done(error) (coordinator_not_available if it was not replicated).
+template <class F>
+void replicate_queue_group(self_ptr self, const consumer_state_record& rec,
+                           F done) {
+  auto& st = self->state;
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty()) {
+    done(make_error(ec::coordinator_not_available,
+                    "the cluster has no __consumer_state topic yet"));
+    return;
+  }
+  auto batch = make_consumer_state_batch({rec}, system_now_ms());
+  if (!batch) {
+    done(std::move(batch.error()));
+    return;
+  }
+  produce_request pr;
+  pr.topic = consumer_state_topic;
+  pr.partition = partition_id{partition_for_key(
+    rec.group, static_cast<int32_t>(t->second.partitions.size()))};
+  pr.acks = acks_mode::all;
+  pr.batch = std::move(*batch);
+  self
+    ->request(caf::actor_cast<broker_actor>(self), std::chrono::seconds{30},
+              produce_atom_v, std::move(pr))
+    .then(
+      [self, rec, done](produce_response&) mutable {
+        auto& st = self->state;
+        done(apply_consumer_state_record(*st.offsets, *st.cfg.store, rec));
+      },
+      [rec, done](caf::error& err) mutable {
+        log::warn("node: queue group {} change not replicated: {}", rec.group,
+                  err);
+        done(make_error(ec::coordinator_not_available,
+                        "queue group " + rec.group
+                          + ": the change was not replicated: "
+                          + describe(err)));
+      });
+}
+
+/// queue_coordinator_for, except that in a cluster a group to create has
+/// its config replicated first (asynchronously); then(expected coordinator).
+template <class F>
+void with_queue_coordinator(self_ptr self, const std::string& group,
+                            const queue_group_config* create,
+                            bool create_default, F then) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || create == nullptr || group.empty()
+      || st.shutting_down || known_queue_group(self, group)) {
+    then(queue_coordinator_for(self, group, create, create_default));
+    return;
+  }
+  if (auto err = check_new_queue_group(self, group, *create)) {
+    then(caf::expected<queue_coordinator_actor>{std::move(err)});
+    return;
+  }
+  consumer_state_record rec;
+  rec.kind = consumer_state_kind::queue_group;
+  rec.group = group;
+  rec.row = queue_group_format::encode_group_value(*create);
+  auto qc = *create;
+  replicate_queue_group(self, rec, [self, group, qc, then](caf::error err) mutable {
+    if (err) {
+      then(caf::expected<queue_coordinator_actor>{std::move(err)});
+      return;
+    }
+    if (self->state.queue_configs.emplace(group, qc).second)
+      log::info("node: created queue group {}", group);
+    then(queue_coordinator_for(self, group, &qc, true));
+  });
+}
+
 /// Where a group (stream or queue mode) is coordinated in a cluster: here (local), at the
 /// node leading its __consumer_state partition (remote), or nowhere yet
 /// (err: coordinator_not_available, retriable). A local coordinator of a
 /// group that moved away is ended (its members rejoin at the new one).
-struct group_home_t {
-  bool local = true;
-  broker_actor remote;
-  caf::error err;
-};
 
 group_home_t group_home(self_ptr self, const std::string& group) {
   auto& st = self->state;
@@ -878,6 +1006,8 @@ group_home_t group_home(self_ptr self, const std::string& group) {
     self->send_exit(i->second, caf::exit_reason::user_shutdown);
     st.queue_groups.erase(i);
   }
+  // Read again from the store (applied from the log) if it comes back.
+  st.queue_configs.erase(group);
   if (pa.leader < 0)
     return unavailable("its coordinator partition has no leader");
   auto peer = st.peers.find(pa.leader);
@@ -886,6 +1016,54 @@ group_home_t group_home(self_ptr self, const std::string& group) {
                        + ", not reachable from node "
                        + std::to_string(st.cfg.node_id));
   return {false, peer->second, {}};
+}
+
+/// Cluster mode, after a metadata change: ends the local coordinators of
+/// groups whose __consumer_state partition is led by another node now (so
+/// a later return of the leadership starts a fresh coordinator from the
+/// replicated state), and starts the queue coordinators of the stored queue
+/// groups led here (so leases expire and dead letters move without waiting
+/// for a request).
+void sync_group_homes(self_ptr self) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || !st.ready || st.shutting_down)
+    return;
+  std::vector<std::string> names;
+  for (auto& [name, g] : st.groups)
+    names.push_back(name);
+  for (auto& [name, q] : st.queue_groups)
+    names.push_back(name);
+  for (auto& [name, qc] : st.queue_configs)
+    names.push_back(name);
+  for (auto& name : names)
+    group_home(self, name); // ends what moved away
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty())
+    return;
+  auto n = static_cast<int32_t>(t->second.partitions.size());
+  bool leads = false;
+  for (auto& pa : t->second.partitions)
+    leads = leads || pa.leader == st.cfg.node_id;
+  if (!leads)
+    return;
+  auto stored = load_queue_groups(*st.cfg.store);
+  if (!stored) {
+    log::error("node: cannot list queue groups: {}", stored.error());
+    return;
+  }
+  for (auto& [name, qc] : *stored) {
+    if (st.queue_groups.count(name) > 0)
+      continue;
+    const auto& pa
+      = t->second.partitions[static_cast<size_t>(partition_for_key(name, n))];
+    if (pa.leader != st.cfg.node_id)
+      continue;
+    st.queue_configs.insert_or_assign(name, qc);
+    log::info("node: coordinating queue group {} (its __consumer_state "
+              "partition is led here)",
+              name);
+    spawn_queue_coordinator(self, name);
+  }
 }
 
 /// In a cluster, when `group` is coordinated by another node (or nowhere
@@ -919,13 +1097,14 @@ caf::result<T> to_queue(self_ptr self, const std::string& group,
     if (away)
       return;
     const auto& defaults = self->state.cfg.queue_defaults.settings;
-    auto c = queue_coordinator_for(self, group,
-                                   create_default ? &defaults : nullptr,
-                                   create_default);
-    if (!c)
-      rp.deliver(failed(self, std::move(c.error())));
-    else
-      relay(self, rp, *c, std::move(xs)...);
+    with_queue_coordinator(
+      self, group, create_default ? &defaults : nullptr, create_default,
+      [self, rp, xs...](caf::expected<queue_coordinator_actor> c) mutable {
+        if (!c)
+          rp.deliver(failed(self, std::move(c.error())));
+        else
+          relay(self, rp, *c, std::move(xs)...);
+      });
   });
   return rp;
 }
@@ -1589,7 +1768,10 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
   } else {
     log::error("node: cannot list consumer groups: {}", groups.error());
   }
-  if (auto queues = load_queue_groups(*store)) {
+  if (cluster_mode(st)) {
+    // Queue coordinators start where their group lives, from the state
+    // replicated through __consumer_state (sync_queue_homes).
+  } else if (auto queues = load_queue_groups(*store)) {
     st.queue_configs = std::move(*queues);
     for (auto& [name, qc] : st.queue_configs)
       spawn_queue_coordinator(self, name);
@@ -1607,7 +1789,31 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     // -- data path: delegated to the partition's replica ----------------------
     [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
       auto rp = self->make_response_promise<produce_response>();
-      when_ready(self, [self, rp, req = std::move(req)]() mutable {
+      // The coordinators of this node (and the node itself) write group
+      // state only where they are the partition's leader: a coordinator
+      // whose group just moved away must not reach the new leader through
+      // a forward (a late write would land after the new coordinator's).
+      auto& sender = self->current_sender();
+      bool own_state = req.topic == consumer_state_topic && sender
+                       && sender->node() == self->node();
+      when_ready(self, [self, rp, own_state, req = std::move(req)]() mutable {
+        if (own_state && cluster_mode(self->state)) {
+          auto& st = self->state;
+          auto t = st.topics.find(req.topic);
+          auto p = static_cast<size_t>(std::max(req.partition.value, 0));
+          if (t != st.topics.end() && p < t->second.partitions.size()
+              && t->second.partitions[p].leader != st.cfg.node_id) {
+            rp.deliver(failed(
+              self, make_error(ec::not_leader,
+                               "group state of " + tp_name(req.topic, req.partition)
+                                 + " is written only by its leader's node, not "
+                                   "node "
+                                 + std::to_string(st.cfg.node_id) + " (leader="
+                                 + std::to_string(t->second.partitions[p].leader)
+                                 + ")")));
+            return;
+          }
+        }
         serve_partition(self, rp, produce_atom_v, std::move(req), false);
       });
       return rp;
@@ -1806,7 +2012,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     },
     [self](describe_atom, group_atom,
            std::string& group) -> caf::result<group_description> {
-      if (self->state.queue_configs.count(group) > 0)
+      if (known_queue_group(self, group))
         return to_queue<group_description>(
           self, group, false,
           std::make_tuple(describe_atom_v, group_atom_v, group),
@@ -1838,7 +2044,18 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](delete_atom, group_atom, std::string& group) -> caf::result<void> {
       auto rp = self->make_response_promise();
       when_ready(self, [self, rp, group]() mutable {
-        if (self->state.queue_configs.count(group) > 0) {
+        if (cluster_mode(self->state)) {
+          auto home = group_home(self, group);
+          if (!home.local) {
+            if (home.err)
+              rp.deliver(failed(self, std::move(home.err)));
+            else
+              relay_void_for(self, rp, home.remote, std::chrono::seconds{75},
+                             delete_atom_v, group_atom_v, group);
+            return;
+          }
+        }
+        if (known_queue_group(self, group)) {
           auto q = queue_coordinator_for(self, group, nullptr);
           if (!q) {
             rp.deliver(failed(self, std::move(q.error())));
@@ -1854,8 +2071,22 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
                 self->send_exit(h, caf::exit_reason::user_shutdown);
                 st.queue_groups.erase(group);
                 st.queue_configs.erase(group);
-                log::info("node: deleted queue group {}", group);
-                rp.deliver(caf::unit);
+                auto done = [self, rp, group](caf::error err) mutable {
+                  if (err) {
+                    rp.deliver(failed(self, std::move(err)));
+                    return;
+                  }
+                  log::info("node: deleted queue group {}", group);
+                  rp.deliver(caf::unit);
+                };
+                if (!cluster_mode(st)) {
+                  done(caf::error{});
+                  return;
+                }
+                consumer_state_record rec;
+                rec.kind = consumer_state_kind::queue_group_delete;
+                rec.group = group;
+                replicate_queue_group(self, rec, std::move(done));
               },
               [self, rp](caf::error& err) mutable {
                 rp.deliver(failed(self, std::move(err)));
@@ -1896,11 +2127,14 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
         if (forwarded_group(self, rp, group, create_atom_v, group_atom_v,
                             group, qc))
           return;
-        auto c = queue_coordinator_for(self, group, &qc);
-        if (!c)
-          rp.deliver(failed(self, std::move(c.error())));
-        else
-          rp.deliver(self->state.queue_configs.at(group));
+        with_queue_coordinator(
+          self, group, &qc, false,
+          [self, rp, group](caf::expected<queue_coordinator_actor> c) mutable {
+            if (!c)
+              rp.deliver(failed(self, std::move(c.error())));
+            else
+              rp.deliver(self->state.queue_configs.at(group));
+          });
       });
       return rp;
     },
@@ -1932,6 +2166,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
                             group, qc))
           return;
         auto& st = self->state;
+        known_queue_group(self, group);
         auto c = st.queue_configs.find(group);
         if (c == st.queue_configs.end()) {
           if (!group.empty() && st.groups.count(group) > 0) {
@@ -1960,17 +2195,28 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
           rp.deliver(qc);
           return;
         }
-        if (auto err = save_queue_group(*st.cfg.store, group, qc)) {
-          rp.deliver(failed(self, std::move(err)));
+        auto apply = [self, rp, group, qc](caf::error err) mutable {
+          if (err) {
+            rp.deliver(failed(self, std::move(err)));
+            return;
+          }
+          self->state.queue_configs[group] = qc;
+          log::info("node: altered queue group {}", group);
+          auto q = queue_coordinator_for(self, group, nullptr);
+          if (!q)
+            rp.deliver(failed(self, std::move(q.error())));
+          else
+            relay(self, rp, *q, alter_atom_v, group_atom_v, std::move(qc));
+        };
+        if (cluster_mode(st)) {
+          consumer_state_record rec;
+          rec.kind = consumer_state_kind::queue_group;
+          rec.group = group;
+          rec.row = queue_group_format::encode_group_value(qc);
+          replicate_queue_group(self, rec, std::move(apply));
           return;
         }
-        c->second = qc;
-        log::info("node: altered queue group {}", group);
-        auto q = queue_coordinator_for(self, group, nullptr);
-        if (!q)
-          rp.deliver(failed(self, std::move(q.error())));
-        else
-          relay(self, rp, *q, alter_atom_v, group_atom_v, std::move(qc));
+        apply(save_queue_group(*st.cfg.store, group, qc));
       });
       return rp;
     },
@@ -2036,6 +2282,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       reconcile(self);
       if (!cluster_mode(st) || st.cluster_ready)
         mark_ready(self);
+      sync_group_homes(self);
     },
     // -- cluster ----------------------------------------------------------------
     [self](status_atom,

@@ -17,8 +17,9 @@
 //   group in the offset store at start.
 // - queue coordinators (queue-mode groups): one per queue group, spawned on
 //   create (config stored in "queue_groups") or first receive (defaults),
-//   and for every stored queue group at start; they get the topic list like
-//   the group coordinators. Stream requests (join, sync, ...) naming a queue
+//   and for every stored queue group at start (in a cluster: where the
+//   group lives, see "Groups:" below); they get the topic list like the
+//   group coordinators. Stream requests (join, sync, ...) naming a queue
 //   group get invalid_request; group list, describe and delete cover both.
 // - the DLQ manager (actors/dlq_manager.hpp): spawned on the first DLQ
 //   request, gets the topic lists, ended on shutdown; the DLQ requests are
@@ -97,7 +98,22 @@
 //   produced there with acks=all, and every replica of it applies the
 //   records to its node's offset store (broker/consumer_state.hpp), so a
 //   new coordinator starts from every acknowledged commit. Queue-mode
-//   groups and DLQ operations stay with the node the client talks to.
+//   groups live at the same node: their config (create, alter, delete:
+//   produced by that node), queue state, leases and DLQ producer rows
+//   (produced by the queue coordinator before it answers) go through the
+//   same partition, and every replica applies them to its node's
+//   "queue_groups", "queue_state" and "queue_dlq_producers" rows; the node
+//   reads a group's config from its store when it is not in memory. On
+//   every metadata change the node ends its stream and queue coordinators
+//   of groups whose partition is led elsewhere now (so a later return of
+//   the leadership starts them fresh from the replicated state) and starts
+//   a queue coordinator for each stored queue group whose partition it
+//   leads, so a queue group goes on with its committed positions, attempts,
+//   open leases and config when its coordinator's node dies. A
+//   __consumer_state produce from an actor of this node is never forwarded
+//   (not_leader unless this node leads the partition): a coordinator whose
+//   group moved cannot write after its successor. DLQ operations stay with
+//   the node the client talks to.
 // - Routing: produce, consumer fetch and list offsets for a partition led
 //   by another node are forwarded to that node's broker (request/answer, so
 //   clients may talk to any node); a request forwarded by a peer is never

@@ -1,5 +1,6 @@
 #include "actors/queue_coordinator.hpp"
 
+#include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
@@ -73,13 +74,7 @@ struct be_reader {
 
 std::string producer_key(std::string_view group, std::string_view topic,
                          partition_id p) {
-  std::string out;
-  out.append(group);
-  out.push_back('\0');
-  out.append(topic);
-  out.push_back('\0');
-  put_be(out, p.value);
-  return out;
+  return queue_state_format::producer_key(group, topic, p);
 }
 
 std::string encode_producer(const dlq_producer& x) {
@@ -229,23 +224,25 @@ load_queue_groups(metadata_store& store) {
 }
 
 caf::error erase_queue_group(metadata_store& store, std::string_view group) {
-  queue_state_store qs{store};
-  if (auto err = qs.erase_group(group))
-    return err;
-  std::string prefix{group};
-  prefix.push_back('\0');
-  std::vector<std::string> keys;
-  if (auto err = store.scan_prefix(qgf::producers_db, prefix,
-                                   [&](std::string_view k, std::string_view) {
-                                     keys.emplace_back(k);
-                                     return true;
-                                   }))
-    return err;
-  metadata_batch batch;
-  for (auto& k : keys)
-    batch.erase(qgf::producers_db, k);
-  batch.erase(qgf::groups_db, group);
-  return store.write_batch(batch);
+  return queue_state_store{store}.erase_group_all(group);
+}
+
+caf::expected<std::optional<queue_group_config>>
+load_queue_group(metadata_store& store, std::string_view group) {
+  if (group.empty() || group.find('\0') != std::string_view::npos)
+    return make_error(ec::invalid_argument,
+                      "queue group name must be non-empty without NUL");
+  auto v = store.get(qgf::groups_db, group);
+  if (!v) {
+    if (is(v.error(), ec::not_found))
+      return std::optional<queue_group_config>{};
+    return std::move(v.error());
+  }
+  auto x = qgf::decode_group_value(*v);
+  if (!x)
+    return make_error(ec::corrupt_segment, "queue group " + std::string{group}
+                                             + ": " + describe(x.error()));
+  return std::optional<queue_group_config>{std::move(*x)};
 }
 
 // -- the actor ------------------------------------------------------------------
@@ -277,6 +274,38 @@ template <class... Ts>
 void send_self(self_ptr self, caf::timespan after, Ts&&... xs) {
   self->delayed_send(caf::actor_cast<queue_coordinator_actor>(self), after,
                      std::forward<Ts>(xs)...);
+}
+
+// Cluster mode: state goes through __consumer_state first.
+bool cluster(self_ptr self) {
+  return !self->state.cfg.state_topic.empty();
+}
+
+// Cluster mode: produces `recs` (in order, one batch) to the group's
+// __consumer_state partition with acks=all; then done(error).
+template <class F>
+void replicate(self_ptr self, const std::vector<consumer_state_record>& recs,
+               F done) {
+  auto& st = self->state;
+  if (!st.cfg.broker) {
+    done(make_error(ec::coordinator_not_available, "no broker"));
+    return;
+  }
+  auto batch = make_consumer_state_batch(recs, now_ms(self));
+  if (!batch) {
+    done(std::move(batch.error()));
+    return;
+  }
+  produce_request pr;
+  pr.topic = st.cfg.state_topic;
+  pr.partition = st.cfg.state_partition;
+  pr.acks = acks_mode::all;
+  pr.batch = std::move(*batch);
+  self
+    ->request(st.cfg.broker, st.cfg.broker_timeout, produce_atom_v,
+              std::move(pr))
+    .then([done](produce_response&) mutable { done(caf::error{}); },
+          [done](caf::error& err) mutable { done(std::move(err)); });
 }
 
 caf::error check_group(self_ptr self, const std::string& group) {
@@ -405,14 +434,19 @@ uint64_t partition_seed(uint64_t seed, const topic_partition& key) {
   return s == 0 ? 1 : s;
 }
 
-void open_partition(self_ptr self, const topic_partition& key) {
+// Opens a partition from the store, or from `snap` (cluster-mode alter:
+// the table's own state, which the store may not have yet).
+void open_partition(self_ptr self, const topic_partition& key,
+                    const queue_snapshot* snap = nullptr) {
   auto& st = self->state;
   if (st.partitions.count(key) > 0)
     return;
   auto tc = st.table_cfg;
   tc.seed = partition_seed(st.cfg.seed, key);
-  auto t = st.queue_store->open_table(st.cfg.group, key.topic, key.partition,
-                                      tc, offset{0});
+  auto t = snap != nullptr
+             ? lease_table::restore(tc, *snap)
+             : st.queue_store->open_table(st.cfg.group, key.topic,
+                                          key.partition, tc, offset{0});
   if (!t) {
     log::error("queue group {}: cannot open the state of {}: {}",
                st.cfg.group, tp_text(key), t.error());
@@ -422,6 +456,8 @@ void open_partition(self_ptr self, const topic_partition& key) {
   p.key = key;
   p.incarnation = st.next_incarnation++;
   p.table = std::move(*t);
+  if (snap != nullptr)
+    p.table->mark_all_dirty(); // rewrite it whole under the new config
   p.fetch_at = p.table->read_end();
   p.dlq_topic = dlq_topic_of(st.cfg.settings, key.topic, st.cfg.group);
   auto row = st.cfg.store->get(qgf::producers_db,
@@ -439,10 +475,10 @@ void open_partition(self_ptr self, const topic_partition& key) {
   }
   auto s = p.table->stats();
   if (s.committed.value > 0 || s.tracked > 0)
-    log::info("queue group {}: {} resumes at {} ({} retrying, {} pending "
-              "dead-letter)",
-              st.cfg.group, tp_text(key), s.committed, s.tracked - s.done,
-              s.dead_letter);
+    log::info("queue group {}: {} resumes at {} ({} leased, {} retrying, {} "
+              "pending dead-letter)",
+              st.cfg.group, tp_text(key), s.committed, s.leased,
+              s.tracked - s.done - s.leased - s.dead_letter, s.dead_letter);
   if (p.table->has_changes())
     mark_dirty(self, p);
   maybe_fetch(self, p);
@@ -452,15 +488,26 @@ void open_partition(self_ptr self, const topic_partition& key) {
 void drop_partition(self_ptr self, const topic_partition& key) {
   auto& st = self->state;
   st.partitions.erase(key);
-  if (auto err = st.queue_store->erase(st.cfg.group, key.topic,
-                                       key.partition))
+  if (cluster(self)) {
+    consumer_state_record r;
+    r.kind = consumer_state_kind::queue_partition_erase;
+    r.group = st.cfg.group;
+    r.topic = key.topic;
+    r.partition = key.partition;
+    replicate(self, {r}, [self, key](caf::error err) {
+      auto& st = self->state;
+      if (!err)
+        err = st.queue_store->erase_partition_all(st.cfg.group, key.topic,
+                                                  key.partition);
+      if (err)
+        log::error("queue group {}: cannot erase the state of {}: {}",
+                   st.cfg.group, tp_text(key), err);
+    });
+  } else if (auto err = st.queue_store->erase_partition_all(
+               st.cfg.group, key.topic, key.partition)) {
     log::error("queue group {}: cannot erase the state of {}: {}",
                st.cfg.group, tp_text(key), err);
-  if (auto err = st.cfg.store->erase(qgf::producers_db,
-                                     producer_key(st.cfg.group, key.topic,
-                                                  key.partition)))
-    log::error("queue group {}: cannot erase the DLQ producer of {}: {}",
-               st.cfg.group, tp_text(key), err);
+  }
   if (st.cfg.probe)
     st.cfg.probe->forget(key.topic, key.partition);
   log::info("queue group {}: {} is gone; its queue state was erased",
@@ -755,6 +802,8 @@ acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
     auto ls = p.table->acquire(req.member_id, want - out.size(), now, vis);
     if (!ls)
       return make_error(ec::invalid_request, describe(ls.error()));
+    if (!ls->empty() && p.table->has_changes())
+      mark_dirty(self, p); // cluster mode: the leases are replicated first
     for (auto& l : *ls) {
       auto c = p.cache.find(l.off);
       if (c == p.cache.end()) {
@@ -796,8 +845,13 @@ void serve_waiters(self_ptr self, timestamp_ms now) {
       if (got.empty())
         exhausted.insert(w.request.topic);
     }
-    if (!got.empty()
-        || (w.deadline <= now && topic_read(self, w.request.topic))) {
+    if (!got.empty() && cluster(self)) {
+      // Answered once the leases are replicated.
+      st.receives_after_flush.push_back(
+        queue_pending_receive{w.promise, std::move(got), w.request.member_id});
+      i = st.waiters.erase(i);
+    } else if (!got.empty()
+               || (w.deadline <= now && topic_read(self, w.request.topic))) {
       w.promise.deliver(std::move(got));
       i = st.waiters.erase(i);
     } else {
@@ -808,7 +862,13 @@ void serve_waiters(self_ptr self, timestamp_ms now) {
 
 // -- persistence ------------------------------------------------------------------
 
+void flush_replicated(self_ptr self);
+
 void flush(self_ptr self) {
+  if (cluster(self)) {
+    flush_replicated(self);
+    return;
+  }
   auto& st = self->state;
   st.flush_scheduled = false;
   bool failed = false;
@@ -845,6 +905,121 @@ void flush(self_ptr self) {
   schedule_timer(self);
 }
 
+// One cluster-mode flush: its change sets and who waits for them.
+struct queue_flight {
+  std::vector<consumer_state_record> records;
+  std::vector<std::pair<topic_partition, uint64_t>> parts; // + incarnation
+  std::vector<queue_pending_reply> replies;
+  std::vector<queue_pending_receive> receives;
+};
+
+// The state produce of `f` is over: apply it and answer (ok), or answer
+// coordinator_not_available and send everything again (failed).
+void finish_flight(self_ptr self, queue_flight& f, caf::error err) {
+  auto& st = self->state;
+  for (auto& [key, inc] : f.parts)
+    if (auto* p = find_part(self, key, inc))
+      p->saving = false;
+  if (!err) {
+    // The leader's own view: followers apply the same records as they
+    // fetch them (apply_consumer_state).
+    for (auto& r : f.records) {
+      auto key = topic_partition{r.topic, r.partition};
+      if (auto e = st.queue_store->save(r.group, r.topic, r.partition,
+                                        r.changes)) {
+        log::error("queue group {}: replicated state of {} not saved here: "
+                   "{}; rewriting it",
+                   st.cfg.group, tp_text(key), e);
+        if (auto i = st.partitions.find(key);
+            i != st.partitions.end() && i->second.table) {
+          i->second.table->mark_all_dirty();
+          i->second.dirty = true;
+        }
+      } else if (st.cfg.probe) {
+        st.cfg.probe->committed(r.topic, r.partition, r.changes.committed);
+      }
+    }
+    for (auto& x : f.replies)
+      x.promise.deliver(std::move(x.response));
+    for (auto& x : f.receives)
+      x.promise.deliver(std::move(x.messages));
+  } else {
+    log::warn("queue group {}: state not replicated to {}-{}: {}; retrying",
+              st.cfg.group, st.cfg.state_topic, st.cfg.state_partition, err);
+    for (auto& [key, inc] : f.parts)
+      if (auto* p = find_part(self, key, inc)) {
+        p->table->mark_all_dirty();
+        p->dirty = true;
+      }
+    auto fail = make_error(ec::coordinator_not_available,
+                           "queue group " + st.cfg.group
+                             + ": state not replicated: " + describe(err));
+    for (auto& x : f.replies)
+      x.promise.deliver(fail);
+    // The member never saw these leases: they end without a failed attempt.
+    for (auto& x : f.receives) {
+      for (auto& m : x.messages) {
+        auto i = st.partitions.find(
+          topic_partition{m.message.topic, m.message.partition});
+        if (i != st.partitions.end() && i->second.table
+            && i->second.table->release(m.message.off, m.lease_id))
+          i->second.dirty = true;
+      }
+      x.promise.deliver(fail);
+    }
+    st.flush_retry_at = now_ms(self) + span_ms(st.cfg.retry_backoff);
+  }
+  bool more = !st.after_flush.empty() || !st.receives_after_flush.empty();
+  for (auto& [key, p] : st.partitions) {
+    pump_dlq(self, p);
+    more = more || p.dirty;
+  }
+  if (more && !err)
+    schedule_flush(self);
+  serve_waiters(self, now_ms(self));
+  schedule_timer(self);
+}
+
+// Cluster mode: one produce of every dirty table's change set (group
+// commit); the replies wait for it. One flush in flight at a time, so the
+// log has the change sets in the order they were taken.
+void flush_replicated(self_ptr self) {
+  auto& st = self->state;
+  st.flush_scheduled = false;
+  if (st.flushing)
+    return; // finish_flight flushes again
+  auto f = std::make_shared<queue_flight>();
+  for (auto& [key, p] : st.partitions) {
+    if (!p.dirty || !p.table)
+      continue;
+    p.dirty = false;
+    if (!p.table->has_changes())
+      continue;
+    consumer_state_record r;
+    r.kind = consumer_state_kind::queue_partition;
+    r.group = st.cfg.group;
+    r.topic = key.topic;
+    r.partition = key.partition;
+    r.changes = p.table->take_changes();
+    p.saving = true;
+    f->records.push_back(std::move(r));
+    f->parts.emplace_back(key, p.incarnation);
+  }
+  f->replies = std::move(st.after_flush);
+  st.after_flush.clear();
+  f->receives = std::move(st.receives_after_flush);
+  st.receives_after_flush.clear();
+  if (f->records.empty()) {
+    finish_flight(self, *f, caf::error{});
+    return;
+  }
+  st.flushing = true;
+  replicate(self, f->records, [self, f](caf::error err) {
+    self->state.flushing = false;
+    finish_flight(self, *f, std::move(err));
+  });
+}
+
 // -- DLQ writer -----------------------------------------------------------------
 
 caf::error save_producer(self_ptr self, const queue_partition_state& p,
@@ -865,6 +1040,45 @@ void dlq_retry_later(self_ptr self, queue_partition_state& p,
   schedule_timer(self);
 }
 
+// Stores the DLQ producer row `x` (cluster mode: produced to the state
+// partition first, the writer busy meanwhile), then pumps again.
+void store_producer(self_ptr self, queue_partition_state& p,
+                    const dlq_producer& x, const char* what) {
+  auto& st = self->state;
+  if (!cluster(self)) {
+    if (auto err = save_producer(self, p, x)) {
+      dlq_retry_later(self, p, err, what);
+      return;
+    }
+    p.producer = x;
+    pump_dlq(self, p);
+    return;
+  }
+  consumer_state_record r;
+  r.kind = consumer_state_kind::queue_dlq_producer;
+  r.group = st.cfg.group;
+  r.topic = p.key.topic;
+  r.partition = p.key.partition;
+  r.row = encode_producer(x);
+  p.dlq_busy = true;
+  auto key = p.key;
+  auto inc = p.incarnation;
+  replicate(self, {r}, [self, key, inc, x, what](caf::error err) {
+    auto* p = find_part(self, key, inc);
+    if (!p)
+      return;
+    p->dlq_busy = false;
+    if (!err)
+      err = save_producer(self, *p, x); // the leader's own view
+    if (err) {
+      dlq_retry_later(self, *p, err, what);
+      return;
+    }
+    p->producer = x;
+    pump_dlq(self, *p);
+  });
+}
+
 // Takes a fresh producer id (first use, or the broker lost or fenced ours).
 void init_producer(self_ptr self, queue_partition_state& p) {
   auto& st = self->state;
@@ -883,12 +1097,7 @@ void init_producer(self_ptr self, queue_partition_state& p) {
         x.epoch = id.epoch;
         if (p->producer)
           x.dlq_partition = p->producer->dlq_partition;
-        if (auto err = save_producer(self, *p, x)) {
-          dlq_retry_later(self, *p, err, "store producer id");
-          return;
-        }
-        p->producer = x;
-        pump_dlq(self, *p);
+        store_producer(self, *p, x, "store producer id");
       },
       [self, key, inc](caf::error& err) {
         auto* p = find_part(self, key, inc);
@@ -912,12 +1121,7 @@ void choose_dlq_partition(self_ptr self, queue_partition_state& p,
   auto x = *p.producer;
   x.dlq_partition = partition_id{static_cast<int32_t>(
     static_cast<size_t>(p.key.partition.value) % dlq_partitions)};
-  if (auto err = save_producer(self, p, x)) {
-    dlq_retry_later(self, p, err, "store DLQ partition");
-    return;
-  }
-  p.producer = x;
-  pump_dlq(self, p);
+  store_producer(self, p, x, "store DLQ partition");
 }
 
 // Finds (or creates) the DLQ topic and picks this partition's DLQ partition.
@@ -1056,7 +1260,7 @@ void on_dlq_error(self_ptr self, queue_partition_state& p, caf::error err) {
 // pending mark is saved. One write in flight per partition.
 void pump_dlq(self_ptr self, queue_partition_state& p) {
   auto& st = self->state;
-  if (!p.table || p.dlq_busy || p.dirty || p.dlq_retry_at != 0
+  if (!p.table || p.dlq_busy || p.dirty || p.saving || p.dlq_retry_at != 0
       || !st.cfg.broker)
     return;
   auto pending = p.table->pending_dead_letters();
@@ -1083,11 +1287,8 @@ void pump_dlq(self_ptr self, queue_partition_state& p) {
     auto x = *p.producer;
     x.last_offset = off;
     x.last_seq = x.last_seq < 0 ? 0 : increment_sequence(x.last_seq, 1);
-    if (auto err = save_producer(self, p, x)) {
-      dlq_retry_later(self, p, err, "store sequence");
-      return;
-    }
-    p.producer = x;
+    store_producer(self, p, x, "store sequence"); // then pumps again
+    return;
   }
   auto rec = p.cache.at(off);
   rec.offset_delta = 0;
@@ -1233,7 +1434,7 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
     schedule_timer(self);
     return err;
   }
-  if (req.kind == queue_ack_kind::extend)
+  if (req.kind == queue_ack_kind::extend && !cluster(self))
     return resp; // leases are not stored: nothing to save
   prune(p);
   mark_dirty(self, p);
@@ -1251,8 +1452,11 @@ int64_t on_leave(self_ptr self, const std::string& member) {
   auto& st = self->state;
   int64_t released = 0;
   for (auto& [key, p] : st.partitions)
-    if (p.table)
+    if (p.table) {
       released += static_cast<int64_t>(p.table->release_member(member));
+      if (p.table->has_changes())
+        mark_dirty(self, p); // cluster mode: the lease rows go
+    }
   for (auto i = st.waiters.begin(); i != st.waiters.end();) {
     if (i->second.request.member_id == member) {
       i->second.promise.deliver(std::vector<leased_message>{});
@@ -1282,12 +1486,25 @@ caf::result<queue_group_config> on_alter(self_ptr self,
     return make_error(ec::invalid_config,
                       "dlq_topic of queue group " + st.cfg.group
                         + " cannot be altered");
-  flush(self);
-  for (auto& [key, p] : st.partitions)
-    if (p.dirty)
-      return make_error(ec::io_error, "queue group " + st.cfg.group
-                                        + ": cannot save its state before "
-                                          "the alter; try again");
+  // Cluster mode: the tables reopen from their own state (the store may
+  // lag behind a produce in flight) and keep their leases; the first
+  // change set of each is a full rewrite.
+  std::map<topic_partition, queue_snapshot> snaps;
+  std::map<topic_partition, std::optional<dlq_producer>> producers;
+  if (cluster(self)) {
+    for (auto& [key, p] : st.partitions)
+      if (p.table) {
+        snaps.emplace(key, p.table->snapshot());
+        producers.emplace(key, p.producer);
+      }
+  } else {
+    flush(self);
+    for (auto& [key, p] : st.partitions)
+      if (p.dirty)
+        return make_error(ec::io_error, "queue group " + st.cfg.group
+                                          + ": cannot save its state before "
+                                            "the alter; try again");
+  }
   std::map<topic_partition, int64_t> dead_lettered;
   for (auto& [key, p] : st.partitions)
     dead_lettered[key] = p.dead_lettered;
@@ -1295,10 +1512,17 @@ caf::result<queue_group_config> on_alter(self_ptr self,
   auto window = st.table_cfg.window;
   st.table_cfg = to_lease_table_config(qc);
   st.table_cfg.window = window;
+  st.table_cfg.persist_leases = cluster(self);
   // Fresh lease ids: acks of the old leases must not match new ones.
   if (st.cfg.seed != 0)
     st.cfg.seed = st.cfg.seed * 6364136223846793005ull + 1442695040888963407ull;
   st.partitions.clear();
+  for (auto& [key, snap] : snaps) {
+    open_partition(self, key, &snap);
+    if (auto i = st.partitions.find(key); i != st.partitions.end())
+      if (auto pr = producers[key])
+        i->second.producer = pr;
+  }
   reconcile(self);
   for (auto& [key, n] : dead_lettered)
     if (auto i = st.partitions.find(key); i != st.partitions.end())
@@ -1371,6 +1595,8 @@ queue_coordinator(
   st.cfg = std::move(cfg);
   st.table_cfg = to_lease_table_config(st.cfg.settings);
   st.table_cfg.window = std::max<size_t>(st.cfg.window, 1);
+  // Cluster mode: another node takes over the group with its leases.
+  st.table_cfg.persist_leases = !st.cfg.state_topic.empty();
   st.queue_store = std::make_unique<queue_state_store>(*st.cfg.store);
   for (auto& t : st.cfg.topics)
     st.topics.emplace(t.name, t);
@@ -1387,8 +1613,12 @@ queue_coordinator(
   }
   reconcile(self);
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    // Save what the handled requests changed before going.
-    flush(self);
+    // Save what the handled requests changed before going. Not in a
+    // cluster: the group moved (or the node stops), and a late produce must
+    // not land after the new coordinator's; what was not replicated was not
+    // answered either.
+    if (!cluster(self))
+      flush(self);
     self->quit(std::move(msg.reason));
   });
   return {
@@ -1415,6 +1645,14 @@ queue_coordinator(
       auto got = acquire_for(self, req, now);
       if (!got)
         return std::move(got.error());
+      if (!got->empty() && cluster(self)) {
+        // The leases are handed out once their rows are replicated.
+        auto rp = self->make_response_promise<std::vector<leased_message>>();
+        st.receives_after_flush.push_back(
+          queue_pending_receive{rp, std::move(*got), req.member_id});
+        schedule_timer(self);
+        return rp;
+      }
       if (!got->empty() || (req.wait_ms == 0 && topic_read(self, req.topic))) {
         schedule_timer(self);
         return std::move(*got);
@@ -1455,8 +1693,16 @@ queue_coordinator(
                             + std::to_string(leased) + " leased records and "
                             + std::to_string(st.waiters.size())
                             + " waiting receives");
-      if (auto err = erase_queue_group(*st.cfg.store, st.cfg.group))
+      if (cluster(self)) {
+        // The node replicates the delete record and applies it; a change
+        // set still in flight would land after it.
+        if (st.flushing)
+          return make_error(ec::coordinator_not_available,
+                            "queue group " + st.cfg.group
+                              + ": its state is being replicated; try again");
+      } else if (auto err = erase_queue_group(*st.cfg.store, st.cfg.group)) {
         return err;
+      }
       st.partitions.clear();
       st.active.clear();
       auto replies = std::move(st.after_flush);

@@ -32,8 +32,9 @@
 // Ack family: expire(now) first (so an ack after the deadline answers
 // lease_expired even if the timer has not fired), then ack / nack / reject /
 // extend on the table. Replies wait for the save of their changes (extend
-// changes nothing stored and answers at once; a failed save is logged and
-// retried, and the replies do not wait for the retry).
+// changes nothing stored and answers at once, except in cluster mode; a
+// failed local save is logged and retried, and the replies do not wait for
+// the retry).
 //
 // Leave: (leave_atom, queue_atom, member) ends the member's leases without a
 // failed attempt (lease_table::release_member: the records are available at
@@ -51,6 +52,31 @@
 // set), then answers the waiting acks and starts DLQ writes. A failed save
 // marks the table all-dirty and retries after retry_backoff. Leases are not
 // stored: after a restart they are delivered again (attempts kept).
+//
+// Cluster mode (cfg.state_topic set: the group's partition of
+// __consumer_state, whose leader is this coordinator's node): the store is
+// the node's view of that partition, which every replica keeps by applying
+// its records (broker/consumer_state.hpp). The tables persist leases
+// (lease_table_config::persist_leases). A flush produces every dirty table's
+// change set as one record each, in one batch, with acks=all, one flush in
+// flight at a time (changes made meanwhile go in the next); only after the
+// produce succeeded are the change sets saved to the store and the waiting
+// replies answered -- acks, extends, and receives too: a receive that leased
+// records is answered after its lease rows are replicated, so a lease handed
+// out is a lease the next coordinator knows (same id, member, deadline,
+// attempt). A failed produce answers the waiting replies with
+// coordinator_not_available, ends the leases of the waiting receives without
+// an attempt, marks the tables all-dirty and sends everything again after
+// retry_backoff. DLQ producer rows go through the partition the same way
+// before the DLQ produce that uses them; a partition whose topic is gone is
+// erased by a record too. A cluster-mode alter reopens the tables from their
+// own state (leases kept) and rewrites it whole. The exit handler does not
+// flush (the group moved away or the node stops: nothing unreplicated was
+// answered). The node never forwards a __consumer_state produce of its own
+// actors to another node (not_leader instead), so a coordinator that has
+// just lost the leadership cannot write after its successor: its produce
+// reaches only its own node's replica, which takes it only as the leader of
+// the current epoch.
 //
 // Dead letters, exactly once in effect: a record pending dead-letter (saved
 // as such before anything else happens) is written to the DLQ topic with an
@@ -84,7 +110,8 @@
 //
 // Stored configs: the node keeps each queue group's queue_group_config in
 // the "queue_groups" sub-database (save_queue_group / load_queue_groups), so
-// the group and its settings survive a restart.
+// the group and its settings survive a restart; in a cluster the node
+// produces it to __consumer_state and every replica applies it there.
 //
 // Encodings (all integers big-endian):
 //   sub-database "queue_groups"
@@ -134,8 +161,9 @@ class group_probe;
 
 namespace queue_group_format {
 
-inline constexpr std::string_view groups_db = "queue_groups";
-inline constexpr std::string_view producers_db = "queue_dlq_producers";
+inline constexpr std::string_view groups_db = queue_state_format::groups_db;
+inline constexpr std::string_view producers_db =
+  queue_state_format::producers_db;
 inline constexpr uint8_t group_value_version = 1;
 inline constexpr uint8_t producer_value_version = 1;
 inline constexpr size_t producer_value_bytes = 1 + 8 + 2 + 4 + 8 + 4;
@@ -163,6 +191,10 @@ caf::error save_queue_group(metadata_store& store, std::string_view group,
 /// Every stored queue group, by name.
 caf::expected<std::map<std::string, queue_group_config>>
 load_queue_groups(metadata_store& store);
+
+/// One stored queue group's config; nullopt if there is none.
+caf::expected<std::optional<queue_group_config>>
+load_queue_group(metadata_store& store, std::string_view group);
 
 /// Erases the group's config, queue state and DLQ producer rows.
 caf::error erase_queue_group(metadata_store& store, std::string_view group);
@@ -203,6 +235,12 @@ struct queue_coordinator_config {
   uint64_t seed = 0;
   /// Metrics of this group; null: none.
   std::shared_ptr<metrics::group_probe> probe;
+  /// Cluster mode: the group's partition of __consumer_state. Non-empty:
+  /// every state change (and DLQ producer row) is produced there with
+  /// acks=all before it is applied to `store` and answered, and leases are
+  /// persisted (see the file comment). Empty: `store` is written directly.
+  std::string state_topic;
+  partition_id state_partition{0};
   /// Wall clock in ms; empty means the system clock.
   clock_fn clock;
 };
@@ -239,6 +277,8 @@ struct queue_partition_state {
   bool read_once = false;
   // Persistence.
   bool dirty = false;
+  /// Cluster mode: its last change set is in the produce in flight.
+  bool saving = false;
   // DLQ writer.
   std::string dlq_topic;
   std::optional<dlq_producer> producer;
@@ -258,6 +298,13 @@ struct queue_waiter {
 struct queue_pending_reply {
   caf::typed_response_promise<queue_ack_response> promise;
   queue_ack_response response;
+};
+
+/// Cluster mode: a receive answered once its leases are replicated.
+struct queue_pending_receive {
+  caf::typed_response_promise<std::vector<leased_message>> promise;
+  std::vector<leased_message> messages;
+  std::string member;
 };
 
 struct queue_coordinator_state {
@@ -280,6 +327,10 @@ struct queue_coordinator_state {
   bool flush_scheduled = false;
   timestamp_ms flush_retry_at = 0;
   std::vector<queue_pending_reply> after_flush;
+  /// Cluster mode: receives whose leases wait for the flush.
+  std::vector<queue_pending_receive> receives_after_flush;
+  /// Cluster mode: a state produce is in flight (one at a time, in order).
+  bool flushing = false;
   /// Timer.
   uint64_t timer_token = 0;
   timestamp_ms timer_at = 0; ///< 0 = no timer

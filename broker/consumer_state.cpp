@@ -1,6 +1,8 @@
 #include "broker/consumer_state.hpp"
 
 #include "broker/error.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/queue_state_store.hpp"
 #include "broker/record_batch.hpp"
 
 #include <cstring>
@@ -10,7 +12,11 @@ namespace ferry {
 
 namespace {
 
-constexpr uint8_t value_version = 1;
+constexpr uint8_t value_version = 1; // the commit kind
+
+caf::error bad(const std::string& what) {
+  return make_error(ec::corrupt_segment, "consumer state record: " + what);
+}
 
 template <class T>
 void put_be(std::string& out, T x) {
@@ -59,19 +65,13 @@ std::string encode_offsets_value(const std::vector<committed_offset>& offsets) {
   return out;
 }
 
-caf::expected<std::vector<committed_offset>>
-decode_offsets_value(std::string_view in) {
-  auto bad = [](const char* what) {
-    return make_error(ec::corrupt_segment,
-                      std::string{"consumer state record: "} + what);
-  };
-  if (in.empty() || static_cast<uint8_t>(in[0]) != value_version)
-    return bad("unknown version");
-  in.remove_prefix(1);
+namespace {
+
+caf::error decode_offsets_body(std::string_view& in,
+                               std::vector<committed_offset>& out) {
   uint32_t n = 0;
   if (!get_be(in, n))
     return bad("truncated count");
-  std::vector<committed_offset> out;
   for (uint32_t i = 0; i < n; ++i) {
     committed_offset o;
     uint16_t topic_len = 0;
@@ -87,9 +87,155 @@ decode_offsets_value(std::string_view in) {
     o.committed = offset{committed};
     out.push_back(std::move(o));
   }
+  return caf::none;
+}
+
+void put_partition(std::string& out, const consumer_state_record& x) {
+  put_be(out, static_cast<uint16_t>(x.topic.size()));
+  out += x.topic;
+  put_be(out, x.partition.value);
+}
+
+bool get_partition(std::string_view& in, consumer_state_record& x) {
+  uint16_t len = 0;
+  int32_t p = 0;
+  if (!get_be(in, len) || !get_bytes(in, len, x.topic) || !get_be(in, p))
+    return false;
+  x.partition = partition_id{p};
+  return true;
+}
+
+} // namespace
+
+caf::expected<std::vector<committed_offset>>
+decode_offsets_value(std::string_view in) {
+  if (in.empty() || static_cast<uint8_t>(in[0]) != value_version)
+    return bad("unknown version");
+  in.remove_prefix(1);
+  std::vector<committed_offset> out;
+  if (auto err = decode_offsets_body(in, out))
+    return err;
   if (!in.empty())
     return bad("trailing bytes");
   return out;
+}
+
+std::string encode_consumer_state_value(const consumer_state_record& x) {
+  using k = consumer_state_kind;
+  if (x.kind == k::commit)
+    return encode_offsets_value(x.offsets);
+  std::string out;
+  out.push_back(static_cast<char>(x.kind));
+  switch (x.kind) {
+    case k::queue_group:
+      out += x.row;
+      break;
+    case k::queue_group_delete:
+      break;
+    case k::queue_partition: {
+      put_partition(out, x);
+      put_be(out, x.changes.committed.value);
+      out.push_back(static_cast<char>(x.changes.full ? 1 : 0));
+      put_be(out, static_cast<uint32_t>(x.changes.upserts.size()));
+      for (const auto& r : x.changes.upserts) {
+        auto v = queue_state_format::encode_record_value(r);
+        put_be(out, r.off.value);
+        put_be(out, static_cast<uint32_t>(v.size()));
+        out += v;
+      }
+      put_be(out, static_cast<uint32_t>(x.changes.erased.size()));
+      for (auto off : x.changes.erased)
+        put_be(out, off.value);
+      break;
+    }
+    case k::queue_dlq_producer:
+      put_partition(out, x);
+      out += x.row;
+      break;
+    case k::queue_partition_erase:
+      put_partition(out, x);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+caf::expected<consumer_state_record>
+decode_consumer_state_value(std::string_view in) {
+  using k = consumer_state_kind;
+  if (in.empty())
+    return bad("empty value");
+  auto kind = static_cast<uint8_t>(in[0]);
+  in.remove_prefix(1);
+  consumer_state_record x;
+  x.kind = static_cast<k>(kind);
+  switch (x.kind) {
+    case k::commit:
+      if (auto err = decode_offsets_body(in, x.offsets))
+        return err;
+      break;
+    case k::queue_group:
+      if (in.empty())
+        return bad("queue group config without a value");
+      x.row.assign(in);
+      in = {};
+      break;
+    case k::queue_group_delete:
+      break;
+    case k::queue_partition: {
+      int64_t committed = 0;
+      uint8_t flags = 0;
+      uint32_t n = 0;
+      if (!get_partition(in, x) || !get_be(in, committed)
+          || !get_be(in, flags) || !get_be(in, n))
+        return bad("truncated queue change set");
+      if (flags > 1)
+        return bad("queue change set flags " + std::to_string(flags));
+      x.changes.committed = offset{committed};
+      x.changes.full = flags == 1;
+      for (uint32_t i = 0; i < n; ++i) {
+        int64_t off = 0;
+        uint32_t len = 0;
+        std::string v;
+        if (!get_be(in, off) || !get_be(in, len) || !get_bytes(in, len, v))
+          return bad("truncated queue row");
+        queue_record r;
+        r.off = offset{off};
+        if (auto err = queue_state_format::decode_record_value(v, r))
+          return bad("queue row " + std::to_string(off) + ": "
+                     + describe(err));
+        x.changes.upserts.push_back(std::move(r));
+      }
+      if (!get_be(in, n))
+        return bad("truncated erased count");
+      for (uint32_t i = 0; i < n; ++i) {
+        int64_t off = 0;
+        if (!get_be(in, off))
+          return bad("truncated erased offset");
+        x.changes.erased.push_back(offset{off});
+      }
+      break;
+    }
+    case k::queue_dlq_producer:
+      if (!get_partition(in, x) || in.empty())
+        return bad("truncated DLQ producer row");
+      x.row.assign(in);
+      in = {};
+      break;
+    case k::queue_partition_erase:
+      if (!get_partition(in, x))
+        return bad("truncated queue partition erase");
+      break;
+    default:
+      return make_error(ec::unknown_record_kind,
+                        "consumer state record of kind "
+                          + std::to_string(kind)
+                          + " (written by a newer version?)");
+  }
+  if (!in.empty())
+    return bad("trailing bytes");
+  return x;
 }
 
 caf::expected<std::string>
@@ -103,7 +249,65 @@ make_commit_batch(const std::string& group,
   return encode_batch(batch_meta{}, {r});
 }
 
-caf::expected<size_t> apply_consumer_state(offset_store& store,
+caf::expected<std::string>
+make_consumer_state_batch(const std::vector<consumer_state_record>& records,
+                          int64_t now_ms) {
+  if (records.empty())
+    return make_error(ec::invalid_argument,
+                      "consumer state batch without records");
+  std::vector<record> rs;
+  rs.reserve(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    record r;
+    r.offset_delta = static_cast<int32_t>(i);
+    r.timestamp = now_ms;
+    r.key = records[i].group;
+    r.value = encode_consumer_state_value(records[i]);
+    rs.push_back(std::move(r));
+  }
+  return encode_batch(batch_meta{}, rs);
+}
+
+caf::error apply_consumer_state_record(offset_store& offsets,
+                                       metadata_store& store,
+                                       const consumer_state_record& x) {
+  using k = consumer_state_kind;
+  namespace qf = queue_state_format;
+  queue_state_store queues{store};
+  switch (x.kind) {
+    case k::commit: {
+      std::optional<group_record> rec;
+      auto known = offsets.get_group(x.group);
+      if (known && !*known)
+        rec = group_record{x.group, 0, "stream", ""};
+      return offsets.commit(x.group, x.offsets, rec);
+    }
+    case k::queue_group:
+      if (x.group.empty() || x.group.find('\0') != std::string::npos)
+        return bad("queue group config with a bad group name");
+      return store.put(qf::groups_db, x.group, x.row);
+    case k::queue_group_delete:
+      return queues.erase_group_all(x.group);
+    case k::queue_partition:
+      return queues.save(x.group, x.topic, x.partition, x.changes);
+    case k::queue_dlq_producer: {
+      // Checks the names like the state rows do.
+      if (auto p = qf::encode_partition_prefix(x.group, x.topic, x.partition);
+          !p)
+        return std::move(p.error());
+      return store.put(qf::producers_db,
+                       qf::producer_key(x.group, x.topic, x.partition), x.row);
+    }
+    case k::queue_partition_erase:
+      return queues.erase_partition_all(x.group, x.topic, x.partition);
+  }
+  return make_error(ec::unknown_record_kind,
+                    "consumer state record of kind "
+                      + std::to_string(static_cast<int>(x.kind)));
+}
+
+caf::expected<size_t> apply_consumer_state(offset_store& offsets,
+                                           metadata_store& store,
                                            std::string_view batches) {
   size_t applied = 0;
   while (!batches.empty()) {
@@ -112,20 +316,19 @@ caf::expected<size_t> apply_consumer_state(offset_store& store,
       return std::move(h.error());
     auto one = batches.substr(0, h->total_size());
     batches.remove_prefix(h->total_size());
+    if (h->control())
+      continue;
     auto b = decode_batch(one, std::numeric_limits<int32_t>::max());
     if (!b)
       return std::move(b.error());
     for (auto& r : b->records) {
       if (!r.key || !r.value)
         continue;
-      auto offs = decode_offsets_value(*r.value);
-      if (!offs)
-        return std::move(offs.error());
-      std::optional<group_record> rec;
-      auto known = store.get_group(*r.key);
-      if (known && !*known)
-        rec = group_record{*r.key, 0, "stream", ""};
-      if (auto err = store.commit(*r.key, *offs, rec))
+      auto x = decode_consumer_state_value(*r.value);
+      if (!x)
+        return std::move(x.error());
+      x->group = *r.key;
+      if (auto err = apply_consumer_state_record(offsets, store, *x))
         return err;
       ++applied;
     }

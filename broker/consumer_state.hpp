@@ -1,42 +1,113 @@
 #pragma once
 // consumer_state: the records of the internal topic __consumer_state, where
-// a cluster keeps consumer group offsets replicated (the design's "offsets
-// go to an internal replicated topic, with an LMDB view on the
-// coordinator").
+// a cluster keeps consumer group state replicated (the design's "offsets and
+// queue-mode state go to an internal replicated topic, with the LMDB view on
+// the coordinator").
 //
 // A group lives in partition partition_for_key(group, partitions) of the
 // topic; the coordinator of the group is that partition's leader. Every
-// offset commit is one record, produced with acks=all before the commit is
-// answered:
-//   key   = the group name
-//   value = version byte 1, then (big-endian) the number of offsets
-//           (uint32) and per offset: topic length (uint16), topic bytes,
-//           partition (int32), offset (int64), commit timestamp ms (int64),
-//           metadata length (uint32), metadata bytes.
-// Every replica of a partition (leader and followers) applies the records
-// it holds to its node's offset_store, so the node that takes over a
-// partition's leadership already has every acknowledged commit in its LMDB
-// view (apply is idempotent: a commit overwrites the same keys). Records
-// are never compacted away in this version (retention is the topic's).
+// change is produced there with acks=all before it is answered (stream
+// commits by group_coordinator, queue-mode state by queue_coordinator, queue
+// group configs by the node). Every replica of a partition (leader and
+// followers) applies the records it holds to its node's stores
+// (apply_consumer_state), so the node that takes over a partition's
+// leadership already has every acknowledged change in its LMDB view: stream
+// offsets in the offset_store, queue state in the metadata_store's
+// "queue_state", "queue_groups" and "queue_dlq_producers" rows (the same rows
+// a single node writes directly, see broker/queue_state_store.hpp and
+// actors/queue_coordinator.hpp). Records apply in log order and every apply
+// overwrites or erases whole rows, so replaying the log (a replica replays
+// all of it at start) ends in the same state. Records are never compacted
+// away in this version (retention is the topic's).
+//
+// Record key = the group name. Record value = a kind byte, then (integers
+// big-endian):
+//   1 commit (stream offsets; the original format, "version 1"):
+//       number of offsets (uint32), per offset: topic length (uint16), topic
+//       bytes, partition (int32), offset (int64), commit timestamp ms
+//       (int64), metadata length (uint32), metadata bytes.
+//   2 queue group config upsert: the "queue_groups" row value (the rest of
+//       the record; version byte 1 first).
+//   3 queue group delete: nothing more. Erases the group's config, queue
+//       state and DLQ producer rows.
+//   4 queue partition change set (a lease_table change set): topic length
+//       (uint16), topic, partition (int32), committed (int64), flags (1
+//       byte: bit 0 = full, the rest 0), upsert count (uint32), per upsert:
+//       offset (int64), row value length (uint32), the "queue_state" record
+//       row value (version 1 for retry/done/dead-letter rows, version 2 for
+//       lease rows); erased count (uint32), per erased: offset (int64).
+//   5 queue DLQ producer row: topic length (uint16), topic, partition
+//       (int32), the "queue_dlq_producers" row value (the rest).
+//   6 queue partition erase (its topic was deleted): topic length (uint16),
+//       topic, partition (int32). Erases the partition's queue state and DLQ
+//       producer row.
+// Any other kind decodes to ec::unknown_record_kind (a newer writer);
+// truncated values and trailing bytes to ec::corrupt_segment.
+//
+// Worked example: group "g" commits t-0 at offset 5, ts 1000, no metadata:
+//   key 67, value 01 | 00 00 00 01 | 00 01 74 | 00 00 00 00
+//                    | 00 00 00 00 00 00 00 05 | 00 00 00 00 00 00 03 e8
+//                    | 00 00 00 00
 
+#include "broker/lease_table.hpp"
+#include "broker/model.hpp"
 #include "broker/offset_store.hpp"
 
 #include <caf/expected.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace ferry {
 
+class metadata_store;
+
 inline constexpr const char* consumer_state_topic = "__consumer_state";
+
+/// The kind byte that starts a record value.
+enum class consumer_state_kind : uint8_t {
+  commit = 1,
+  queue_group = 2,
+  queue_group_delete = 3,
+  queue_partition = 4,
+  queue_dlq_producer = 5,
+  queue_partition_erase = 6,
+};
+
+/// One record of __consumer_state, decoded. Which fields mean something
+/// depends on `kind` (see the file comment).
+struct consumer_state_record {
+  consumer_state_kind kind = consumer_state_kind::commit;
+  std::string group; ///< the record key
+  /// commit
+  std::vector<committed_offset> offsets;
+  /// queue_group: the encoded "queue_groups" value; queue_dlq_producer: the
+  /// encoded "queue_dlq_producers" value.
+  std::string row;
+  /// queue_partition, queue_dlq_producer, queue_partition_erase
+  std::string topic;
+  partition_id partition{0};
+  /// queue_partition
+  queue_changes changes;
+};
 
 /// The record value of one commit.
 std::string encode_offsets_value(const std::vector<committed_offset>& offsets);
 
-/// Decodes a record value; ec::corrupt_segment when malformed.
+/// Decodes a commit record value; ec::corrupt_segment when malformed.
 caf::expected<std::vector<committed_offset>>
 decode_offsets_value(std::string_view value);
+
+/// The record value of `x` (x.group is the key, not part of it).
+std::string encode_consumer_state_value(const consumer_state_record& x);
+
+/// Decodes a record value (any kind; group is left empty).
+/// ec::unknown_record_kind for a kind this build does not know,
+/// ec::corrupt_segment when malformed.
+caf::expected<consumer_state_record>
+decode_consumer_state_value(std::string_view value);
 
 /// One RecordBatch v2 holding the commit of `group` (timestamp `now_ms`).
 caf::expected<std::string>
@@ -44,11 +115,25 @@ make_commit_batch(const std::string& group,
                   const std::vector<committed_offset>& offsets,
                   int64_t now_ms);
 
-/// Applies every commit record in `batches` (whole batches back to back, as
-/// a log read returns them) to `store`; a group not yet listed there gets
-/// its entry. Returns the number of records applied; a damaged batch or
-/// record stops with its error (what came before is applied).
-caf::expected<size_t> apply_consumer_state(offset_store& store,
+/// One RecordBatch v2 holding `records` in order (each keyed by its group).
+/// ec::invalid_argument if empty.
+caf::expected<std::string>
+make_consumer_state_batch(const std::vector<consumer_state_record>& records,
+                          int64_t now_ms);
+
+/// Applies one record to the node's stores: a commit to `offsets` (a group
+/// not yet listed there gets its entry), queue records to `store` (through
+/// queue_state_store). Idempotent.
+caf::error apply_consumer_state_record(offset_store& offsets,
+                                       metadata_store& store,
+                                       const consumer_state_record& x);
+
+/// Applies every record in `batches` (whole batches back to back, as a log
+/// read returns them), in order. Returns the number of records applied; a
+/// damaged batch or record or an unknown kind stops with its error (what
+/// came before is applied).
+caf::expected<size_t> apply_consumer_state(offset_store& offsets,
+                                           metadata_store& store,
                                            std::string_view batches);
 
 } // namespace ferry

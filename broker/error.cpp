@@ -28,6 +28,7 @@ const char* to_string(ec x) {
     case ec::invalid_argument: return "invalid_argument";
     case ec::lmdb_error: return "lmdb_error";
     case ec::not_found: return "not_found";
+    case ec::unknown_record_kind: return "unknown_record_kind";
     case ec::unknown_topic: return "unknown_topic";
     case ec::unknown_partition: return "unknown_partition";
     case ec::topic_exists: return "topic_exists";

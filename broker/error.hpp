@@ -53,6 +53,9 @@ enum class ec : uint8_t {
   lmdb_error,
   /// A key was not found in a store.
   not_found,
+  /// A stored or replicated record names a kind (format version) this build
+  /// does not know: written by a newer Ferry. Nothing of it is applied.
+  unknown_record_kind,
 
   // -- broker requests ----------------------------------------------------
   /// The topic does not exist.

@@ -135,6 +135,11 @@ caf::expected<lease_table> lease_table::restore(lease_table_config cfg,
                           + " without attempts");
     entry e;
     e.persisted = true;
+    if (r.phase == queue_record_phase::leased
+        && (r.member.empty() || r.lease_id == 0))
+      return make_error(ec::invalid_argument,
+                        "queue: lease row " + off_str(r.off)
+                          + " without member or lease id");
     e.attempts = r.attempts;
     e.first_failure = r.first_failure;
     e.last_failure = r.last_failure;
@@ -144,6 +149,19 @@ caf::expected<lease_table> lease_table::restore(lease_table_config cfg,
       case queue_record_phase::retry: e.st = state::available; break;
       case queue_record_phase::done: e.st = state::done; break;
       case queue_record_phase::dead_letter: e.st = state::dead_letter; break;
+      case queue_record_phase::leased:
+        if (cfg.persist_leases) {
+          e.st = state::leased;
+          e.member = r.member;
+          e.lease_id = r.lease_id;
+          e.deadline = r.deadline;
+        } else {
+          // Delivered again, as after a restart without lease rows; the row
+          // is rewritten (or erased) by the next change set.
+          e.st = state::available;
+          t->dirty_.insert(r.off);
+        }
+        break;
       default:
         return make_error(ec::invalid_argument,
                           "queue: row " + off_str(r.off) + " has phase "
@@ -154,6 +172,8 @@ caf::expected<lease_table> lease_table::restore(lease_table_config cfg,
                         "queue: duplicate row " + off_str(r.off));
     if (r.phase == queue_record_phase::dead_letter)
       t->dead_letters_.insert(r.off);
+    if (r.phase == queue_record_phase::leased && cfg.persist_leases)
+      t->deadlines_.emplace(r.deadline, r.off);
   }
   return t;
 }
@@ -192,6 +212,8 @@ caf::error lease_table::offer(offset off, std::optional<std::string_view> key,
   if (e.st == state::available) {
     hold_key(off, e);
     index_available(off, e);
+  } else if (e.st == state::leased) {
+    hold_key(off, e); // a restored lease holds its key
   }
   read_end_ = off + 1;
   pop_prefix();
@@ -264,6 +286,8 @@ lease_table::acquire(std::string_view member, size_t max_records,
       next_lease_id_ = 1;
     e.deadline = now + vis.count();
     deadlines_.emplace(e.deadline, off);
+    if (cfg_.persist_leases)
+      dirty_.insert(off);
     out.push_back(lease{off, e.lease_id, e.deadline, e.attempts + 1,
                         e.has_key, e.key_hash, e.timestamp});
   }
@@ -279,7 +303,9 @@ lease_table::find_lease(std::string_view member, offset off,
                         + " is below the committed position "
                         + off_str(committed_));
   auto it = window_.find(off);
-  if (it == window_.end() || !it->second.offered)
+  // A restored lease may be answered before the reader offered its record.
+  if (it == window_.end()
+      || (!it->second.offered && it->second.st != state::leased))
     return make_error(ec::lease_not_found,
                       "record " + off_str(off) + " is not tracked");
   auto& e = it->second;
@@ -356,6 +382,8 @@ lease_table::extend(std::string_view member, offset off, uint64_t lease_id,
     deadlines_.erase({e.deadline, off});
     e.deadline = deadline;
     deadlines_.emplace(e.deadline, off);
+    if (cfg_.persist_leases)
+      dirty_.insert(off);
   }
   return e.deadline;
 }
@@ -407,6 +435,22 @@ size_t lease_table::redeliver_all_leases() {
   return release_if(true, {});
 }
 
+bool lease_table::release(offset off, uint64_t lease_id) {
+  auto it = window_.find(off);
+  if (it == window_.end() || it->second.st != state::leased
+      || it->second.lease_id != lease_id)
+    return false;
+  auto& e = it->second;
+  deadlines_.erase({e.deadline, off});
+  e.st = state::available;
+  e.member.clear();
+  e.available_at = std::min(e.available_at, clock_);
+  index_available(off, e);
+  if (cfg_.persist_leases)
+    dirty_.insert(off);
+  return true;
+}
+
 size_t lease_table::release_if(bool all, std::string_view member) {
   size_t n = 0;
   for (auto it = deadlines_.begin(); it != deadlines_.end();) {
@@ -422,6 +466,8 @@ size_t lease_table::release_if(bool all, std::string_view member) {
     // Not a failure: due at once, whatever its last retry time said.
     e.available_at = std::min(e.available_at, clock_);
     index_available(off, e);
+    if (cfg_.persist_leases)
+      dirty_.insert(off);
     ++n;
   }
   return n;
@@ -553,7 +599,8 @@ queue_snapshot lease_table::snapshot() const {
 }
 
 bool lease_table::needs_row(const entry& e) const {
-  return e.st == state::done || e.st == state::dead_letter || e.attempts > 0;
+  return e.st == state::done || e.st == state::dead_letter || e.attempts > 0
+         || (cfg_.persist_leases && e.st == state::leased);
 }
 
 queue_record lease_table::to_record(offset off, const entry& e) const {
@@ -562,6 +609,16 @@ queue_record lease_table::to_record(offset off, const entry& e) const {
   switch (e.st) {
     case state::done: r.phase = queue_record_phase::done; break;
     case state::dead_letter: r.phase = queue_record_phase::dead_letter; break;
+    case state::leased:
+      if (cfg_.persist_leases) {
+        r.phase = queue_record_phase::leased;
+        r.member = e.member;
+        r.lease_id = e.lease_id;
+        r.deadline = e.deadline;
+        break;
+      }
+      r.phase = queue_record_phase::retry;
+      break;
     default: r.phase = queue_record_phase::retry; break;
   }
   r.attempts = e.attempts;
@@ -613,8 +670,10 @@ caf::error lease_table::verify() const {
       return broken(where + "lease and deadline index disagree");
     if (e.st == state::leased) {
       ++leased;
-      if (e.member.empty() || !e.offered)
-        return broken(where + "lease without member or unread");
+      if (e.member.empty())
+        return broken(where + "lease without member");
+      if (!e.offered && !cfg_.persist_leases)
+        return broken(where + "lease on an unread record");
     }
     if ((e.st == state::dead_letter) != in_dlq)
       return broken(where + "dead-letter index disagrees");
@@ -673,6 +732,8 @@ void lease_table::promote(timestamp_ms now) {
 }
 
 void lease_table::index_available(offset off, entry& e) {
+  if (!e.offered)
+    return; // a restored stub: offer() indexes it when it is read again
   if (e.available_at <= clock_)
     ready_.insert(off);
   else

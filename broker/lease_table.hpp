@@ -52,10 +52,18 @@
 // Persistence: the table tracks what changed since take_changes(); a change
 // set holds committed(), the records to upsert (failed at least once, done
 // above committed(), or pending dead-letter) and the records whose rows must
-// go. Leases are not persisted: restore() starts without any, so records
-// leased before a restart are delivered again. Records read back by restore()
-// are stubs until offer() reaches them again (the caller re-reads the
-// partition from committed()); pending dead letters are reported at once.
+// go. By default leases are not persisted: restore() starts without any, so
+// records leased before a restart are delivered again. With
+// config().persist_leases (a cluster, where another node takes over the
+// group) a leased record has a row too (phase leased: member, lease id,
+// deadline), every acquire, extend and release changes it, and restore()
+// brings the leases back: the same ids, members, deadlines and attempts, so
+// an ack with a lease id of the old owner works at the new one. Records read
+// back by restore() are stubs until offer() reaches them again (the caller
+// re-reads the partition from committed()); a restored lease can be acked,
+// nacked, rejected, extended and expired before that (a record it frees
+// becomes available once offered); pending dead letters are reported at
+// once.
 //
 // Time: a lease stays valid until expire() ends it, even past its deadline
 // (ack, nack, reject and extend do not look at the clock), so the owner
@@ -113,6 +121,10 @@ struct lease_table_config {
   size_t window = 10'000;
   /// Longest lease acquire() or extend() grants, counted from "now".
   std::chrono::milliseconds max_visibility{12 * 3600 * 1000};
+  /// Persist leases in the change sets and take them back in restore()
+  /// (see the file comment). Off: restore() turns lease rows into records
+  /// available at once (attempts kept).
+  bool persist_leases = false;
   /// Seeds the jitter and the lease ids; 0 = from std::random_device. A
   /// fixed seed is for tests: give each incarnation (restore) its own, or the
   /// ids of stale leases from before a restart can match new leases.
@@ -205,6 +217,7 @@ enum class queue_record_phase : uint8_t {
   retry = 1,       ///< failed at least once; available at `available_at`
   done = 2,        ///< done above the committed position
   dead_letter = 3, ///< pending dead-letter
+  leased = 4,      ///< leased (persist_leases only): member, lease_id, deadline
 };
 
 struct queue_record {
@@ -215,6 +228,10 @@ struct queue_record {
   timestamp_ms last_failure = 0;
   timestamp_ms available_at = 0;
   std::string last_error;
+  /// phase leased only: the lease.
+  std::string member;
+  uint64_t lease_id = 0;
+  timestamp_ms deadline = 0;
   bool operator==(const queue_record&) const = default;
 };
 
@@ -277,9 +294,10 @@ public:
   static caf::expected<lease_table> make(lease_table_config cfg, offset start);
 
   /// A table from persisted state: committed position, retry counts, done
-  /// marks, pending dead letters; no leases. Rows below the committed
-  /// position are ignored. ec::invalid_argument for duplicate offsets or a
-  /// retry row without attempts.
+  /// marks, pending dead letters, and leases if cfg.persist_leases (else a
+  /// lease row is a record available at once). Rows below the committed
+  /// position are ignored. ec::invalid_argument for duplicate offsets, a
+  /// retry row without attempts or a lease row without member or id.
   static caf::expected<lease_table> restore(lease_table_config cfg,
                                             const queue_snapshot& snap);
 
@@ -362,6 +380,10 @@ public:
   /// Every lease ends without counting an attempt (coordinator restart or
   /// failover). Returns how many.
   size_t redeliver_all_leases();
+
+  /// The lease `lease_id` on `off` ends without counting an attempt (it was
+  /// never handed out: its answer failed). False if no such live lease.
+  bool release(offset off, uint64_t lease_id);
 
   // -- queries --------------------------------------------------------------
 

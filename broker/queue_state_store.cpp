@@ -52,6 +52,15 @@ std::string record_key(std::string_view partition_prefix, offset off) {
   return out;
 }
 
+std::string producer_key(std::string_view group, std::string_view topic,
+                         partition_id p) {
+  auto out = group_prefix(group);
+  out.append(topic);
+  out.push_back('\0');
+  put_be(out, static_cast<uint32_t>(p.value), 4);
+  return out;
+}
+
 caf::expected<decoded_key> decode_key(std::string_view key) {
   auto g_end = key.find('\0');
   if (g_end == std::string_view::npos || g_end == 0)
@@ -112,9 +121,12 @@ caf::expected<offset> decode_position_value(std::string_view value) {
 
 std::string encode_record_value(const queue_record& r) {
   auto error = std::string_view{r.last_error}.substr(0, max_error_bytes);
+  bool leased = r.phase == queue_record_phase::leased;
   std::string out;
-  out.reserve(record_value_header_bytes + error.size());
-  out.push_back(static_cast<char>(record_value_version));
+  out.reserve(record_value_header_bytes + error.size()
+              + (leased ? lease_tail_bytes + r.member.size() : 0));
+  out.push_back(static_cast<char>(leased ? lease_value_version
+                                         : record_value_version));
   out.push_back(static_cast<char>(r.phase));
   put_be(out, static_cast<uint32_t>(r.attempts), 4);
   put_be(out, static_cast<uint64_t>(r.first_failure), 8);
@@ -122,39 +134,68 @@ std::string encode_record_value(const queue_record& r) {
   put_be(out, static_cast<uint64_t>(r.available_at), 8);
   put_be(out, static_cast<uint16_t>(error.size()), 2);
   out.append(error);
+  if (leased) {
+    auto member = std::string_view{r.member}.substr(0, 0xffff);
+    put_be(out, static_cast<uint16_t>(member.size()), 2);
+    out.append(member);
+    put_be(out, r.lease_id, 8);
+    put_be(out, static_cast<uint64_t>(r.deadline), 8);
+  }
   return out;
 }
 
 caf::error decode_record_value(std::string_view value, queue_record& out) {
   if (value.empty())
     return corrupt("queue record: empty value");
-  if (static_cast<uint8_t>(value[0]) != record_value_version)
+  auto version = static_cast<uint8_t>(value[0]);
+  if (version != record_value_version && version != lease_value_version)
     return corrupt("queue record: unknown version "
-                   + std::to_string(static_cast<uint8_t>(value[0])));
+                   + std::to_string(version));
   if (value.size() < record_value_header_bytes)
     return corrupt("queue record: " + std::to_string(value.size())
                    + " bytes is shorter than the header ("
                    + std::to_string(record_value_header_bytes) + ")");
   auto phase = static_cast<uint8_t>(value[1]);
   if (phase < static_cast<uint8_t>(queue_record_phase::retry)
-      || phase > static_cast<uint8_t>(queue_record_phase::dead_letter))
+      || phase > static_cast<uint8_t>(queue_record_phase::leased))
     return corrupt("queue record: unknown phase " + std::to_string(phase));
+  bool leased = phase == static_cast<uint8_t>(queue_record_phase::leased);
+  if (leased != (version == lease_value_version))
+    return corrupt("queue record: phase " + std::to_string(phase)
+                   + " in a version " + std::to_string(version) + " value");
   auto attempts = static_cast<int32_t>(get_be(value, 2, 4));
   if (attempts < 0)
     return corrupt("queue record: negative attempts");
   if (phase == static_cast<uint8_t>(queue_record_phase::retry) && attempts < 1)
     return corrupt("queue record: retry row without attempts");
   auto len = get_be(value, record_value_header_bytes - 2, 2);
-  if (value.size() != record_value_header_bytes + len)
+  auto end = record_value_header_bytes + len;
+  if (leased ? value.size() < end + lease_tail_bytes : value.size() != end)
     return corrupt("queue record: error length " + std::to_string(len)
                    + " does not match " + std::to_string(value.size())
                    + " bytes");
+  if (leased) {
+    auto mlen = get_be(value, end, 2);
+    if (value.size() != end + lease_tail_bytes + mlen || mlen == 0)
+      return corrupt("queue record: member length " + std::to_string(mlen)
+                     + " does not match " + std::to_string(value.size())
+                     + " bytes");
+    out.member.assign(value.substr(end + 2, mlen));
+    out.lease_id = get_be(value, end + 2 + mlen, 8);
+    out.deadline = static_cast<int64_t>(get_be(value, end + 10 + mlen, 8));
+    if (out.lease_id == 0)
+      return corrupt("queue record: lease id 0");
+  } else {
+    out.member.clear();
+    out.lease_id = 0;
+    out.deadline = 0;
+  }
   out.phase = static_cast<queue_record_phase>(phase);
   out.attempts = attempts;
   out.first_failure = static_cast<int64_t>(get_be(value, 6, 8));
   out.last_failure = static_cast<int64_t>(get_be(value, 14, 8));
   out.available_at = static_cast<int64_t>(get_be(value, 22, 8));
-  out.last_error.assign(value.substr(record_value_header_bytes));
+  out.last_error.assign(value.substr(record_value_header_bytes, len));
   return caf::none;
 }
 
@@ -369,6 +410,46 @@ caf::error queue_state_store::erase_group(std::string_view group) {
   metadata_batch batch;
   for (const auto& k : keys)
     batch.erase(qf::queue_db, k);
+  return store_.write_batch(batch);
+}
+
+caf::error queue_state_store::erase_partition_all(std::string_view group,
+                                                std::string_view topic,
+                                                partition_id p) {
+  auto prefix = qf::encode_partition_prefix(group, topic, p);
+  if (!prefix)
+    return std::move(prefix.error());
+  std::vector<std::string> keys;
+  if (auto err = scan_keys(*prefix, keys))
+    return err;
+  metadata_batch batch;
+  for (const auto& k : keys)
+    batch.erase(qf::queue_db, k);
+  batch.erase(qf::producers_db, qf::producer_key(group, topic, p));
+  return store_.write_batch(batch);
+}
+
+caf::error queue_state_store::erase_group_all(std::string_view group) {
+  if (group.empty() || group.find('\0') != std::string_view::npos)
+    return make_error(ec::invalid_argument,
+                      "queue state: group must be non-empty without NUL");
+  auto prefix = qf::group_prefix(group);
+  std::vector<std::string> state_keys;
+  if (auto err = scan_keys(prefix, state_keys))
+    return err;
+  std::vector<std::string> producer_keys;
+  if (auto err = store_.scan_prefix(qf::producers_db, prefix,
+                                    [&](std::string_view k, std::string_view) {
+                                      producer_keys.emplace_back(k);
+                                      return true;
+                                    }))
+    return err;
+  metadata_batch batch;
+  for (const auto& k : state_keys)
+    batch.erase(qf::queue_db, k);
+  for (const auto& k : producer_keys)
+    batch.erase(qf::producers_db, k);
+  batch.erase(qf::groups_db, group);
   return store_.write_batch(batch);
 }
 

@@ -4,7 +4,9 @@
 // needs to resume after a restart: the committed position, the attempts and
 // failure details of records that failed at least once, the records done
 // above the committed position, and the records pending dead-letter. Leases
-// are not stored: after a restart they are delivered again. No actor code.
+// are stored only by a table with persist_leases (cluster mode, where the
+// rows come from __consumer_state, broker/consumer_state.hpp); otherwise
+// they are delivered again after a restart. No actor code.
 //
 // Lifecycle: construct over an open metadata_store, which it borrows (the
 // store must outlive it). Thread-safe like the metadata_store. Each save() is
@@ -26,6 +28,10 @@
 //                      first failure ts ms (int64), last failure ts ms
 //                      (int64), available-at ts ms (int64), error length
 //                      (uint16), error bytes (UTF-8, at most 1024)
+//     lease row value = version (1 byte, = 2), phase (1 byte, = 4 leased),
+//                      then as above (attempts .. error bytes), then member
+//                      length (uint16, >= 1), member bytes, lease id
+//                      (uint64, != 0), deadline ts ms (int64)
 //
 // Keys sort by group, topic, partition, then the position row before the
 // record rows in offset order; one prefix scan over "group 0x00" reads a
@@ -63,12 +69,20 @@ class metadata_store;
 namespace queue_state_format {
 
 inline constexpr std::string_view queue_db = "queue_state";
+/// The group configs and DLQ producer rows (encoded by
+/// actors/queue_coordinator.hpp, queue_group_format).
+inline constexpr std::string_view groups_db = "queue_groups";
+inline constexpr std::string_view producers_db = "queue_dlq_producers";
 inline constexpr uint8_t position_kind = 0x00;
 inline constexpr uint8_t record_kind = 0x01;
 inline constexpr uint8_t position_value_version = 1;
 inline constexpr size_t position_value_bytes = 1 + 8;
 inline constexpr uint8_t record_value_version = 1;
 inline constexpr size_t record_value_header_bytes = 1 + 1 + 4 + 8 + 8 + 8 + 2;
+/// Version of lease rows (phase 4), which end with the lease.
+inline constexpr uint8_t lease_value_version = 2;
+/// member length + lease id + deadline after the error bytes.
+inline constexpr size_t lease_tail_bytes = 2 + 8 + 8;
 
 /// group 0x00 topic 0x00 partition(4). ec::invalid_argument for an empty or
 /// NUL-containing name or a negative partition.
@@ -79,6 +93,9 @@ caf::expected<std::string> encode_partition_prefix(std::string_view group,
 std::string group_prefix(std::string_view group);
 std::string position_key(std::string_view partition_prefix);
 std::string record_key(std::string_view partition_prefix, offset off);
+/// The "queue_dlq_producers" key: group 0x00 topic 0x00 partition(int32).
+std::string producer_key(std::string_view group, std::string_view topic,
+                         partition_id p);
 
 struct decoded_key {
   std::string group;
@@ -146,6 +163,14 @@ public:
 
   /// Erases all queue state of the group in one txn.
   caf::error erase_group(std::string_view group);
+
+  /// Erases the partition's state and its DLQ producer row in one txn.
+  caf::error erase_partition_all(std::string_view group,
+                                 std::string_view topic, partition_id p);
+
+  /// Erases the group's config row, queue state and DLQ producer rows in one
+  /// txn. ec::invalid_argument for a bad name.
+  caf::error erase_group_all(std::string_view group);
 
 private:
   caf::error scan_keys(std::string_view prefix, std::vector<std::string>& out);

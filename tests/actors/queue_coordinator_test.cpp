@@ -8,7 +8,9 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/node.hpp"
+#include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
+#include "broker/offset_store.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/queue_state_store.hpp"
 #include "broker/record_batch.hpp"
@@ -83,6 +85,11 @@ struct fake_world {
   bool hold_produce_replies = false;
   /// Idempotent produces (the coordinator's DLQ writes), in order.
   std::vector<produce_call> produces;
+  /// __consumer_state produces: appended, answered only on (flush_atom).
+  bool hold_state_replies = false;
+  std::vector<std::pair<caf::response_promise, produce_response>> held;
+  /// __consumer_state produces fail with not_leader (nothing appended).
+  bool fail_state_produce = false;
   int init_pids = 0;
 };
 
@@ -175,6 +182,11 @@ caf::behavior fake_broker(caf::stateful_actor<fake_broker_state>* self,
         rp.deliver(make_error(ec::unknown_partition, r.topic));
         return rp;
       }
+      bool state = r.topic == "__consumer_state";
+      if (state && w->fail_state_produce) {
+        rp.deliver(make_error(ec::not_leader, r.topic));
+        return rp;
+      }
       auto& p = t->second[static_cast<size_t>(r.partition.value)];
       auto hdr = parse_batch_header(r.batch);
       if (!hdr) {
@@ -220,9 +232,17 @@ caf::behavior fake_broker(caf::stateful_actor<fake_broker_state>* self,
         p.end = last + 1;
         wake();
       }
-      if (!w->hold_produce_replies)
+      if (state && w->hold_state_replies)
+        w->held.emplace_back(rp, resp);
+      else if (!w->hold_produce_replies)
         rp.deliver(resp);
       return rp;
+    },
+    [w](flush_atom) {
+      auto held = std::move(w->held);
+      w->held.clear();
+      for (auto& [rp, resp] : held)
+        rp.deliver(resp);
     },
     [w](create_atom, topic_atom, std::string& name,
         topic_config& tc) -> caf::result<topic_metadata> {
@@ -384,11 +404,17 @@ protected:
     return out;
   }
 
-  queue_coordinator_actor start(uint64_t seed = 1) {
+  queue_coordinator_actor start(uint64_t seed = 1,
+                                std::shared_ptr<metadata_store> with = nullptr,
+                                bool cluster = false) {
     queue_coordinator_config qc;
     qc.group = "g";
     qc.settings = settings;
-    qc.store = store;
+    qc.store = with ? with : store;
+    if (cluster) {
+      qc.state_topic = "__consumer_state";
+      qc.state_partition = partition_id{0};
+    }
     qc.broker = broker;
     qc.topics = world_topics();
     qc.fetch_wait = 500ms;
@@ -1283,6 +1309,217 @@ TEST_F(QueueCoordinatorTest, AlterAndLeaveThroughTheNodeArePersisted) {
     << describe(unknown_leave->err);
   caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
   advance(1000ms);
+}
+
+
+// -- cluster mode: state through __consumer_state --------------------------------
+
+// The decoded __consumer_state records the coordinator produced, in order.
+std::vector<consumer_state_record> state_log(const fake_world& w) {
+  std::vector<consumer_state_record> out;
+  for (auto& s : read_topic(w, "__consumer_state")) {
+    EXPECT_TRUE(s.rec.key && s.rec.value);
+    auto x = decode_consumer_state_value(s.rec.value.value_or(""));
+    EXPECT_TRUE(x) << describe(x.error());
+    if (!x)
+      continue;
+    x->group = s.rec.key.value_or("");
+    out.push_back(std::move(*x));
+  }
+  return out;
+}
+
+size_t lease_rows(const consumer_state_record& x) {
+  size_t n = 0;
+  for (auto& r : x.changes.upserts)
+    if (r.phase == queue_record_phase::leased)
+      ++n;
+  return n;
+}
+
+TEST_F(QueueCoordinatorTest, ClusterModeRepliesOnlyAfterTheStateIsReplicated) {
+  world->topics["__consumer_state"].resize(1);
+  start(1, nullptr, true);
+  EXPECT_TRUE(receive("m0").empty()); // the topic is read once
+  produce("t", 0, {{"a", "1"}, {"b", "2"}, {"c", "3"}});
+  auto logged = state_log(*world).size();
+  world->hold_state_replies = true;
+  auto r = receive_async("m1");
+  // The leases are produced to the group's state partition first...
+  EXPECT_FALSE(r->done);
+  auto log = state_log(*world);
+  ASSERT_EQ(log.size(), logged + 1);
+  EXPECT_EQ(log.back().group, "g");
+  EXPECT_EQ(log.back().kind, consumer_state_kind::queue_partition);
+  EXPECT_EQ(log.back().topic, "t");
+  EXPECT_EQ(lease_rows(log.back()), 3u);
+  queue_state_store qs{*store};
+  auto before = qs.load("g", "t", partition_id{0});
+  ASSERT_TRUE(before);
+  EXPECT_TRUE(!*before || (*before)->records.empty());
+  // ... and handed out, and applied here, once that produce succeeded.
+  caf::anon_send(caf::actor_cast<caf::actor>(broker), flush_atom_v);
+  sched->run();
+  ASSERT_TRUE(r->done);
+  ASSERT_FALSE(r->err) << describe(r->err);
+  ASSERT_EQ(r->value->size(), 3u);
+  auto got = *r->value;
+  auto after = qs.load("g", "t", partition_id{0});
+  ASSERT_TRUE(after && *after);
+  EXPECT_EQ((*after)->records.size(), 3u);
+  // An ack waits for its change set the same way.
+  auto a = send_ack("m1", got[1], queue_ack_kind::ack);
+  EXPECT_FALSE(a->done);
+  caf::anon_send(caf::actor_cast<caf::actor>(broker), flush_atom_v);
+  sched->run();
+  ASSERT_TRUE(a->done);
+  EXPECT_FALSE(a->err) << describe(a->err);
+  world->hold_state_replies = false;
+  // A failed produce: the reply is retriable, the state is sent again whole.
+  world->fail_state_produce = true;
+  auto n = send_ack("m1", got[0], queue_ack_kind::nack, "boom");
+  ASSERT_TRUE(n->done);
+  EXPECT_TRUE(is(n->err, ec::coordinator_not_available)) << describe(n->err);
+  auto sent = state_log(*world).size();
+  world->fail_state_produce = false;
+  advance(1000ms);
+  log = state_log(*world);
+  ASSERT_GT(log.size(), sent);
+  EXPECT_TRUE(log.back().changes.full);
+  auto d = describe_partition();
+  EXPECT_EQ(d.committed, offset{0});
+  auto rows = qs.load("g", "t", partition_id{0});
+  ASSERT_TRUE(rows && *rows);
+  ASSERT_EQ((*rows)->records.size(), 3u);
+  EXPECT_EQ((*rows)->records[0].phase, queue_record_phase::retry);
+  EXPECT_EQ((*rows)->records[0].attempts, 1);
+  EXPECT_EQ((*rows)->records[1].phase, queue_record_phase::done);
+  EXPECT_EQ((*rows)->records[2].phase, queue_record_phase::leased);
+  EXPECT_EQ((*rows)->records[2].lease_id, got[2].lease_id);
+}
+
+TEST_F(QueueCoordinatorTest, ClusterModeNewCoordinatorTakesOverLeasesAndAttempts) {
+  world->topics["__consumer_state"].resize(1);
+  settings.dlq_topic = "custom-dlq";
+  start(1, nullptr, true);
+  produce("t", 0, {{"a", "1"}, {"b", "2"}, {"c", "3"}, {"d", "4"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 4u);
+  ack_ok("m1", got[1]);
+  ack_ok("m1", got[0], queue_ack_kind::nack, "first");
+  advance(1000ms);
+  auto again = receive("m1", 1);
+  ASSERT_EQ(offsets_of(again), (std::vector<int64_t>{0}));
+  ack_ok("m1", again[0], queue_ack_kind::nack, "second");
+  // The coordinator's node dies. Another node applied the log as its
+  // replica fetched it: a fresh store with only what the log says.
+  stop(true);
+  lmdb::env_options opts;
+  opts.no_sync = true;
+  opts.initial_map_size = size_t{8} << 20;
+  auto s2 = metadata_store::open(dir / "meta2", opts);
+  ASSERT_TRUE(s2) << describe(s2.error());
+  std::shared_ptr<metadata_store> other{std::move(*s2)};
+  offset_store other_offsets{*other};
+  std::string log_bytes;
+  for (auto& b : world->topics["__consumer_state"][0].batches)
+    log_bytes += b.bytes;
+  auto applied = apply_consumer_state(other_offsets, *other, log_bytes);
+  ASSERT_TRUE(applied) << describe(applied.error());
+  start(99, other, true);
+  // The leases of records 2 and 3 are still m1's, with the old ids.
+  auto d = describe_partition();
+  EXPECT_EQ(d.leased, 2);
+  EXPECT_EQ(d.committed, offset{0});
+  EXPECT_EQ(d.dlq_topic, "custom-dlq");
+  ack_ok("m1", got[2]);
+  auto ext = ack_ok("m1", got[3], queue_ack_kind::extend, {}, 0, 60'000);
+  EXPECT_EQ(ext.deadline, now() + 60'000);
+  auto wrong = send_ack("m2", got[3], queue_ack_kind::ack);
+  EXPECT_TRUE(is(wrong->err, ec::not_lease_owner)) << describe(wrong->err);
+  // Record 0 failed twice before: its third failure sends it to the DLQ.
+  advance(2000ms);
+  auto third = receive("m2");
+  ASSERT_EQ(offsets_of(third), (std::vector<int64_t>{0}));
+  EXPECT_EQ(third[0].attempt, 3);
+  auto r = ack_ok("m2", third[0], queue_ack_kind::nack, "third");
+  EXPECT_TRUE(r.dead_letter);
+  EXPECT_EQ(r.attempts, 3);
+  sched->run();
+  auto dlq = read_topic(*world, "custom-dlq");
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(headers_of(dlq[0].rec)["ferry-attempts"], "3");
+  ack_ok("m1", got[3]);
+  sched->run();
+  EXPECT_EQ(describe_partition().committed, offset{4});
+  // Its DLQ producer row went through the log too.
+  bool producer_row = false;
+  for (auto& x : state_log(*world))
+    producer_row = producer_row
+                   || x.kind == consumer_state_kind::queue_dlq_producer;
+  EXPECT_TRUE(producer_row);
+  stop(false);
+  other.reset();
+}
+
+
+TEST_F(QueueCoordinatorTest, ClusterModeAlterKeepsLeasesAndRewritesTheState) {
+  world->topics["__consumer_state"].resize(1);
+  settings.max_attempts = 10;
+  start(1, nullptr, true);
+  produce("t", 0, {{"k0", "a"}, {"k1", "b"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  auto r = ack_ok("m1", got[0], queue_ack_kind::nack, "first");
+  EXPECT_EQ(r.attempts, 1);
+  auto next = settings;
+  next.max_attempts = 2;
+  next.initial_backoff_ms = 200;
+  auto altered = ask<queue_group_config>(alter_atom_v, group_atom_v, next);
+  ASSERT_TRUE(altered->done && altered->value) << describe(altered->err);
+  sched->run();
+  // The state went out whole under the new config.
+  auto log = state_log(*world);
+  ASSERT_FALSE(log.empty());
+  EXPECT_TRUE(log.back().changes.full);
+  EXPECT_EQ(lease_rows(log.back()), 1u);
+  // In a cluster the lease of offset 1 survives the alter: its id works.
+  auto d = describe_partition();
+  EXPECT_EQ(d.leased, 1);
+  ack_ok("m1", got[1]);
+  // The new max_attempts applies to the stored failure count.
+  advance(1000ms);
+  auto again = receive("m2");
+  ASSERT_EQ(offsets_of(again), (std::vector<int64_t>{0}));
+  EXPECT_EQ(again[0].attempt, 2);
+  r = ack_ok("m2", again[0], queue_ack_kind::nack, "second");
+  EXPECT_TRUE(r.dead_letter);
+  advance(1000ms);
+  EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 1u);
+  EXPECT_EQ(describe_partition().committed, offset{2});
+}
+
+
+TEST_F(QueueCoordinatorTest, ClusterModeReceiveWhoseLeasesWereNotReplicatedFails) {
+  world->topics["__consumer_state"].resize(1);
+  start(1, nullptr, true);
+  EXPECT_TRUE(receive("m0").empty());
+  produce("t", 0, {{"a", "1"}, {"b", "2"}});
+  world->fail_state_produce = true;
+  auto r = receive_async("m1");
+  ASSERT_TRUE(r->done);
+  EXPECT_TRUE(is(r->err, ec::coordinator_not_available)) << describe(r->err);
+  // The leases nobody saw ended without an attempt.
+  EXPECT_EQ(describe_partition().leased, 0);
+  world->fail_state_produce = false;
+  advance(1000ms);
+  auto got = receive("m2");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(got[0].attempt, 1);
+  EXPECT_EQ(got[1].attempt, 1);
+  ack_ok("m2", got[0]);
+  ack_ok("m2", got[1]);
+  EXPECT_EQ(describe_partition().committed, offset{2});
 }
 
 } // namespace

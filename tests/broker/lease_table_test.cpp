@@ -661,7 +661,7 @@ TEST(lease_table, restored_rows_of_records_gone_from_the_log_are_dropped) {
   snap.committed = offset{10};
   snap.records = {row(12, queue_record_phase::done),
                   queue_record{offset{14}, queue_record_phase::retry, 2, 1, 2,
-                               3, "e"},
+                               3, "e", "", 0, 0},
                   row(3, queue_record_phase::done)};
   auto t = lease_table::restore(exact_config(), snap);
   ASSERT_TRUE(t);
@@ -986,3 +986,192 @@ INSTANTIATE_TEST_SUITE_P(
     return "seed" + std::to_string(std::get<0>(info.param)) + "_"
            + to_string(std::get<1>(info.param));
   });
+
+// -- persisted leases (cluster mode) --------------------------------------------
+
+namespace {
+
+lease_table_config persisting_config(queue_ordering ordering
+                                     = queue_ordering::none) {
+  auto c = exact_config(ordering);
+  c.persist_leases = true;
+  return c;
+}
+
+// What a new coordinator on another node opens: the table's persisted form.
+lease_table reopen_from(const lease_table& t, lease_table_config cfg) {
+  auto r = lease_table::restore(cfg, t.snapshot());
+  EXPECT_TRUE(r) << describe(r.error());
+  return std::move(*r);
+}
+
+const queue_record* find_row(const queue_changes& ch, int64_t off) {
+  for (const auto& r : ch.upserts)
+    if (r.off.value == off)
+      return &r;
+  return nullptr;
+}
+
+} // namespace
+
+TEST(lease_table_leases, acquire_and_extend_report_lease_rows) {
+  auto t = make_table(persisting_config());
+  offer_range(t, 0, 3);
+  (void) t.take_changes();
+  auto ls = take(t, "m1", 2, 10'000);
+  ASSERT_EQ(ls.size(), 2u);
+  ASSERT_TRUE(t.has_changes());
+  auto ch = t.take_changes();
+  ASSERT_EQ(ch.upserts.size(), 2u);
+  auto* r = find_row(ch, 0);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->phase, queue_record_phase::leased);
+  EXPECT_EQ(r->member, "m1");
+  EXPECT_EQ(r->lease_id, ls[0].lease_id);
+  EXPECT_EQ(r->deadline, ls[0].deadline);
+  EXPECT_EQ(r->attempts, 0);
+  auto d = t.extend("m1", offset{0}, ls[0].lease_id, 10'500, 5000ms);
+  ASSERT_TRUE(d);
+  ch = t.take_changes();
+  ASSERT_EQ(ch.upserts.size(), 1u);
+  EXPECT_EQ(ch.upserts[0].deadline, *d);
+  // The ack turns the lease row into a done row; the release erases it.
+  ASSERT_FALSE(t.ack("m1", offset{0}, ls[0].lease_id));
+  EXPECT_EQ(t.release_member("m1"), 1u);
+  ch = t.take_changes();
+  EXPECT_EQ(ch.committed, offset{1});
+  EXPECT_TRUE(ch.upserts.empty());
+  // 0 is below the position now, 1 is available without a failure.
+  EXPECT_EQ(ch.erased, (std::vector<offset>{offset{0}, offset{1}}));
+  EXPECT_FALSE(t.verify());
+}
+
+TEST(lease_table_leases, without_persistence_leases_make_no_rows) {
+  auto t = make_table(exact_config());
+  offer_range(t, 0, 3);
+  (void) t.take_changes();
+  take(t, "m1", 2, 10'000);
+  EXPECT_FALSE(t.has_changes());
+  EXPECT_TRUE(t.snapshot().records.empty());
+}
+
+TEST(lease_table_leases, restore_takes_over_leases_with_ids_members_attempts) {
+  auto cfg = persisting_config();
+  auto t = make_table(cfg);
+  offer_range(t, 0, 4);
+  auto first = take(t, "m1", 1, 10'000); // 0
+  ASSERT_TRUE(t.nack("m1", offset{0}, first[0].lease_id, 10'000));
+  auto ls = take(t, "m2", 3, 10'050); // 1, 2, 3 (0 waits for its backoff)
+  ASSERT_EQ(offsets_of(ls), (v64{1, 2, 3}));
+  auto again = take(t, "m1", 1, 20'100); // 0, attempt 2
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].attempt, 2);
+  // Another coordinator opens the persisted state with a fresh seed.
+  auto cfg2 = cfg;
+  cfg2.seed = 4242;
+  auto u = reopen_from(t, cfg2);
+  ASSERT_FALSE(u.verify()) << describe(u.verify());
+  EXPECT_EQ(u.stats().leased, 4u);
+  auto v = u.find(offset{0});
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, record_status::leased);
+  EXPECT_EQ(v->member, "m1");
+  EXPECT_EQ(v->lease_id, again[0].lease_id);
+  EXPECT_EQ(v->deadline, again[0].deadline);
+  EXPECT_EQ(v->attempts, 1);
+  // Old lease ids work before the reader offered the records again.
+  EXPECT_FALSE(u.ack("m2", offset{1}, ls[0].lease_id));
+  EXPECT_TRUE(is(u.ack("m1", offset{2}, ls[1].lease_id), ec::not_lease_owner));
+  auto nr = u.nack("m1", offset{0}, again[0].lease_id, 20'200);
+  ASSERT_TRUE(nr) << describe(nr.error());
+  EXPECT_EQ(nr->attempts, 2);
+  auto ext = u.extend("m2", offset{3}, ls[2].lease_id, 20'200, 60'000ms);
+  ASSERT_TRUE(ext) << describe(ext.error());
+  ASSERT_FALSE(u.verify()) << describe(u.verify());
+  // Nothing is handed out before the records are read again.
+  EXPECT_TRUE(take(u, "m3", 10, 30'000).empty());
+  offer_range(u, 0, 4);
+  ASSERT_FALSE(u.verify()) << describe(u.verify());
+  // 0 is due again (attempt 3); 2 is still leased to m2 until it expires.
+  auto got = take(u, "m3", 10, 30'000);
+  EXPECT_EQ(offsets_of(got), (v64{0}));
+  EXPECT_EQ(got[0].attempt, 3);
+  auto ex = u.expire(first[0].deadline + 1'000'000);
+  // 0 (m3's), 2 and 3 expire; 0 reaches max_attempts.
+  EXPECT_EQ(ex.size(), 3u);
+  EXPECT_EQ(u.pending_dead_letters().size(), 1u);
+  EXPECT_EQ(u.pending_dead_letters()[0].off, offset{0});
+  EXPECT_EQ(u.pending_dead_letters()[0].attempts, 3);
+  ASSERT_FALSE(u.verify()) << describe(u.verify());
+}
+
+TEST(lease_table_leases, new_ids_never_match_restored_ones) {
+  auto cfg = persisting_config();
+  cfg.seed = 0; // random, as in a cluster
+  auto t = make_table(cfg);
+  offer_range(t, 0, 2);
+  auto ls = take(t, "m1", 1, 1000);
+  auto u = reopen_from(t, cfg);
+  offer_range(u, 0, 2);
+  auto more = take(u, "m1", 1, 1000);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].off, offset{1});
+  EXPECT_NE(more[0].lease_id, ls[0].lease_id);
+}
+
+TEST(lease_table_leases, restored_leases_hold_their_key) {
+  auto cfg = persisting_config(queue_ordering::key);
+  auto t = make_table(cfg);
+  offer_range(t, 0, 3, "k");
+  auto ls = take(t, "m1", 5, 1000);
+  ASSERT_EQ(offsets_of(ls), (v64{0}));
+  auto u = reopen_from(t, cfg);
+  offer_range(u, 0, 3, "k");
+  EXPECT_TRUE(take(u, "m2", 5, 1100).empty());
+  ASSERT_FALSE(u.ack("m1", offset{0}, ls[0].lease_id));
+  EXPECT_EQ(offsets_of(take(u, "m2", 5, 1200)), (v64{1}));
+  ASSERT_FALSE(u.verify()) << describe(u.verify());
+}
+
+TEST(lease_table_leases, lease_rows_without_persistence_are_delivered_again) {
+  auto t = make_table(persisting_config());
+  offer_range(t, 0, 2);
+  auto ls = take(t, "m1", 2, 1000);
+  auto u = reopen_from(t, exact_config());
+  EXPECT_EQ(u.stats().leased, 0u);
+  EXPECT_TRUE(u.has_changes()); // the lease rows go
+  offer_range(u, 0, 2);
+  auto got = take(u, "m2", 5, 1100);
+  EXPECT_EQ(offsets_of(got), (v64{0, 1}));
+  EXPECT_EQ(got[0].attempt, 1);
+  auto ch = u.take_changes();
+  EXPECT_EQ(ch.erased, (std::vector<offset>{offset{0}, offset{1}}));
+}
+
+TEST(lease_table_leases, restore_rejects_a_lease_row_without_member_or_id) {
+  queue_snapshot snap;
+  snap.committed = offset{0};
+  auto r = row(0, queue_record_phase::leased);
+  r.lease_id = 7;
+  snap.records.push_back(r);
+  EXPECT_TRUE(is(lease_table::restore(persisting_config(), snap).error(),
+                 ec::invalid_argument));
+  snap.records[0].member = "m";
+  snap.records[0].lease_id = 0;
+  EXPECT_TRUE(is(lease_table::restore(persisting_config(), snap).error(),
+                 ec::invalid_argument));
+}
+
+TEST(lease_table_leases, release_ends_one_lease_without_an_attempt) {
+  auto t = make_table(persisting_config());
+  offer_range(t, 0, 2);
+  auto ls = take(t, "m1", 2, 1000);
+  (void) t.take_changes();
+  EXPECT_FALSE(t.release(offset{0}, ls[1].lease_id));
+  EXPECT_TRUE(t.release(offset{0}, ls[0].lease_id));
+  EXPECT_FALSE(t.release(offset{0}, ls[0].lease_id));
+  auto got = take(t, "m2", 5, 1100);
+  EXPECT_EQ(offsets_of(got), (v64{0}));
+  EXPECT_EQ(got[0].attempt, 1);
+  EXPECT_FALSE(t.verify());
+}

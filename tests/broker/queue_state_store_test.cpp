@@ -143,7 +143,7 @@ TEST_F(queue_state_store_test, encoding_matches_the_documented_example) {
   EXPECT_EQ(hex(qf::record_key(p, offset{7})),
             "67 00 74 00 00 00 00 00 01 00 00 00 00 00 00 00 07");
   queue_record r{offset{7}, queue_record_phase::retry, 2, 1000, 2000, 6000,
-                 "boom"};
+                 "boom", "", 0, 0};
   EXPECT_EQ(hex(qf::encode_record_value(r)),
             "01 01 00 00 00 02 00 00 00 00 00 00 03 e8 00 00 00 00 00 00 07 d0 "
             "00 00 00 00 00 00 17 70 00 04 62 6f 6f 6d");
@@ -430,7 +430,7 @@ TEST_F(queue_state_store_test, corrupt_record_error_length_mismatch) {
   auto p = prefix();
   put_raw(qf::position_key(p), qf::encode_position_value(offset{0}));
   auto v = qf::encode_record_value(
-    {offset{1}, queue_record_phase::retry, 1, 0, 0, 0, "abc"});
+    {offset{1}, queue_record_phase::retry, 1, 0, 0, 0, "abc", "", 0, 0});
   put_raw(qf::record_key(p, offset{1}), v + "trailing");
   auto err = load_error();
   EXPECT_TRUE(is(err, ec::corrupt_segment));
@@ -487,4 +487,110 @@ TEST_F(queue_state_store_test, corrupt_records_without_a_position_row) {
   auto t = queue_->open_table("g", "t", partition_id{0}, exact_config(),
                               offset{0});
   EXPECT_TRUE(is(t.error(), ec::corrupt_segment));
+}
+
+// -- lease rows (persist_leases: cluster mode) ----------------------------------
+
+namespace {
+
+queue_record lease_row(int64_t off, std::string member, uint64_t id,
+                       timestamp_ms deadline, int32_t attempts = 0) {
+  auto r = row(off, queue_record_phase::leased, attempts);
+  r.member = std::move(member);
+  r.lease_id = id;
+  r.deadline = deadline;
+  return r;
+}
+
+} // namespace
+
+TEST_F(queue_state_store_test, lease_row_encoding_matches_the_documentation) {
+  auto v = qf::encode_record_value(lease_row(7, "m", 0x0102, 0x03e8));
+  EXPECT_EQ(hex(v), "02 04 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 "
+                    "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01 6d 00 "
+                    "00 00 00 00 00 01 02 00 00 00 00 00 00 03 e8");
+  queue_record back;
+  ASSERT_FALSE(qf::decode_record_value(v, back));
+  back.off = offset{7};
+  EXPECT_EQ(back, lease_row(7, "m", 0x0102, 0x03e8));
+}
+
+TEST_F(queue_state_store_test, leases_survive_save_and_load) {
+  auto cfg = exact_config();
+  cfg.persist_leases = true;
+  auto t = open(cfg);
+  for (int64_t i = 0; i < 3; ++i)
+    ASSERT_FALSE(t.offer(offset{i}, std::nullopt, 100));
+  auto ls = t.acquire("m1", 2, 1000);
+  ASSERT_TRUE(ls);
+  ASSERT_TRUE(t.nack("m1", offset{1}, (*ls)[1].lease_id, 1000));
+  ASSERT_FALSE(save(t));
+  reopen();
+  auto u = open(cfg);
+  auto v = u.find(offset{0});
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, record_status::leased);
+  EXPECT_EQ(v->member, "m1");
+  EXPECT_EQ(v->lease_id, (*ls)[0].lease_id);
+  EXPECT_EQ(v->deadline, (*ls)[0].deadline);
+  EXPECT_EQ(u.find(offset{1})->attempts, 1);
+  EXPECT_FALSE(u.ack("m1", offset{0}, (*ls)[0].lease_id));
+  ASSERT_FALSE(save(u));
+  reopen();
+  auto w = open(cfg);
+  EXPECT_EQ(w.stats().leased, 0u);
+  EXPECT_EQ(w.find(offset{0})->status, record_status::done);
+  // The restored done mark moves the position once the record is read again.
+  for (int64_t i = 0; i < 3; ++i)
+    ASSERT_FALSE(w.offer(offset{i}, std::nullopt, 100));
+  EXPECT_EQ(w.committed(), offset{1});
+}
+
+TEST_F(queue_state_store_test, corrupt_lease_row_phase_in_version_1) {
+  auto p = prefix();
+  put_raw(qf::position_key(p), qf::encode_position_value(offset{0}));
+  auto v = qf::encode_record_value(row(1, queue_record_phase::done));
+  v[1] = static_cast<char>(queue_record_phase::leased);
+  put_raw(qf::record_key(p, offset{1}), v);
+  EXPECT_NE(describe(load_error()).find("in a version 1 value"),
+            std::string::npos);
+}
+
+TEST_F(queue_state_store_test, corrupt_lease_row_member_length) {
+  auto p = prefix();
+  put_raw(qf::position_key(p), qf::encode_position_value(offset{0}));
+  auto v = qf::encode_record_value(lease_row(1, "m", 5, 10));
+  put_raw(qf::record_key(p, offset{1}), v + "x");
+  EXPECT_NE(describe(load_error()).find("member length"), std::string::npos);
+  put_raw(qf::record_key(p, offset{1}), v.substr(0, v.size() - 1));
+  EXPECT_TRUE(is(load_error(), ec::corrupt_segment));
+}
+
+TEST_F(queue_state_store_test, corrupt_lease_row_with_lease_id_0) {
+  auto p = prefix();
+  put_raw(qf::position_key(p), qf::encode_position_value(offset{0}));
+  put_raw(qf::record_key(p, offset{1}),
+          qf::encode_record_value(lease_row(1, "m", 0, 10)));
+  EXPECT_NE(describe(load_error()).find("lease id 0"), std::string::npos);
+}
+
+TEST_F(queue_state_store_test, erase_group_all_takes_config_state_and_producers) {
+  ASSERT_FALSE(md_->put(qf::groups_db, "g", "cfg"));
+  ASSERT_FALSE(md_->put(qf::groups_db, "g2", "cfg"));
+  ASSERT_FALSE(md_->put(qf::producers_db,
+                        qf::producer_key("g", "t", partition_id{0}), "p"));
+  ASSERT_FALSE(md_->put(qf::producers_db,
+                        qf::producer_key("g2", "t", partition_id{0}), "p"));
+  auto t = open(exact_config());
+  ASSERT_FALSE(save(t));
+  ASSERT_FALSE(queue_->erase_group_all("g"));
+  EXPECT_TRUE(is(md_->get(qf::groups_db, "g").error(), ec::not_found));
+  EXPECT_TRUE(md_->get(qf::groups_db, "g2"));
+  EXPECT_TRUE(is(md_->get(qf::producers_db,
+                          qf::producer_key("g", "t", partition_id{0}))
+                   .error(),
+                 ec::not_found));
+  EXPECT_TRUE(md_->get(qf::producers_db,
+                       qf::producer_key("g2", "t", partition_id{0})));
+  EXPECT_EQ(raw_rows(), 0u);
 }

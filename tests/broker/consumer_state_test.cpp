@@ -1,0 +1,323 @@
+// Tests of the __consumer_state records (broker/consumer_state.hpp): every
+// kind round trips, malformed values and unknown kinds give their errors,
+// and applying a log to a node's stores (offsets, queue state, queue group
+// configs, DLQ producer rows) is in order and idempotent (a replica replays
+// its whole log at start).
+
+#include "broker/consumer_state.hpp"
+
+#include "broker/metadata_store.hpp"
+#include "broker/queue_state_store.hpp"
+#include "broker/record_batch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+using namespace ferry;
+namespace fs = std::filesystem;
+namespace qf = ferry::queue_state_format;
+
+namespace {
+
+using kind = consumer_state_kind;
+
+queue_record rec(int64_t off, queue_record_phase phase, int32_t attempts) {
+  queue_record r;
+  r.off = offset{off};
+  r.phase = phase;
+  r.attempts = attempts;
+  r.first_failure = 10;
+  r.last_failure = 20;
+  r.available_at = 30;
+  r.last_error = attempts > 0 ? "boom" : "";
+  return r;
+}
+
+consumer_state_record change_set(std::string group, int64_t committed,
+                                 std::vector<queue_record> upserts,
+                                 std::vector<offset> erased = {},
+                                 bool full = false) {
+  consumer_state_record x;
+  x.kind = kind::queue_partition;
+  x.group = std::move(group);
+  x.topic = "t";
+  x.partition = partition_id{2};
+  x.changes.committed = offset{committed};
+  x.changes.full = full;
+  x.changes.upserts = std::move(upserts);
+  x.changes.erased = std::move(erased);
+  return x;
+}
+
+consumer_state_record round_trip(const consumer_state_record& x) {
+  auto v = encode_consumer_state_value(x);
+  auto back = decode_consumer_state_value(v);
+  EXPECT_TRUE(back) << describe(back.error());
+  if (!back)
+    return {};
+  back->group = x.group;
+  return *back;
+}
+
+void expect_same(const consumer_state_record& a,
+                 const consumer_state_record& b) {
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.offsets, b.offsets);
+  EXPECT_EQ(a.row, b.row);
+  EXPECT_EQ(a.topic, b.topic);
+  EXPECT_EQ(a.partition, b.partition);
+  EXPECT_EQ(a.changes.committed, b.changes.committed);
+  EXPECT_EQ(a.changes.full, b.changes.full);
+  EXPECT_EQ(a.changes.upserts, b.changes.upserts);
+  EXPECT_EQ(a.changes.erased, b.changes.erased);
+}
+
+} // namespace
+
+TEST(consumer_state, commit_value_matches_the_documented_example) {
+  committed_offset o;
+  o.topic = "t";
+  o.partition = partition_id{0};
+  o.committed = offset{5};
+  o.commit_timestamp = 1000;
+  auto v = encode_offsets_value({o});
+  std::string want{"\x01\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x00"
+                   "\x00\x00\x00\x00\x00\x00\x00\x05"
+                   "\x00\x00\x00\x00\x00\x00\x03\xe8"
+                   "\x00\x00\x00\x00",
+                   32};
+  EXPECT_EQ(v, want);
+  consumer_state_record x;
+  x.kind = kind::commit;
+  x.offsets = {o};
+  EXPECT_EQ(encode_consumer_state_value(x), v);
+  expect_same(round_trip(x), x);
+}
+
+TEST(consumer_state, every_queue_kind_round_trips) {
+  auto lease = rec(9, queue_record_phase::leased, 1);
+  lease.member = "member-1";
+  lease.lease_id = 77;
+  lease.deadline = 123456;
+  auto cs = change_set("g", 4,
+                       {rec(5, queue_record_phase::retry, 2),
+                        rec(6, queue_record_phase::done, 0),
+                        rec(7, queue_record_phase::dead_letter, 3), lease},
+                       {offset{8}}, true);
+  expect_same(round_trip(cs), cs);
+  consumer_state_record cfg;
+  cfg.kind = kind::queue_group;
+  cfg.group = "g";
+  cfg.row = std::string{"\x01config", 7};
+  expect_same(round_trip(cfg), cfg);
+  consumer_state_record del;
+  del.kind = kind::queue_group_delete;
+  EXPECT_EQ(encode_consumer_state_value(del), std::string(1, '\x03'));
+  expect_same(round_trip(del), del);
+  consumer_state_record prod;
+  prod.kind = kind::queue_dlq_producer;
+  prod.topic = "orders";
+  prod.partition = partition_id{3};
+  prod.row = "producer-row";
+  expect_same(round_trip(prod), prod);
+  consumer_state_record erase;
+  erase.kind = kind::queue_partition_erase;
+  erase.topic = "orders";
+  erase.partition = partition_id{1};
+  expect_same(round_trip(erase), erase);
+}
+
+TEST(consumer_state, an_unknown_kind_is_its_own_error) {
+  for (int k : {0, 7, 200}) {
+    auto r = decode_consumer_state_value(std::string(1, static_cast<char>(k))
+                                         + "rest");
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(is(r.error(), ec::unknown_record_kind)) << describe(r.error());
+  }
+}
+
+TEST(consumer_state, malformed_values_are_corrupt) {
+  EXPECT_TRUE(is(decode_consumer_state_value("").error(), ec::corrupt_segment));
+  auto cs = change_set("g", 0, {rec(5, queue_record_phase::retry, 1)},
+                       {offset{6}});
+  auto v = encode_consumer_state_value(cs);
+  // Every cut of a change set fails, none crashes.
+  for (size_t n = 1; n < v.size(); ++n) {
+    auto r = decode_consumer_state_value(v.substr(0, n));
+    ASSERT_FALSE(r) << "cut at " << n;
+    EXPECT_TRUE(is(r.error(), ec::corrupt_segment)) << describe(r.error());
+  }
+  EXPECT_TRUE(
+    is(decode_consumer_state_value(v + "x").error(), ec::corrupt_segment));
+  // A bad row inside: a retry row without attempts.
+  auto bad = change_set("g", 0, {rec(5, queue_record_phase::retry, 0)});
+  EXPECT_TRUE(is(decode_consumer_state_value(encode_consumer_state_value(bad))
+                   .error(),
+                 ec::corrupt_segment));
+  // Flags other than "full".
+  auto w = v;
+  w[1 + 2 + 1 + 4 + 8] = 2;
+  EXPECT_TRUE(is(decode_consumer_state_value(w).error(), ec::corrupt_segment));
+  // A config upsert without a value, a producer row without one.
+  EXPECT_TRUE(is(decode_consumer_state_value("\x02").error(),
+                 ec::corrupt_segment));
+  consumer_state_record prod;
+  prod.kind = kind::queue_dlq_producer;
+  prod.topic = "t";
+  EXPECT_TRUE(is(decode_consumer_state_value(encode_consumer_state_value(prod))
+                   .error(),
+                 ec::corrupt_segment));
+  EXPECT_TRUE(is(decode_offsets_value("\x04").error(), ec::corrupt_segment));
+}
+
+class consumer_state_apply : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ferry_consumer_state_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    lmdb::env_options o;
+    o.initial_map_size = 1 << 20;
+    o.no_sync = true;
+    auto s = metadata_store::open(dir_ / "meta", o);
+    ASSERT_TRUE(s) << describe(s.error());
+    md_ = std::move(*s);
+    offsets_ = std::make_unique<offset_store>(*md_);
+  }
+
+  void TearDown() override {
+    offsets_.reset();
+    md_.reset();
+    std::error_code e;
+    fs::remove_all(dir_, e);
+  }
+
+  std::string batch(const std::vector<consumer_state_record>& xs) {
+    auto b = make_consumer_state_batch(xs, 1000);
+    EXPECT_TRUE(b) << describe(b.error());
+    return b ? *b : std::string{};
+  }
+
+  caf::expected<std::optional<queue_snapshot>> state(std::string group) {
+    return queue_state_store{*md_}.load(group, "t", partition_id{2});
+  }
+
+  fs::path dir_;
+  std::unique_ptr<metadata_store> md_;
+  std::unique_ptr<offset_store> offsets_;
+};
+
+TEST_F(consumer_state_apply, a_log_of_every_kind_applies_in_order) {
+  committed_offset o;
+  o.topic = "s";
+  o.partition = partition_id{0};
+  o.committed = offset{42};
+  consumer_state_record commit;
+  commit.kind = kind::commit;
+  commit.group = "stream";
+  commit.offsets = {o};
+  consumer_state_record cfg;
+  cfg.kind = kind::queue_group;
+  cfg.group = "q";
+  cfg.row = "config-v1";
+  consumer_state_record prod;
+  prod.kind = kind::queue_dlq_producer;
+  prod.group = "q";
+  prod.topic = "t";
+  prod.partition = partition_id{2};
+  prod.row = "producer";
+  auto lease = rec(3, queue_record_phase::leased, 1);
+  lease.member = "m";
+  lease.lease_id = 5;
+  lease.deadline = 99;
+  auto first = change_set("q", 0,
+                          {rec(0, queue_record_phase::done, 0),
+                           rec(1, queue_record_phase::retry, 1), lease});
+  auto second = change_set("q", 1, {rec(2, queue_record_phase::dead_letter, 3)},
+                           {offset{0}});
+  // Two batches back to back, as a log read returns them; the second holds
+  // two records.
+  auto log = batch({commit, cfg, prod, first});
+  log += batch({second, change_set("other", 7, {})});
+  auto n = apply_consumer_state(*offsets_, *md_, log);
+  ASSERT_TRUE(n) << describe(n.error());
+  EXPECT_EQ(*n, 6u);
+  auto check = [&] {
+    auto offs = offsets_->fetch("stream");
+    ASSERT_TRUE(offs);
+    ASSERT_EQ(offs->size(), 1u);
+    EXPECT_EQ((*offs)[0].committed, offset{42});
+    EXPECT_EQ(*md_->get(qf::groups_db, "q"), "config-v1");
+    EXPECT_EQ(*md_->get(qf::producers_db,
+                        qf::producer_key("q", "t", partition_id{2})),
+              "producer");
+    auto s = state("q");
+    ASSERT_TRUE(s && *s);
+    EXPECT_EQ((*s)->committed, offset{1});
+    ASSERT_EQ((*s)->records.size(), 3u);
+    EXPECT_EQ((*s)->records[0].off, offset{1});
+    EXPECT_EQ((*s)->records[1].phase, queue_record_phase::dead_letter);
+    EXPECT_EQ((*s)->records[2], lease);
+  };
+  check();
+  // A replica restart replays the whole log: the same state.
+  n = apply_consumer_state(*offsets_, *md_, log);
+  ASSERT_TRUE(n) << describe(n.error());
+  check();
+}
+
+TEST_F(consumer_state_apply, erase_and_delete_records_remove_the_rows) {
+  consumer_state_record cfg;
+  cfg.kind = kind::queue_group;
+  cfg.group = "q";
+  cfg.row = "config";
+  consumer_state_record prod;
+  prod.kind = kind::queue_dlq_producer;
+  prod.group = "q";
+  prod.topic = "t";
+  prod.partition = partition_id{2};
+  prod.row = "producer";
+  auto cs = change_set("q", 3, {rec(4, queue_record_phase::retry, 1)});
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({cfg, prod, cs})));
+  consumer_state_record erase;
+  erase.kind = kind::queue_partition_erase;
+  erase.group = "q";
+  erase.topic = "t";
+  erase.partition = partition_id{2};
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({erase})));
+  auto s = state("q");
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(*s);
+  EXPECT_TRUE(is(md_->get(qf::producers_db,
+                          qf::producer_key("q", "t", partition_id{2}))
+                   .error(),
+                 ec::not_found));
+  EXPECT_TRUE(md_->get(qf::groups_db, "q"));
+  consumer_state_record del;
+  del.kind = kind::queue_group_delete;
+  del.group = "q";
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({cs, del})));
+  EXPECT_TRUE(is(md_->get(qf::groups_db, "q").error(), ec::not_found));
+  s = state("q");
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(*s);
+}
+
+TEST_F(consumer_state_apply, an_unknown_kind_stops_with_its_error) {
+  consumer_state_record cfg;
+  cfg.kind = kind::queue_group;
+  cfg.group = "q";
+  cfg.row = "config";
+  auto good = batch({cfg});
+  record r;
+  r.key = std::string{"q"};
+  r.value = std::string{"\x09future"};
+  auto future = encode_batch(batch_meta{}, {r});
+  ASSERT_TRUE(future);
+  auto n = apply_consumer_state(*offsets_, *md_, good + *future);
+  ASSERT_FALSE(n);
+  EXPECT_TRUE(is(n.error(), ec::unknown_record_kind));
+  EXPECT_TRUE(md_->get(qf::groups_db, "q")); // what came before is applied
+}
