@@ -1266,6 +1266,11 @@ void control(self_ptr self) {
     tc.partitions = st.cfg.state_partitions;
     tc.replication_factor = static_cast<int16_t>(std::max<size_t>(
       1, std::min<size_t>(3, st.machine->placement().size())));
+    // Kept forever: queue change sets are deltas and a commit may be the
+    // only one of its group, so a replica built from scratch (a move, a new
+    // broker) must find every record. Not compacted in this version.
+    tc.retention_ms = -1;
+    tc.retention_bytes = -1;
     st.creating_state_topic = true;
     self
       ->request(st.cfg.metadata, std::chrono::seconds{5}, create_atom_v,

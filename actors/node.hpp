@@ -93,7 +93,9 @@
 //   broker (update_atom) whenever either changes; replicas' ISR changes
 //   come here and go to the metadata.
 // - Groups: the controller creates __consumer_state (state_partitions,
-//   RF min(3, brokers that can hold replicas)); a stream group is coordinated by the node leading
+//   RF min(3, brokers that can hold replicas), retention.ms and
+//   retention.bytes -1: kept whole, not compacted yet); a stream group is
+//   coordinated by the node leading
 //   its partition there, other nodes forward its requests; commits are
 //   produced there with acks=all, and every replica of it applies the
 //   records to its node's offset store (broker/consumer_state.hpp), so a
