@@ -478,9 +478,10 @@ TEST(Metrics, TakenMetricsPortFailsClearly) {
 TEST(Metrics, DeployConfigExampleIsAccepted) {
   // deploy/ferryd.conf.example sets metrics-port = 9464 (and data-dir,
   // port); the command line wins, so only the file's parsing is tested here.
-  auto example = std::filesystem::path{__FILE__}.parent_path().parent_path()
-                   .parent_path()
-                 / "deploy" / "ferryd.conf.example";
+  // FERRY_SOURCE_DIR, not __FILE__: ccache's base_dir makes __FILE__
+  // relative to the build directory.
+  auto example = std::filesystem::path{FERRY_SOURCE_DIR} / "deploy"
+                 / "ferryd.conf.example";
   ASSERT_TRUE(std::filesystem::exists(example)) << example;
   ferryd_process d{{"--config", example.string(), "--metrics-port", "0"}};
   ASSERT_STARTED(d);
