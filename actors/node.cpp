@@ -575,6 +575,13 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
       ni.host = v.host;
       ni.port = v.port;
       if (auto r = regs.find(v.id); r != regs.end()) {
+        // The endpoint the broker registered (where clients reach it) over
+        // this node's voter entry, which may name a different route (a
+        // proxy, a NAT) from this node to that one.
+        if (!r->second.host.empty() && r->second.port != 0) {
+          ni.host = r->second.host;
+          ni.port = r->second.port;
+        }
         ni.http_port = r->second.http_port;
         ni.metrics_port = r->second.metrics_port;
       }

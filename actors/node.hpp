@@ -87,7 +87,9 @@
 //   forwarded again (not_leader instead). Follower fetches are only served
 //   locally. Metadata writes answered not_leader by the local quorum member
 //   are forwarded once to the Raft leader's node. Describe asks each
-//   partition's leader node for its live status.
+//   partition's leader node for its live status, and shows each node at the
+//   endpoint it registered (its voter entry until it registered: a voter
+//   entry is this node's route to that node, which may be a proxy).
 //
 // Shutdown: an exit message (e.g. anon_send_exit(node, user_shutdown) from
 // ferryd on SIGTERM) makes the node stop every replica with (stop_atom,
