@@ -1147,6 +1147,54 @@ void control(self_ptr self) {
   }
 }
 
+/// Probes the connected, unconfirmed link to node `id` (one probe at a
+/// time): the peer is up once it answers.
+void probe_peer(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  auto u = st.unconfirmed.find(id);
+  if (u == st.unconfirmed.end() || st.probing.count(id) > 0)
+    return;
+  auto hdl = u->second;
+  st.probing.insert(id);
+  self
+    ->request(hdl, st.cfg.peer_probe_timeout, connect_atom_v, st.cfg.node_id)
+    .then(
+      [self, id, hdl](int32_t answered_as) {
+        auto& st = self->state;
+        st.probing.erase(id);
+        auto u = st.unconfirmed.find(id);
+        if (st.shutting_down || u == st.unconfirmed.end()
+            || u->second.address() != hdl.address())
+          return; // the link went down or reconnected meanwhile
+        if (answered_as != id) {
+          log::error("node: the endpoint of node {} is node {}: check "
+                     "--voters",
+                     id, answered_as);
+          return;
+        }
+        st.unconfirmed.erase(u);
+        st.unanswered.erase(id);
+        st.down_since.erase(id);
+        st.peers[id] = hdl;
+        log::info("node: link to node {} is up", id);
+        if (st.raft)
+          self->send(st.raft, connect_atom_v, id,
+                     caf::actor_cast<caf::actor>(hdl));
+        reconcile(self);
+      },
+      [self, id, hdl](caf::error& err) {
+        auto& st = self->state;
+        st.probing.erase(id);
+        auto u = st.unconfirmed.find(id);
+        if (u == st.unconfirmed.end() || u->second.address() != hdl.address()
+            || !st.unanswered.insert(id).second)
+          return;
+        log::warn("node: node {} is connected but does not answer ({}): "
+                  "down until it does",
+                  id, err);
+      });
+}
+
 /// The cluster timer: readiness, registration, control; every cluster_tick.
 void cluster_tick(self_ptr self) {
   auto& st = self->state;
@@ -1187,6 +1235,8 @@ void cluster_tick(self_ptr self) {
     if (!st.registered || fenced)
       register_self(self);
   }
+  for (auto& [id, hdl] : st.unconfirmed)
+    probe_peer(self, id);
   if (is_controller(st))
     control(self);
   self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
@@ -1969,17 +2019,22 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       if (st.shutting_down || st.links.count(id) == 0)
         return;
       if (peer) {
-        st.peers[id] = caf::actor_cast<broker_actor>(peer);
-        st.down_since.erase(id);
-        log::info("node: link to node {} is up", id);
-      } else {
-        st.peers.erase(id);
-        st.down_since[id] = now(self);
-        log::warn("node: link to node {} is down", id);
+        // Up once the peer answers (see "Links" in node.hpp).
+        st.unconfirmed[id] = caf::actor_cast<broker_actor>(peer);
+        probe_peer(self, id);
+        return;
       }
+      st.unconfirmed.erase(id);
+      st.down_since.emplace(id, now(self)); // an outage starts (or goes on)
+      if (st.peers.erase(id) == 0)
+        return;
+      log::warn("node: link to node {} is down", id);
       if (st.raft)
         self->send(st.raft, connect_atom_v, id, peer);
       reconcile(self);
+    },
+    [self](connect_atom, int32_t) -> int32_t {
+      return self->state.cfg.node_id;
     },
     [self](update_atom, const raft_status& rs) {
       auto& st = self->state;

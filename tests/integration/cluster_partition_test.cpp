@@ -475,11 +475,34 @@ TEST(LinkProxy, PassBlackholeResetAndHeal) {
 
 // -- 1 ------------------------------------------------------------------------
 
-TEST(ClusterPartition, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
+/// How the leader is cut off from the two other nodes.
+enum class cut_kind {
+  both_ways,        ///< blackhole in both directions: a cut cable
+  leader_deaf,      ///< the others' bytes do not reach L; L's reach them
+  leader_mute,      ///< L's bytes do not reach the others; theirs reach L
+  refused,          ///< reset: connections closed, new ones refused
+};
+
+const char* to_string(cut_kind k) {
+  switch (k) {
+    case cut_kind::both_ways:
+      return "both ways";
+    case cut_kind::leader_deaf:
+      return "L deaf";
+    case cut_kind::leader_mute:
+      return "L mute";
+    case cut_kind::refused:
+      return "refused";
+  }
+  return "?";
+}
+
+void isolated_leader_case(cut_kind kind) {
   auto t0 = steady::now();
   cluster c{cluster::behind_proxy};
   const std::string topic = "cut";
   START_PROXIED_CLUSTER(c, topic);
+  std::cout << "[partition] cut: " << to_string(kind) << "\n";
   epoch_leaders el;
 
   // A partition led by a node that is not the controller.
@@ -522,9 +545,25 @@ TEST(ClusterPartition, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) 
 
   // Cut L off both ways (blackhole: nothing closed, nothing delivered).
   auto tc = steady::now();
-  c.isolate(leader);
+  switch (kind) {
+    case cut_kind::both_ways:
+      c.isolate(leader);
+      break;
+    case cut_kind::leader_deaf:
+      for (auto id : others)
+        c.net().set(id, leader, link_mode::blackhole);
+      break;
+    case cut_kind::leader_mute:
+      for (auto id : others)
+        c.net().set(leader, id, link_mode::blackhole);
+      break;
+    case cut_kind::refused:
+      c.isolate(leader, link_mode::reset);
+      break;
+  }
   writer.phase(1);
-  std::cout << "[partition] L cut off at " << seconds_since(t0) << " s\n";
+  std::cout << "[partition] L cut off (" << to_string(kind) << ") at " << seconds_since(t0)
+            << " s\n";
 
   // The majority: L fenced (dead), a new leader in a higher epoch.
   int new_leader = -1;
@@ -663,6 +702,22 @@ TEST(ClusterPartition, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) 
             << " acknowledged; leaders by epoch:" << el.render() << "\n";
   stop_and_compare(c, topic, p, hw);
   std::cout << "[partition] test took " << seconds_since(t0) << " s\n";
+}
+
+TEST(ClusterPartition, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
+  isolated_leader_case(cut_kind::both_ways);
+}
+
+TEST(ClusterPartition, LeaderThatCannotHearTheOthersIsReplaced) {
+  isolated_leader_case(cut_kind::leader_deaf);
+}
+
+TEST(ClusterPartition, LeaderThatCannotReachTheOthersIsReplaced) {
+  isolated_leader_case(cut_kind::leader_mute);
+}
+
+TEST(ClusterPartition, LeaderWhoseConnectionsAreRefusedIsReplaced) {
+  isolated_leader_case(cut_kind::refused);
 }
 
 // -- 2 ------------------------------------------------------------------------
