@@ -35,10 +35,13 @@
 //      writes with ISR {L, C}; after healing F catches up and rejoins. No
 //      acknowledged write is lost, one leader per epoch.
 //   3. ClusterPartition.IsolatedControllerStepsDownAndTheMajorityTakesOver:
-//      the Raft leader (controller) is isolated: it steps down (check
-//      quorum), the majority elects a new controller in a higher term, which
-//      fences the old one and moves its partition leaderships; writes go on
-//      through the majority; after healing all three agree on one controller.
+//      the Raft leader (controller) C, also the leader of a partition that a
+//      client keeps producing to straight at C, is isolated: it steps down
+//      (check quorum), the majority elects a new controller in a higher
+//      term, which fences C and moves its partition leaderships; writes go
+//      on through the majority, none sent to C during the cut is
+//      acknowledged or kept; after healing all three agree on one
+//      controller and the logs are identical.
 // Every wait is bounded; the proxy thread and every ferryd are stopped when a
 // test ends, also on failure. FERRY_TEST_LOG_LEVEL / FERRY_TEST_LOG_DIR as in
 // cluster_harness.hpp.
@@ -866,8 +869,20 @@ TEST(ClusterPartition, IsolatedControllerStepsDownAndTheMajorityTakesOver) {
   std::cout << "[controller] controller C = node " << ctl << " (term " << term0 << "), leads "
             << topic << "-" << p << " in epoch " << epoch0 << "\n";
 
+  // A client keeps producing straight to C, which also leads p.
+  auto c_broker = c.broker(ctl);
+  ASSERT_TRUE(c_broker) << ferry::error_text(c_broker.error());
+  direct_writer writer{*c.cs.sys, *c_broker, topic, p, "d"};
+  ASSERT_TRUE(wait_until(5s, [&] {
+    for (auto& w : writer.writes())
+      if (w.off)
+        return true;
+    return false;
+  })) << "no direct write to C was acknowledged before the cut\n" << c.dump();
+
   auto tc = steady::now();
   c.isolate(ctl);
+  writer.phase(1);
 
   // The majority: a new controller in a higher term, C dead, p moved.
   std::string seen;
@@ -928,6 +943,24 @@ TEST(ClusterPartition, IsolatedControllerStepsDownAndTheMajorityTakesOver) {
   std::map<std::string, int64_t> acked;
   for (size_t i = 0; i < msgs.size(); ++i)
     acked[msgs[i].value] = (*reports)[i].off.value;
+  writer.stop();
+  std::set<std::string> absent, in_doubt;
+  size_t during_cut = 0;
+  for (auto& w : writer.writes()) {
+    if (w.phase == 1) {
+      ++during_cut;
+      absent.insert(w.value);
+      EXPECT_FALSE(w.off) << "'" << w.value << "', sent to C during the cut, was acknowledged";
+      EXPECT_TRUE(w.answered && (w.off || w.retriable))
+        << "'" << w.value << "': " << (w.answered ? w.error : "no answer");
+    } else if (w.off) {
+      acked[w.value] = *w.off;
+    } else {
+      in_doubt.insert(w.value);
+    }
+  }
+  std::cout << "[controller] " << during_cut << " produces sent to C during the cut, none "
+            << "acknowledged\n";
 
   // Heal: one controller for all three, C back in the ISR.
   c.heal();
@@ -957,7 +990,7 @@ TEST(ClusterPartition, IsolatedControllerStepsDownAndTheMajorityTakesOver) {
     << "C did not rejoin within 20 s of healing: " << state << "\n" << c.dump();
   std::cout << "[controller] whole again " << seconds_since(th) << " s after healing (" << views
             << "): " << state << "\n";
-  auto recs = check_log(c, ctl, topic, p, hw, acked, {}, {});
+  auto recs = check_log(c, ctl, topic, p, hw, acked, absent, in_doubt);
   EXPECT_EQ(static_cast<size_t>(hw), recs.size());
   EXPECT_TRUE(el.conflicts().empty()) << el.conflicts();
   stop_and_compare(c, topic, p, hw);

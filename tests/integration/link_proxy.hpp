@@ -2,9 +2,9 @@
 // link_proxy: a fault-injecting TCP forwarder between the nodes of a test
 // cluster (in-process: one thread, poll(), no CAF).
 //
-// Shape: for every ordered pair of nodes (i, j) the proxy listens on a free
+// Shape: for every ordered pair of nodes (i, j) the proxy listens on a
 // loopback port P(i,j) and forwards each connection accepted there to node
-// j's real port. Node i's --voters list names P(i,j) for every other node j
+// j's real endpoint. Node i's --voters list names P(i,j) for every other node j
 // (its own entry keeps its real port), so every byte node i sends to node j
 // passes the proxy: on a connection node i opened through P(i,j) (upstream)
 // or on one node j opened through P(j,i) (downstream; CAF's BASP answers
@@ -34,6 +34,10 @@
 // (then stops reading its source: back pressure), control calls take a
 // mutex and wake the thread through a pipe, stop() (also the destructor)
 // joins the thread and closes every socket.
+//
+// Operators get the same proxy as a program: ferry-linkproxy
+// (tests/tools/ferry_linkproxy.cpp) prints each node's --voters and takes
+// pass/blackhole/reset commands on stdin.
 //
 //   link_proxy net;
 //   auto p12 = net.add(1, 2, port_of_node_2);   // node 1 dials 127.0.0.1:p12
@@ -99,18 +103,23 @@ public:
     stop();
   }
 
-  /// Listens on a free port of 127.0.0.1 for node `from` and forwards to
-  /// 127.0.0.1:`target_port` (node `to`). Returns the port, or 0 and `why`.
-  /// Call before start().
-  uint16_t add(int from, int to, uint16_t target_port, std::string* why = nullptr) {
+  /// Listens on 127.0.0.1:`listen_port` (0: a free port) for node `from`
+  /// and forwards to `target_host`:`target_port` (node `to`; an IPv4
+  /// address). Returns the port, or 0 and `why`. Call before start().
+  uint16_t add(int from, int to, uint16_t target_port, std::string* why = nullptr,
+               const std::string& target_host = "127.0.0.1", uint16_t listen_port = 0) {
     auto fail = [&](const std::string& what) -> uint16_t {
       if (why)
         *why = what + ": " + std::strerror(errno);
       return 0;
     };
-    if (from == to || thread_.joinable()) {
+    in_addr target{};
+    if (from == to || thread_.joinable()
+        || ::inet_pton(AF_INET, target_host.c_str(), &target) != 1) {
       if (why)
-        *why = from == to ? "a link needs two nodes" : "add() after start()";
+        *why = from == to            ? "a link needs two nodes"
+               : thread_.joinable() ? "add() after start()"
+                                    : "not an IPv4 address: " + target_host;
       return 0;
     }
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -121,6 +130,7 @@ public:
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(listen_port);
     socklen_t len = sizeof(addr);
     if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
         || ::listen(fd, 64) != 0
@@ -134,6 +144,7 @@ public:
     l.from = from;
     l.to = to;
     l.port = ntohs(addr.sin_port);
+    l.target = target;
     l.target_port = target_port;
     listeners_.push_back(l);
     std::lock_guard<std::mutex> guard{mtx_};
@@ -272,6 +283,7 @@ private:
     int from = 0;
     int to = 0;
     uint16_t port = 0;
+    in_addr target{};
     uint16_t target_port = 0;
   };
 
@@ -362,11 +374,12 @@ private:
         ++stats_[{l.from, l.to}].resets;
         continue;
       }
-      // Loopback: connect() completes or fails at once.
+      // Blocking connect: immediate on loopback and a LAN (a target that
+      // drops SYNs would stall the proxy: not a use case).
       int out = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       sockaddr_in addr{};
       addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_addr = l.target;
       addr.sin_port = htons(l.target_port);
       if (out < 0 || ::connect(out, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
         if (out >= 0)
