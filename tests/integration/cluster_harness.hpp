@@ -24,8 +24,10 @@
 // net() switches directed links between pass, blackhole and reset at run
 // time (isolate(), cut(), heal() are shortcuts); clients (this harness's
 // links, producers, ferryctl) still dial the real ports, so a test can talk
-// to a node the others cannot reach. The proxy thread is stopped after the
-// nodes are killed, also on failure.
+// to a node the others cannot reach. direct_peer_connections() lists any
+// connection a node process holds to another node's real port (none when
+// CAF keeps to the proxy). The proxy thread is stopped after the nodes are
+// killed, also on failure.
 // The client actors of `cs` are killed before its actor system goes away.
 //
 // Helpers: ask() (one bounded request from a scoped actor), wait_until(),
@@ -56,6 +58,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -331,6 +334,49 @@ public:
   /// Every link passes again.
   void heal() {
     net().heal();
+  }
+
+  /// Established TCP connections from one node process to another node's
+  /// real port (what a proxied cluster must not have: CAF bypassing the
+  /// proxy), one line each; "" if none. From /proc/<pid>/fd (socket inodes)
+  /// and /proc/net/tcp{,6}.
+  std::string direct_peer_connections() {
+    std::string out;
+    std::map<unsigned long, int> owner; // socket inode -> node id
+    for (int id = 1; id <= size; ++id) {
+      if (!running(id))
+        continue;
+      auto dir = "/proc/" + std::to_string(node(id).pid()) + "/fd";
+      std::error_code ec;
+      for (auto& e : std::filesystem::directory_iterator{dir, ec}) {
+        auto target = std::filesystem::read_symlink(e.path(), ec).string();
+        if (!ec && target.rfind("socket:[", 0) == 0)
+          owner[std::stoul(target.substr(8, target.size() - 9))] = id;
+      }
+    }
+    for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+      std::ifstream in{table};
+      std::string line;
+      std::getline(in, line); // header
+      while (std::getline(in, line)) {
+        std::istringstream ls{line};
+        std::string sl, local, remote, st, queues, timer, retr, uid, timeout;
+        unsigned long inode = 0;
+        ls >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
+        if (st != "01")
+          continue; // not ESTABLISHED
+        auto o = owner.find(inode);
+        if (o == owner.end())
+          continue;
+        auto rport = static_cast<uint16_t>(
+          std::stoul(remote.substr(remote.find(':') + 1), nullptr, 16));
+        for (int id = 1; id <= size; ++id)
+          if (id != o->second && rport == port(id))
+            out += "node " + std::to_string(o->second) + " has a direct connection to node "
+                   + std::to_string(id) + "'s port " + std::to_string(rport) + "\n";
+      }
+    }
+    return out;
   }
 
   /// Starts node `id` again on its data dir and port. "" or why not.

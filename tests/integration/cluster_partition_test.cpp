@@ -4,7 +4,10 @@
 // for every other node), which cuts directed links at run time while every
 // process keeps running. Clients (this test) dial the nodes' real ports, so
 // the test still talks to a node the others cannot reach.
-//   0. LinkProxy.PassBlackholeResetAndHeal: the proxy alone, on sockets.
+//   0. LinkProxy.PassBlackholeResetAndHeal: the proxy alone, on sockets;
+//      LinkProxy.DirectConnectionsAreSeenWithoutTheProxy: the check that no
+//      node connects to another around the proxy (/proc) finds the direct
+//      connections of a cluster started without it.
 //   1. ClusterPartition.IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing:
 //      the leader L of a partition (RF 3, min.insync 2; L is not the
 //      controller) is cut off both ways (blackhole: nothing is closed, CAF's
@@ -260,7 +263,8 @@ std::vector<int> all_but(std::initializer_list<int> ids) {
 
 /// Starts a proxied cluster with `topic` (3 partitions, RF 3, min.insync 2)
 /// placed and every node registered; checks that every directed link
-/// carries traffic through the proxy.
+/// carries traffic through the proxy and that no node process holds a
+/// connection to another node's real port.
 #define START_PROXIED_CLUSTER(c, topic)                                                      \
   do {                                                                                       \
     ASSERT_CLUSTER_STARTED(c);                                                               \
@@ -275,6 +279,8 @@ std::vector<int> all_but(std::initializer_list<int> ids) {
             << "no bytes from node " << a_ << " to node " << b_ << " crossed the proxy";     \
           EXPECT_GE((c).net().connections(a_, b_), 1u) << a_ << "<->" << b_;                 \
         }                                                                                    \
+    auto direct_ = (c).direct_peer_connections();                                            \
+    EXPECT_TRUE(direct_.empty()) << "CAF bypasses the proxy:\n" << direct_;                  \
     std::cout << "[partition] links through the proxy:\n" << (c).net().describe();           \
   } while (false)
 
@@ -353,8 +359,11 @@ std::vector<log_record> check_log(cluster& c, int via, const std::string& topic,
   return *recs;
 }
 
-/// Stops the cluster and compares the three logs of topic-p on disk.
+/// Stops the cluster and compares the three logs of topic-p on disk; first
+/// checks that no node talks to another one around the proxy.
 void stop_and_compare(cluster& c, const std::string& topic, int32_t p, int64_t hw) {
+  auto direct = c.direct_peer_connections();
+  EXPECT_TRUE(direct.empty()) << "CAF bypasses the proxy:\n" << direct;
   auto codes = c.stop_all();
   for (auto& [id, code] : codes)
     EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly\n"
@@ -485,6 +494,16 @@ TEST(LinkProxy, PassBlackholeResetAndHeal) {
   std::cout << net.describe();
   net.stop();
   EXPECT_EQ(receive_within(b4, 2000), "<eof>") << "stop() closes every connection";
+}
+
+// The bypass check of START_PROXIED_CLUSTER sees the connections of a
+// cluster without the proxy.
+TEST(LinkProxy, DirectConnectionsAreSeenWithoutTheProxy) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  auto direct = c.direct_peer_connections();
+  EXPECT_FALSE(direct.empty()) << "no direct node-to-node connection found in /proc";
+  std::cout << direct;
 }
 
 // -- 1 ------------------------------------------------------------------------
