@@ -1177,6 +1177,10 @@ using broker_actor = caf::typed_actor<
   /// Internal: the link to peer node `id` is up (its broker handle) or down
   /// (a null handle).
   caf::reacts_to<connect_atom, int32_t, caf::actor>,
+  /// Cluster: a peer's link probe (the asking node's id): answers this
+  /// node's id at once (also before the node is ready). A peer counts a
+  /// link as up only once this round trip succeeded.
+  caf::replies_to<connect_atom, int32_t>::with<int32_t>,
   /// Internal: this node's quorum member changed role, term or leader.
   caf::reacts_to<update_atom, raft_status>,
   /// Internal (cluster): the registration, readiness and controller timer.

@@ -601,6 +601,13 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
         ni.voter = voter;
       } else {
         if (auto r = regs.find(id); r != regs.end()) {
+          // The endpoint the broker registered (where clients reach it)
+          // over this node's voter entry, which may name a different route
+          // (a proxy, a NAT) from this node to that one.
+          if (!r->second.host.empty() && r->second.port != 0) {
+            ni.host = r->second.host;
+            ni.port = r->second.port;
+          }
           ni.http_port = r->second.http_port;
           ni.metrics_port = r->second.metrics_port;
         }
@@ -1361,6 +1368,54 @@ void control(self_ptr self) {
   }
 }
 
+/// Probes the connected, unconfirmed link to node `id` (one probe at a
+/// time): the peer is up once it answers.
+void probe_peer(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  auto u = st.unconfirmed.find(id);
+  if (u == st.unconfirmed.end() || st.probing.count(id) > 0)
+    return;
+  auto hdl = u->second;
+  st.probing.insert(id);
+  self
+    ->request(hdl, st.cfg.peer_probe_timeout, connect_atom_v, st.cfg.node_id)
+    .then(
+      [self, id, hdl](int32_t answered_as) {
+        auto& st = self->state;
+        st.probing.erase(id);
+        auto u = st.unconfirmed.find(id);
+        if (st.shutting_down || u == st.unconfirmed.end()
+            || u->second.address() != hdl.address())
+          return; // the link went down or reconnected meanwhile
+        if (answered_as != id) {
+          log::error("node: the endpoint of node {} is node {}: check "
+                     "--voters",
+                     id, answered_as);
+          return;
+        }
+        st.unconfirmed.erase(u);
+        st.unanswered.erase(id);
+        st.down_since.erase(id);
+        st.peers[id] = hdl;
+        log::info("node: link to node {} is up", id);
+        if (st.raft)
+          self->send(st.raft, connect_atom_v, id,
+                     caf::actor_cast<caf::actor>(hdl));
+        reconcile(self);
+      },
+      [self, id, hdl](caf::error& err) {
+        auto& st = self->state;
+        st.probing.erase(id);
+        auto u = st.unconfirmed.find(id);
+        if (u == st.unconfirmed.end() || u->second.address() != hdl.address()
+            || !st.unanswered.insert(id).second)
+          return;
+        log::warn("node: node {} is connected but does not answer ({}): "
+                  "down until it does",
+                  id, err);
+      });
+}
+
 /// The cluster timer: readiness, registration, control; every cluster_tick.
 void cluster_tick(self_ptr self) {
   auto& st = self->state;
@@ -1402,6 +1457,8 @@ void cluster_tick(self_ptr self) {
       register_self(self);
   }
   sync_broker_links(self);
+  for (auto& [id, hdl] : st.unconfirmed)
+    probe_peer(self, id);
   if (is_controller(st))
     control(self);
   self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
@@ -1423,6 +1480,9 @@ void close_link(self_ptr self, int32_t id) {
   }
   st.link_endpoints.erase(id);
   st.linked_at.erase(id);
+  st.unconfirmed.erase(id);
+  st.probing.erase(id);
+  st.unanswered.erase(id);
   st.peers.erase(id);
   st.down_since.erase(id);
   if (st.raft)
@@ -2349,17 +2409,22 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       if (st.shutting_down || st.links.count(id) == 0)
         return;
       if (peer) {
-        st.peers[id] = caf::actor_cast<broker_actor>(peer);
-        st.down_since.erase(id);
-        log::info("node: link to node {} is up", id);
-      } else {
-        st.peers.erase(id);
-        st.down_since[id] = now(self);
-        log::warn("node: link to node {} is down", id);
+        // Up once the peer answers (see "Links" in node.hpp).
+        st.unconfirmed[id] = caf::actor_cast<broker_actor>(peer);
+        probe_peer(self, id);
+        return;
       }
+      st.unconfirmed.erase(id);
+      st.down_since.emplace(id, now(self)); // an outage starts (or goes on)
+      if (st.peers.erase(id) == 0)
+        return;
+      log::warn("node: link to node {} is down", id);
       if (st.raft)
         self->send(st.raft, connect_atom_v, id, peer);
       reconcile(self);
+    },
+    [self](connect_atom, int32_t) -> int32_t {
+      return self->state.cfg.node_id;
     },
     [self](update_atom, const raft_status& rs) {
       auto& st = self->state;

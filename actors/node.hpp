@@ -80,8 +80,18 @@
 // - Registration: once a leader is known and the port is open, the node
 //   registers itself (endpoints) through the metadata; again whenever the
 //   metadata shows it fenced.
+// - Links: a link that connected counts as up (the peer is "alive" in
+//   cluster describe, Raft and routing get its broker) only once the peer
+//   answered a probe ((connect_atom, own id) -> its id) within
+//   peer_probe_timeout; until then, and while it keeps failing (probed again
+//   every cluster tick), the peer is down. A half-open link - the peer's
+//   bytes reach this node, this node's do not reach the peer - still
+//   completes CAF's connect (the server speaks first) and would otherwise
+//   flap up and down every few seconds. down_since keeps the start of an
+//   outage across such flaps.
 // - Controller (the node whose quorum member leads): fences a voter or a
-//   registered broker whose link has been down for fence_after (one never
+//   registered broker that has not been up (linked and probed) for
+//   fence_after (one never
 //   seen: controller_grace after taking over or after the link to it was
 //   opened); raft_metadata then moves leaderships and ISRs. It completes
 //   every replica move whose target is in the ISR: the moves of ferryctl
@@ -122,7 +132,9 @@
 //   forwarded again (not_leader instead). Follower fetches are only served
 //   locally. Metadata writes answered not_leader by the local quorum member
 //   are forwarded once to the Raft leader's node. Describe asks each
-//   partition's leader node for its live status.
+//   partition's leader node for its live status, and shows each node at the
+//   endpoint it registered (its voter entry until it registered: a voter
+//   entry is this node's route to that node, which may be a proxy).
 //
 // Shutdown: an exit message (e.g. anon_send_exit(node, user_shutdown) from
 // ferryd on SIGTERM) makes the node stop every replica with (stop_atom,
@@ -188,6 +200,9 @@ struct node_config {
   uint32_t heartbeat_ticks = 2;
   /// The controller fences a broker whose link has been down this long.
   std::chrono::milliseconds fence_after{500};
+  /// A peer link that connected counts as up once the peer answered a probe
+  /// within this time (see "Links" in the file comment).
+  std::chrono::milliseconds peer_probe_timeout{1000};
   /// A new controller waits this long for brokers it has not seen yet.
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).
@@ -299,10 +314,17 @@ struct node_state {
   std::shared_ptr<metadata_state_machine> machine;
   /// Its latest role, term and leader.
   raft_status raft_st;
-  /// Links to the other voters and the brokers they lead to while up.
+  /// Links to the other voters and the brokers they lead to while up
+  /// (connected and the peer answered a probe).
   std::map<int32_t, connection_actor> links;
   std::map<int32_t, broker_actor> peers;
-  /// When a peer's link went down (controller: fence after fence_after).
+  /// Connected links whose peer has not answered a probe yet, the probes in
+  /// flight, and the peers already reported as not answering.
+  std::map<int32_t, broker_actor> unconfirmed;
+  std::set<int32_t> probing;
+  std::set<int32_t> unanswered;
+  /// Since when a peer has not been up (controller: fence after
+  /// fence_after); the start of the outage, kept across flapping.
   std::map<int32_t, caf::actor_clock::time_point> down_since;
   /// The endpoint each link connects to and when it was opened (a broker
   /// never seen gets controller_grace from then).

@@ -420,7 +420,8 @@ std::optional<fetch_response> divergence(const partition_replica_state& st,
 // Leader: sends an ISR change to the controller (one at a time).
 void propose_isr(replica_ptr self, std::vector<int32_t> isr) {
   auto& st = self->state;
-  if (!st.cfg.controller || st.isr_change_pending || !st.leader)
+  if (!st.cfg.controller || st.isr_change_pending || !st.leader
+      || self->clock().now() < st.isr_retry_at)
     return;
   st.isr_change_pending = true;
   isr_change ch;
@@ -440,6 +441,7 @@ void propose_isr(replica_ptr self, std::vector<int32_t> isr) {
       [self, epoch](const partition_assignment& pa) {
         auto& st = self->state;
         st.isr_change_pending = false;
+        st.isr_refusal.clear();
         // The node brings the same change with the topic list; taking it now
         // saves a round and is safe: it is committed.
         if (st.leader && pa.epoch == epoch && pa.leader == st.cfg.node_id
@@ -453,9 +455,20 @@ void propose_isr(replica_ptr self, std::vector<int32_t> isr) {
         }
       },
       [self](caf::error& err) {
-        self->state.isr_change_pending = false;
-        log::warn("partition {}: ISR change refused: {}",
-                  name_of(self->state), err);
+        auto& st = self->state;
+        st.isr_change_pending = false;
+        st.isr_retry_at = self->clock().now() + st.cfg.isr_retry_backoff;
+        auto text = describe(err);
+        if (text == st.isr_refusal) {
+          log::debug("partition {}: ISR change refused again: {}",
+                     name_of(st), text);
+          return;
+        }
+        st.isr_refusal = std::move(text);
+        log::warn("partition {}: ISR change refused: {} (no new proposal "
+                  "for {} ms)",
+                  name_of(st), st.isr_refusal,
+                  st.cfg.isr_retry_backoff.count());
       });
 }
 

@@ -21,7 +21,9 @@
 //   ((alter_atom, isr_atom, isr_change), one at a time): shrink a follower
 //   not caught up for replica_lag_max, expand a follower whose position
 //   reached the HW (and the start of the current epoch). The ISR used for
-//   the HW is the committed one (from the metadata).
+//   the HW is the committed one (from the metadata). After a refusal no
+//   change is proposed for isr_retry_backoff (a repeated refusal is logged
+//   once).
 // - Follower: pulls from the leader's broker from its log end (long poll),
 //   appends the batches as they are (offsets, epochs and CRCs kept; a new
 //   epoch in the batches is added to its history), records their producers,
@@ -140,6 +142,11 @@ struct partition_replica_config {
   std::chrono::milliseconds follower_fetch_wait{500};
   /// Pause after a failed follower fetch.
   std::chrono::milliseconds follower_retry_backoff{100};
+  /// Leader: after the controller refused an ISR change, no new proposal
+  /// for this long (a follower that may not join - e.g. a fenced broker not
+  /// registered again yet - would otherwise be proposed, refused and logged
+  /// on every fetch).
+  std::chrono::milliseconds isr_retry_backoff{1000};
   /// Called (on the replica's thread) with the whole log at start and, as
   /// a follower, with the batches each fetch appended, once they are
   /// durable: the node applies __consumer_state records to its offset
@@ -250,6 +257,10 @@ struct partition_replica_state {
   bool fetch_in_flight = false;
   /// Leader: an ISR change sent to the controller and not answered yet.
   bool isr_change_pending = false;
+  /// Leader: no ISR proposal before this (after a refusal), and the last
+  /// refusal logged as a warning (a repeat is logged at debug level).
+  caf::actor_clock::time_point isr_retry_at{};
+  std::string isr_refusal;
   /// The epoch of the last batch in the log (-1: empty): a follower's
   /// last_fetched_epoch.
   int32_t last_batch_epoch = -1;

@@ -865,6 +865,8 @@ struct fake_link {
   std::vector<isr_change> isr_changes;
   /// Replicas of the assignment answered to an ISR change.
   std::vector<int32_t> replicas;
+  /// Set: ISR changes are refused with this (still recorded).
+  caf::error refuse_isr;
   /// Answers lost in drop mode.
   size_t dropped = 0;
 };
@@ -922,8 +924,10 @@ caf::behavior fake_link_broker(caf::stateful_actor<fake_link_state>* self,
       for (auto& [req, rp] : held)
         forward(std::move(req), rp);
     },
-    [link](alter_atom, isr_atom, isr_change& ch) -> partition_assignment {
+    [link](alter_atom, isr_atom, isr_change& ch) -> caf::result<partition_assignment> {
       link->isr_changes.push_back(ch);
+      if (link->refuse_isr)
+        return link->refuse_isr;
       partition_assignment pa;
       pa.partition = ch.partition;
       pa.leader = ch.leader;
@@ -1483,6 +1487,42 @@ TEST_F(replication_test, lagging_follower_leaves_the_isr_and_rejoins) {
     << "no ISR expansion proposed for a follower at the HW";
   EXPECT_EQ(ctl_link->isr_changes.back().isr, (std::vector<int32_t>{1, 2}))
     << ids(ctl_link->isr_changes.back().isr);
+  EXPECT_EQ(status(leader).isr, (std::vector<int32_t>{1, 2}));
+}
+
+// 6a. A refused ISR change (e.g. the follower's broker is fenced and has not
+// registered again) is not proposed again on every fetch of that follower:
+// only after isr_retry_backoff (1 s).
+TEST_F(replication_test, refused_isr_change_waits_for_the_retry_backoff) {
+  auto [ctl, ctl_link] = spawn_link(partition_actor{}, {1, 2});
+  ctl_link->refuse_isr = make_error(ec::invalid_request, "broker 2 is fenced");
+  auto lcfg = node_cfg(1, make_assignment(1, 0, {1, 2}, {1}));
+  lcfg.controller = ctl;
+  auto leader = spawn_replica(lcfg);
+  ctl_link->leader = leader;
+  ASSERT_TRUE(produce(leader, make_batch({.records = 2}), acks_mode::all)->done);
+  auto fcfg = node_cfg(2, make_assignment(1, 0, {1, 2}, {1}));
+  fcfg.leader_broker = ctl;
+  auto follower = spawn_replica(fcfg);
+  EXPECT_EQ(state(follower).log->log_end(), offset{2});
+  ASSERT_EQ(ctl_link->isr_changes.size(), 1u) << "no ISR expansion proposed";
+  // More data, more fetches at the HW within the backoff: no new proposal.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(produce(leader, make_batch({}), acks_mode::all)->done);
+    sched_->advance_time(200ms);
+    sched_->run();
+  }
+  EXPECT_EQ(state(follower).log->log_end(), offset{5});
+  EXPECT_EQ(ctl_link->isr_changes.size(), 1u)
+    << "a refused ISR change was proposed again within the backoff";
+  // After the backoff the next fetch proposes again; accepted this time.
+  ctl_link->refuse_isr = caf::error{};
+  sched_->advance_time(1s);
+  sched_->run();
+  sched_->advance_time(600ms); // a parked long poll ends, the follower fetches
+  sched_->run();
+  ASSERT_EQ(ctl_link->isr_changes.size(), 2u) << "no new proposal after the backoff";
+  EXPECT_EQ(ctl_link->isr_changes.back().isr, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(status(leader).isr, (std::vector<int32_t>{1, 2}));
 }
 

@@ -12,9 +12,10 @@
 //      The killed node restarts and the cluster is whole again.
 //   2. ClusterFailover.IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing:
 //      the leader L of a partition (RF 3, min.insync 2) is frozen with
-//      SIGSTOP (a network partition of L: it neither sends nor answers; its
-//      peers' CAF connection timeouts fire, the controller fences it and
-//      moves the leadership). The majority takes 100 more acks=all writes.
+//      SIGSTOP (a frozen process: it neither sends nor answers; its peers'
+//      CAF connection timeouts fire, the controller fences it and moves the
+//      leadership; real network partitions of a running leader, symmetric
+//      and one-way, are in cluster_partition_test.cpp). The majority takes 100 more acks=all writes.
 //      L is resumed with SIGCONT and a client connected only to L sends a
 //      produce at once: it must not be acknowledged. L rejoins as a
 //      follower, drops what it appended on its own, and the three replicas

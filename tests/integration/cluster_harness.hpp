@@ -17,6 +17,20 @@
 // answers: a network partition of that node; describes skip it),
 // stop_all() is one SIGTERM each (after a SIGCONT) with a bounded wait.
 // Every child is SIGKILLed by its destructor, also after a failed assertion.
+//
+// Behind a link proxy (cluster{cluster::behind_proxy}, link_proxy.hpp): the
+// nodes reach each other only through an in-process TCP forwarder, one port
+// per directed pair: node i's --voters names the proxy port P(i,j) for every
+// other node j and its own real port for itself (ferryd takes its own port
+// from its entry; nothing compares voter lists across nodes: Raft and the
+// metadata use the ids only, describe shows a peer's registered endpoint).
+// net() switches directed links between pass, blackhole and reset at run
+// time (isolate(), cut(), heal() are shortcuts); clients (this harness's
+// links, producers, ferryctl) still dial the real ports, so a test can talk
+// to a node the others cannot reach. direct_peer_connections() lists any
+// connection a node process holds to another node's real port (none when
+// CAF keeps to the proxy). The proxy thread is stopped after the nodes are
+// killed, also on failure.
 // The client actors of `cs` are killed before its actor system goes away.
 //
 // Helpers: ask() (one bounded request from a scoped actor), wait_until(),
@@ -26,6 +40,7 @@
 // client_connection()/make_producer() (an idempotent acks=all producer).
 
 #include "client_system.hpp"
+#include "link_proxy.hpp"
 #include "process.hpp"
 
 #include "actors/client_connection.hpp"
@@ -46,11 +61,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -190,7 +207,13 @@ class cluster {
 public:
   static constexpr int size = 3;
 
+  struct behind_proxy_t {};
+  static constexpr behind_proxy_t behind_proxy{};
+
   cluster() = default;
+  /// Nodes talk to each other through a link_proxy (see the file comment).
+  explicit cluster(behind_proxy_t) : proxied_(true) {
+  }
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 
@@ -203,10 +226,24 @@ public:
       if (ports_.size() != static_cast<size_t>(size))
         return "cannot pick free ports";
       nodes_.clear();
-      std::string voters;
-      for (int id = 1; id <= size; ++id)
-        voters += (id > 1 ? "," : "") + std::to_string(id) + "@" + endpoint(id);
+      if (proxied_) {
+        net_.reset(); // a retry: the old proxy's listeners go first
+        net_ = std::make_unique<link_proxy>();
+        for (int i = 1; i <= size; ++i)
+          for (int j = 1; j <= size; ++j)
+            if (i != j && net_->add(i, j, port(j), &why) == 0)
+              return "link proxy: " + why;
+        if (!net_->start(&why))
+          return "link proxy: " + why;
+      }
       for (int id = 1; id <= size; ++id) {
+        std::string voters;
+        for (int other = 1; other <= size; ++other) {
+          auto ep = proxied_ && other != id
+                      ? "127.0.0.1:" + std::to_string(net_->port(id, other))
+                      : endpoint(other);
+          voters += (other > 1 ? "," : "") + std::to_string(other) + "@" + ep;
+        }
         std::vector<std::string> args{"--node-id",      std::to_string(id), "--voters", voters,
                                       "--metrics-port", "0", "--http-port", "-1"};
         if (auto lvl = std::getenv("FERRY_TEST_LOG_LEVEL"); lvl && *lvl) {
@@ -247,7 +284,7 @@ public:
     }
     std::cout << "[cluster] nodes on ports " << port(1) << ", " << port(2) << ", " << port(3)
               << " (pids " << node(1).pid() << ", " << node(2).pid() << ", " << node(3).pid()
-              << ")\n";
+              << ")" << (proxied_ ? ", linked through a proxy" : "") << "\n";
     return "";
   }
 
@@ -326,6 +363,71 @@ public:
     if (auto* ch = node(id).child())
       ch->signal(SIGCONT);
     frozen_.erase(id);
+  }
+
+  /// The link proxy between the nodes (only with behind_proxy).
+  link_proxy& net() {
+    if (!net_)
+      throw std::logic_error("cluster: not started behind a link proxy");
+    return *net_;
+  }
+
+  /// Cuts node `id` off from every other node, both ways.
+  void isolate(int id, link_mode m = link_mode::blackhole) {
+    net().isolate(id, {1, 2, 3}, m);
+  }
+
+  /// Both directions between a and b.
+  void cut(int a, int b, link_mode m = link_mode::blackhole) {
+    net().cut(a, b, m);
+  }
+
+  /// Every link passes again.
+  void heal() {
+    net().heal();
+  }
+
+  /// Established TCP connections from one node process to another node's
+  /// real port (what a proxied cluster must not have: CAF bypassing the
+  /// proxy), one line each; "" if none. From /proc/<pid>/fd (socket inodes)
+  /// and /proc/net/tcp{,6}.
+  std::string direct_peer_connections() {
+    std::string out;
+    std::map<unsigned long, int> owner; // socket inode -> node id
+    for (int id = 1; id <= size; ++id) {
+      if (!running(id))
+        continue;
+      auto dir = "/proc/" + std::to_string(node(id).pid()) + "/fd";
+      std::error_code ec;
+      for (auto& e : std::filesystem::directory_iterator{dir, ec}) {
+        auto target = std::filesystem::read_symlink(e.path(), ec).string();
+        if (!ec && target.rfind("socket:[", 0) == 0)
+          owner[std::stoul(target.substr(8, target.size() - 9))] = id;
+      }
+    }
+    for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+      std::ifstream in{table};
+      std::string line;
+      std::getline(in, line); // header
+      while (std::getline(in, line)) {
+        std::istringstream ls{line};
+        std::string sl, local, remote, st, queues, timer, retr, uid, timeout;
+        unsigned long inode = 0;
+        ls >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode;
+        if (st != "01")
+          continue; // not ESTABLISHED
+        auto o = owner.find(inode);
+        if (o == owner.end())
+          continue;
+        auto rport = static_cast<uint16_t>(
+          std::stoul(remote.substr(remote.find(':') + 1), nullptr, 16));
+        for (int id = 1; id <= size; ++id)
+          if (id != o->second && rport == port(id))
+            out += "node " + std::to_string(o->second) + " has a direct connection to node "
+                   + std::to_string(id) + "'s port " + std::to_string(rport) + "\n";
+      }
+    }
+    return out;
   }
 
   /// Starts node `id` again on its data dir and port. "" or why not.
@@ -458,6 +560,8 @@ public:
       else
         os << "describe failed: " << ferry::error_text(cd.error()) << "\n";
     }
+    if (net_)
+      os << "---- link proxy ----\n" << net_->describe();
     for (int id = 1; id <= count(); ++id)
       os << "---- node " << id << " output (tail) ----\n"
          << tail(node(id).output(), output_tail) << "\n";
@@ -529,8 +633,11 @@ public:
   client_system cs;
 
 private:
+  bool proxied_ = false;
   std::vector<uint16_t> ports_;
   std::vector<ferry::connection_actor> links_;
+  // Before nodes_: stopped after every node was killed.
+  std::unique_ptr<link_proxy> net_;
   std::vector<std::unique_ptr<ferryd_process>> nodes_;
   std::set<int> frozen_;
 };
