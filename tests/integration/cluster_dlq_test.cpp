@@ -8,7 +8,8 @@
 //   request is forwarded), then --all through the home: 7 more, 5 skipped,
 //   and the target topic holds exactly 12 copies, one per DLQ record.
 //   `dlq list` through the third node shows 12 redriven, depth 0. The home
-//   is SIGKILLed; through a survivor (once the partition has a new leader)
+//   is SIGKILLed; through a survivor (once the partitions involved have new
+//   leaders and show their records)
 //   --all redrives 0 records and skips 12, the target still holds 12
 //   copies, and `dlq show` there shows every record as redriven.
 // Every wait is bounded; every ferryd is killed when the test ends.
@@ -204,9 +205,20 @@ TEST(ClusterDlq, RedrivesAreServedAtTheHomeAndSurviveItsDeath) {
   // The home dies; its partition gets a new leader among the survivors.
   c.kill(home);
   std::cout << "[dlq] killed node " << home << " after " << seconds_since(t0) << " s\n";
+  // The state partition, the DLQ and the target get new leaders, and the
+  // DLQ and target partitions show all their records (high watermarks).
   ASSERT_TRUE(wait_until(15s, [&] {
-    auto l = c.leader_of(ferry::consumer_state_topic, state_partition);
-    return l >= 1 && l != home;
+    auto cd = c.describe_controller();
+    if (!cd)
+      return false;
+    auto st = find_partition(*cd, ferry::consumer_state_topic, state_partition);
+    auto d = find_partition(*cd, dlq, 0);
+    auto s = find_partition(*cd, source, 0);
+    auto moved = [&](const ferry::partition_status* ps) {
+      return ps && ps->online && ps->leader >= 1 && ps->leader != home;
+    };
+    return moved(st) && moved(d) && moved(s) && d->high_watermark.value == total
+           && s->high_watermark.value == total;
   })) << c.dump();
   deadline = steady::now() + 15s;
   auto third = ask_retrying<ferry::dlq_redrive_response>(c, others[0], deadline, all,
