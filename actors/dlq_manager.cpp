@@ -1,6 +1,7 @@
 #include "actors/dlq_manager.hpp"
 
 #include "actors/queue_coordinator.hpp"
+#include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
 #include "broker/lease_table.hpp"
 #include "broker/logging.hpp"
@@ -111,6 +112,88 @@ timestamp_ms now_ms(self_ptr self) {
   return c ? c() : system_now_ms();
 }
 
+/// Writes one redrive bookkeeping record (a dlq_* kind) to the local store.
+caf::error store_locally(self_ptr self, const consumer_state_record& x) {
+  auto& store = *self->state.store;
+  using k = consumer_state_kind;
+  switch (x.kind) {
+    case k::dlq_mark:
+      return store.mark(x.topic, x.partition, x.off, x.mark);
+    case k::dlq_producer:
+      return store.put_producer(x.topic, x.partition, x.target_topic,
+                                x.target_partition, x.producer);
+    case k::dlq_erase_below:
+      if (auto n = store.erase_below(x.topic, x.partition, x.off); !n)
+        return std::move(n.error());
+      return caf::none;
+    case k::dlq_topic_erase:
+      return store.erase_topic(x.topic);
+    default:
+      return make_error(ec::invalid_argument,
+                        "not a DLQ redrive bookkeeping record");
+  }
+}
+
+/// Persists `x` (a dlq_* kind of x.topic), then calls k(error). Single
+/// node: writes the store and calls k before returning. Cluster mode:
+/// produces it to the topic's __consumer_state partition with acks=all
+/// first and writes the store only after that succeeded (see the file
+/// comment).
+void persist(self_ptr self, consumer_state_record x,
+             std::function<void(caf::error)> k) {
+  auto& st = self->state;
+  if (st.cfg.state_topic.empty()) {
+    k(store_locally(self, x));
+    return;
+  }
+  if (st.state_partitions <= 0) {
+    k(make_error(ec::coordinator_not_available,
+                 "the cluster has no " + st.cfg.state_topic + " topic yet"));
+    return;
+  }
+  x.group = dlq_home_key(x.topic);
+  auto batch = make_consumer_state_batch({x}, now_ms(self));
+  if (!batch) {
+    k(std::move(batch.error()));
+    return;
+  }
+  produce_request pr;
+  pr.topic = st.cfg.state_topic;
+  pr.partition = partition_id{partition_for_key(x.group, st.state_partitions)};
+  pr.acks = acks_mode::all;
+  pr.batch = std::move(*batch);
+  self
+    ->request(st.cfg.broker, st.cfg.broker_timeout, produce_atom_v,
+              std::move(pr))
+    .then(
+      [self, x, k](produce_response&) { k(store_locally(self, x)); },
+      [k](caf::error& err) { k(std::move(err)); });
+}
+
+consumer_state_record mark_record(const std::string& topic, partition_id p,
+                                  offset off, redrive_mark m) {
+  consumer_state_record x;
+  x.kind = consumer_state_kind::dlq_mark;
+  x.topic = topic;
+  x.partition = p;
+  x.off = off;
+  x.mark = std::move(m);
+  return x;
+}
+
+consumer_state_record producer_record(const std::string& topic, partition_id p,
+                                      const topic_partition& target,
+                                      const redrive_producer& row) {
+  consumer_state_record x;
+  x.kind = consumer_state_kind::dlq_producer;
+  x.topic = topic;
+  x.partition = p;
+  x.target_topic = target.topic;
+  x.target_partition = target.partition;
+  x.producer = row;
+  return x;
+}
+
 /// What makes a topic a DLQ.
 struct dlq_class {
   std::vector<std::string> groups;
@@ -180,10 +263,14 @@ void with_topics(self_ptr self,
   auto& st = self->state;
   self->request(st.cfg.broker, st.cfg.broker_timeout, list_atom_v, topic_atom_v)
     .then(
-      [k](std::vector<topic_metadata>& list) {
+      [self, k](std::vector<topic_metadata>& list) {
         topic_map m;
-        for (auto& t : list)
+        for (auto& t : list) {
+          if (t.name == self->state.cfg.state_topic)
+            self->state.state_partitions
+              = static_cast<int32_t>(t.partitions.size());
           m.emplace(t.name, std::move(t));
+        }
         k(std::move(m));
       },
       [k](caf::error& err) { k(std::move(err)); });
@@ -606,11 +693,20 @@ void purge(self_ptr self, dlq_purge_request req,
           [self, resp, done, topic, p, old_start](offset start) mutable {
             resp->purged += std::max<int64_t>(0, start.value - old_start.value);
             resp->log_starts.push_back(partition_offset{topic, p, start, ""});
-            if (auto n = self->state.store->erase_below(topic, p, start); !n)
-              log::warn("dlq: cannot drop the marks of {}-{} below {}: {}",
-                        topic, p, start, n.error());
             log::info("dlq: purged {}-{} below {}", topic, p, start);
-            done();
+            consumer_state_record x;
+            x.kind = consumer_state_kind::dlq_erase_below;
+            x.topic = topic;
+            x.partition = p;
+            x.off = start;
+            persist(self, std::move(x),
+                    [done, topic, p, start](caf::error err) mutable {
+                      if (err)
+                        log::warn("dlq: cannot drop the marks of {}-{} below "
+                                  "{}: {}",
+                                  topic, p, start, err);
+                      done();
+                    });
           },
           [failure, done](caf::error& err) mutable {
             if (!*failure)
@@ -708,6 +804,9 @@ caf::expected<topic_partition> target_of(const dlq_redrive_job& job,
 }
 
 void produce_one(self_ptr self, std::shared_ptr<dlq_redrive_job> job);
+void marked(self_ptr self, std::shared_ptr<dlq_redrive_job> job,
+            const topic_partition& tgt, timestamp_ms ts,
+            const produce_response& resp);
 
 /// The producer of the front record failed with `err`.
 void on_produce_error(self_ptr self, std::shared_ptr<dlq_redrive_job> job,
@@ -722,11 +821,16 @@ void on_produce_error(self_ptr self, std::shared_ptr<dlq_redrive_job> job,
     log::warn("dlq: redrive producer of {}-{} -> {}-{} refused ({}); taking a "
               "fresh producer id",
               job->req.topic, r.partition, target.topic, target.partition, err);
-    if (auto e = st.store->put_producer(job->req.topic, r.partition,
-                                        target.topic, target.partition,
-                                        redrive_producer{}))
-      return finish_redrive(self, job, std::move(e));
-    produce_one(self, job);
+    job->waiting = true;
+    persist(self,
+            producer_record(job->req.topic, r.partition, target,
+                            redrive_producer{}),
+            [self, job](caf::error e) {
+              job->waiting = false;
+              if (e)
+                return finish_redrive(self, job, std::move(e));
+              produce_one(self, job);
+            });
     return;
   }
   finish_redrive(self, job, std::move(err));
@@ -754,10 +858,14 @@ void produce_one(self_ptr self, std::shared_ptr<dlq_redrive_job> job) {
           redrive_producer x;
           x.pid = id.id;
           x.epoch = id.epoch;
-          if (auto err = self->state.store->put_producer(
-                job->req.topic, r.partition, tgt.topic, tgt.partition, x))
-            return finish_redrive(self, job, std::move(err));
-          produce_one(self, job);
+          job->waiting = true;
+          persist(self, producer_record(job->req.topic, r.partition, tgt, x),
+                  [self, job](caf::error err) {
+                    job->waiting = false;
+                    if (err)
+                      return finish_redrive(self, job, std::move(err));
+                    produce_one(self, job);
+                  });
         },
         [self, job](caf::error& err) {
           job->waiting = false;
@@ -771,9 +879,15 @@ void produce_one(self_ptr self, std::shared_ptr<dlq_redrive_job> job) {
     // the same offset and sends the same sequence (a duplicate then).
     x.last_offset = r.off;
     x.last_seq = x.last_seq < 0 ? 0 : increment_sequence(x.last_seq, 1);
-    if (auto err = st.store->put_producer(job->req.topic, r.partition,
-                                          target->topic, target->partition, x))
-      return finish_redrive(self, job, std::move(err));
+    job->waiting = true;
+    persist(self, producer_record(job->req.topic, r.partition, *target, x),
+            [self, job](caf::error err) {
+              job->waiting = false;
+              if (err)
+                return finish_redrive(self, job, std::move(err));
+              produce_one(self, job); // finds the stored row now
+            });
+    return;
   }
   batch_meta meta;
   meta.producer_id = x.pid.value;
@@ -802,25 +916,37 @@ void produce_one(self_ptr self, std::shared_ptr<dlq_redrive_job> job) {
         m.target_topic = tgt.topic;
         m.target_partition = tgt.partition;
         m.target_offset = resp.base_offset;
-        if (auto err = self->state.store->mark(job->req.topic, r.partition,
-                                               r.off, m))
-          return finish_redrive(self, job, std::move(err));
-        log::debug("dlq: {}-{}@{} redriven to {}-{}@{}{}", job->req.topic,
-                   r.partition, r.off, tgt.topic, tgt.partition,
-                   resp.base_offset, resp.duplicate ? " (written before)" : "");
-        ++job->resp.redriven;
-        job->resp.reports.push_back(
-          delivery_report{tgt.topic, tgt.partition, resp.base_offset, ts});
-        job->resets = 0;
-        ++job->paced;
-        job->parts[job->cur].next = offset{r.off.value + 1};
-        job->buffer.pop_front();
-        redrive_step(self, job);
+        job->waiting = true;
+        persist(self, mark_record(job->req.topic, r.partition, r.off, m),
+                [self, job, tgt, ts, resp](caf::error err) {
+                  job->waiting = false;
+                  if (err)
+                    return finish_redrive(self, job, std::move(err));
+                  marked(self, job, tgt, ts, resp);
+                });
       },
       [self, job, tgt](caf::error& err) {
         job->waiting = false;
         on_produce_error(self, job, tgt, std::move(err));
       });
+}
+
+/// The front record's copy is acknowledged and its mark stored.
+void marked(self_ptr self, std::shared_ptr<dlq_redrive_job> job,
+            const topic_partition& tgt, timestamp_ms ts,
+            const produce_response& resp) {
+  auto& r = job->buffer.front();
+  log::debug("dlq: {}-{}@{} redriven to {}-{}@{}{}", job->req.topic,
+             r.partition, r.off, tgt.topic, tgt.partition,
+             resp.base_offset, resp.duplicate ? " (written before)" : "");
+  ++job->resp.redriven;
+  job->resp.reports.push_back(
+    delivery_report{tgt.topic, tgt.partition, resp.base_offset, ts});
+  job->resets = 0;
+  ++job->paced;
+  job->parts[job->cur].next = offset{r.off.value + 1};
+  job->buffer.pop_front();
+  redrive_step(self, job);
 }
 
 void redrive_step(self_ptr self, std::shared_ptr<dlq_redrive_job> job) {
@@ -953,11 +1079,27 @@ void on_update(self_ptr self, const std::vector<topic_metadata>& topics) {
     return;
   }
   std::set<std::string> names;
-  for (auto& t : topics)
+  for (auto& t : topics) {
     names.insert(t.name);
+    if (t.name == st.cfg.state_topic)
+      st.state_partitions = static_cast<int32_t>(t.partitions.size());
+  }
   for (auto& t : *known) {
     if (names.count(t) > 0)
       continue;
+    if (!st.cfg.state_topic.empty()) {
+      // Replicated for the replicas' replay (a re-created topic must not
+      // find these rows again); only the home's produce succeeds.
+      consumer_state_record x;
+      x.kind = consumer_state_kind::dlq_topic_erase;
+      x.topic = t;
+      persist(self, std::move(x), [t](caf::error err) {
+        if (err)
+          log::debug("dlq: erase of {}'s redrive marks not replicated from "
+                     "here: {}",
+                     t, err);
+      });
+    }
     if (auto err = st.store->erase_topic(t))
       log::warn("dlq: cannot erase the redrive marks of {}: {}", t, err);
     else

@@ -51,6 +51,26 @@
 //
 // Topic list updates: marks and producer rows of topics not in the list are
 // erased (a deleted DLQ loses its marks; a re-created one starts clean).
+//
+// Cluster mode (cfg.state_topic set, i.e. __consumer_state): the node sends
+// every show, redrive and purge of a DLQ topic to the DLQ manager of the
+// topic's home, the node leading partition partition_for_key(dlq_home_key(
+// topic)) of __consumer_state, whose store is that partition's replicated
+// view. Every redrive producer row, mark, purge's mark erase and deleted
+// topic's erase is first produced there with acks=all as a
+// __consumer_state record (kinds 7-10, broker/consumer_state.hpp), and only
+// then written to the local dlq_store (every replica of the partition
+// applies the same records to its node's store): the producer row before
+// the redrive produce that uses it, the mark after that produce succeeded.
+// The node refuses a __consumer_state produce of its own actors when it
+// does not lead the partition, so a home that lost the leadership stops
+// its running redrive at its next state produce (the job fails with
+// not_leader), and a redrive repeated at the new home skips every mark the
+// old one replicated and re-sends an unmarked record whose copy may have
+// landed with the replicated producer row's sequence (a duplicate answer,
+// no second copy). The topic-deleted erase is attempted by every node's
+// manager (only the home's produce succeeds) and done locally in any case.
+// Single-node mode (state_topic empty) writes the store directly.
 
 #include "actors/interfaces.hpp"
 #include "broker/dlq_store.hpp"
@@ -106,6 +126,10 @@ struct dlq_manager_config {
   int max_producer_resets = 3;
   /// Wall clock in ms (rate window, mark timestamps); empty: system clock.
   clock_fn clock;
+  /// Cluster mode: the internal topic (__consumer_state) where redrive
+  /// bookkeeping is produced before it is stored (see the file comment).
+  /// Empty: the store is written directly.
+  std::string state_topic;
 };
 
 /// A record read from a DLQ partition.
@@ -132,6 +156,9 @@ struct dlq_redrive_job;
 struct dlq_manager_state {
   dlq_manager_config cfg;
   std::unique_ptr<dlq_store> store;
+  /// Cluster mode: partitions of cfg.state_topic (from the last topic list;
+  /// 0: not known yet).
+  int32_t state_partitions = 0;
   /// Redrives: the running one first.
   std::deque<std::shared_ptr<dlq_redrive_job>> redrives;
   uint64_t next_job = 1;

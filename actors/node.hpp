@@ -124,8 +124,18 @@
 //   open leases and config when its coordinator's node dies. A
 //   __consumer_state produce from an actor of this node is never forwarded
 //   (not_leader unless this node leads the partition): a coordinator whose
-//   group moved cannot write after its successor. DLQ operations stay with
-//   the node the client talks to.
+//   group moved cannot write after its successor.
+// - DLQ operations: show, redrive and purge of a DLQ topic are served by the
+//   DLQ manager of the topic's home, the node leading the __consumer_state
+//   partition of dlq_home_key(topic) (a NUL-prefixed key no group can
+//   have); other nodes forward them there like group requests (a forwarded
+//   one is never forwarded again; coordinator_not_available without a
+//   leader). The manager produces its redrive producer rows, marks and mark
+//   erases there (kinds 7-10) before it relies on them, and every replica
+//   applies them to its node's dlq_store rows (actors/dlq_manager.hpp), so
+//   a new home skips what the old one redrove. `dlq list` works at any
+//   node: the local list, with each DLQ's entry taken from its home's list
+//   (asked once per home node).
 // - Routing: produce, consumer fetch and list offsets for a partition led
 //   by another node are forwarded to that node's broker (request/answer, so
 //   clients may talk to any node); a request forwarded by a peer is never

@@ -1,5 +1,6 @@
 #include "broker/consumer_state.hpp"
 
+#include "broker/dlq_store.hpp"
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/queue_state_store.hpp"
@@ -49,6 +50,12 @@ bool get_bytes(std::string_view& in, size_t n, std::string& out) {
 
 } // namespace
 
+std::string dlq_home_key(std::string_view dlq_topic) {
+  std::string out{"\0dlq:", 5};
+  out += dlq_topic;
+  return out;
+}
+
 std::string encode_offsets_value(const std::vector<committed_offset>& offsets) {
   std::string out;
   out.push_back(static_cast<char>(value_version));
@@ -94,6 +101,16 @@ void put_partition(std::string& out, const consumer_state_record& x) {
   put_be(out, static_cast<uint16_t>(x.topic.size()));
   out += x.topic;
   put_be(out, x.partition.value);
+}
+
+void put_string16(std::string& out, const std::string& s) {
+  put_be(out, static_cast<uint16_t>(s.size()));
+  out += s;
+}
+
+bool get_string16(std::string_view& in, std::string& out) {
+  uint16_t len = 0;
+  return get_be(in, len) && get_bytes(in, len, out);
 }
 
 bool get_partition(std::string_view& in, consumer_state_record& x) {
@@ -154,6 +171,30 @@ std::string encode_consumer_state_value(const consumer_state_record& x) {
       break;
     case k::queue_partition_erase:
       put_partition(out, x);
+      break;
+    case k::dlq_mark:
+      put_partition(out, x);
+      put_be(out, x.off.value);
+      put_be(out, x.mark.at);
+      put_be(out, x.mark.target_partition.value);
+      put_be(out, x.mark.target_offset.value);
+      out += x.mark.target_topic;
+      break;
+    case k::dlq_producer:
+      put_partition(out, x);
+      put_string16(out, x.target_topic);
+      put_be(out, x.target_partition.value);
+      put_be(out, x.producer.pid.value);
+      put_be(out, x.producer.epoch);
+      put_be(out, x.producer.last_offset.value);
+      put_be(out, x.producer.last_seq);
+      break;
+    case k::dlq_erase_below:
+      put_partition(out, x);
+      put_be(out, x.off.value);
+      break;
+    case k::dlq_topic_erase:
+      put_string16(out, x.topic);
       break;
     default:
       break;
@@ -226,6 +267,43 @@ decode_consumer_state_value(std::string_view in) {
     case k::queue_partition_erase:
       if (!get_partition(in, x))
         return bad("truncated queue partition erase");
+      break;
+    case k::dlq_mark: {
+      int64_t off = 0, target_off = 0;
+      int32_t tp = 0;
+      if (!get_partition(in, x) || !get_be(in, off) || !get_be(in, x.mark.at)
+          || !get_be(in, tp) || !get_be(in, target_off) || in.empty())
+        return bad("truncated DLQ redrive mark");
+      x.off = offset{off};
+      x.mark.target_partition = partition_id{tp};
+      x.mark.target_offset = offset{target_off};
+      x.mark.target_topic.assign(in);
+      in = {};
+      break;
+    }
+    case k::dlq_producer: {
+      int32_t tp = 0;
+      int64_t pid = 0, last = 0;
+      if (!get_partition(in, x) || !get_string16(in, x.target_topic)
+          || !get_be(in, tp) || !get_be(in, pid)
+          || !get_be(in, x.producer.epoch) || !get_be(in, last)
+          || !get_be(in, x.producer.last_seq))
+        return bad("truncated DLQ redrive producer row");
+      x.target_partition = partition_id{tp};
+      x.producer.pid = producer_id{pid};
+      x.producer.last_offset = offset{last};
+      break;
+    }
+    case k::dlq_erase_below: {
+      int64_t before = 0;
+      if (!get_partition(in, x) || !get_be(in, before))
+        return bad("truncated DLQ marks erase");
+      x.off = offset{before};
+      break;
+    }
+    case k::dlq_topic_erase:
+      if (!get_string16(in, x.topic))
+        return bad("truncated DLQ topic erase");
       break;
     default:
       return make_error(ec::unknown_record_kind,
@@ -300,6 +378,26 @@ caf::error apply_consumer_state_record(offset_store& offsets,
     }
     case k::queue_partition_erase:
       return queues.erase_partition_all(x.group, x.topic, x.partition);
+    case k::dlq_mark: {
+      // dlq_store checks the names, partitions and offsets.
+      dlq_store dlqs{store};
+      return dlqs.mark(x.topic, x.partition, x.off, x.mark);
+    }
+    case k::dlq_producer: {
+      dlq_store dlqs{store};
+      return dlqs.put_producer(x.topic, x.partition, x.target_topic,
+                               x.target_partition, x.producer);
+    }
+    case k::dlq_erase_below: {
+      dlq_store dlqs{store};
+      if (auto n = dlqs.erase_below(x.topic, x.partition, x.off); !n)
+        return std::move(n.error());
+      return caf::none;
+    }
+    case k::dlq_topic_erase: {
+      dlq_store dlqs{store};
+      return dlqs.erase_topic(x.topic);
+    }
   }
   return make_error(ec::unknown_record_kind,
                     "consumer state record of kind "

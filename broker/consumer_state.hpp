@@ -41,6 +41,23 @@
 //   6 queue partition erase (its topic was deleted): topic length (uint16),
 //       topic, partition (int32). Erases the partition's queue state and DLQ
 //       producer row.
+// DLQ redrive bookkeeping (the dlq_store rows of broker/dlq_store.hpp,
+// produced by the dlq_manager at the DLQ topic's home; record key =
+// dlq_home_key(DLQ topic), which no group name can equal):
+//   7 DLQ redrive mark: topic length (uint16), DLQ topic, partition (int32),
+//       offset (int64), redriven at ts ms (int64), target partition (int32),
+//       target offset (int64), target topic (the rest, non-empty). Writes
+//       the "dlq_redriven" row.
+//   8 DLQ redrive producer row: topic length (uint16), DLQ topic, partition
+//       (int32), target topic length (uint16), target topic, target
+//       partition (int32), producer id (int64), epoch (int16), last DLQ
+//       offset (int64), last sequence (int32). Writes the
+//       "dlq_redrive_producers" row.
+//   9 DLQ marks erase below (purge): topic length (uint16), DLQ topic,
+//       partition (int32), before (int64). Erases the partition's marks
+//       below `before`.
+//  10 DLQ topic erase (the DLQ topic was deleted): topic length (uint16),
+//       DLQ topic. Erases every mark and producer row of the topic.
 // Any other kind decodes to ec::unknown_record_kind (a newer writer);
 // truncated values and trailing bytes to ec::corrupt_segment.
 //
@@ -49,6 +66,7 @@
 //                    | 00 00 00 00 00 00 00 05 | 00 00 00 00 00 00 03 e8
 //                    | 00 00 00 00
 
+#include "broker/dlq_store.hpp"
 #include "broker/lease_table.hpp"
 #include "broker/model.hpp"
 #include "broker/offset_store.hpp"
@@ -74,7 +92,16 @@ enum class consumer_state_kind : uint8_t {
   queue_partition = 4,
   queue_dlq_producer = 5,
   queue_partition_erase = 6,
+  dlq_mark = 7,
+  dlq_producer = 8,
+  dlq_erase_below = 9,
+  dlq_topic_erase = 10,
 };
+
+/// The record key (and partition key in __consumer_state) of a DLQ topic's
+/// redrive bookkeeping: a NUL byte, "dlq:", the topic. Group names never
+/// contain NUL, so it never collides with a group.
+std::string dlq_home_key(std::string_view dlq_topic);
 
 /// One record of __consumer_state, decoded. Which fields mean something
 /// depends on `kind` (see the file comment).
@@ -86,11 +113,19 @@ struct consumer_state_record {
   /// queue_group: the encoded "queue_groups" value; queue_dlq_producer: the
   /// encoded "queue_dlq_producers" value.
   std::string row;
-  /// queue_partition, queue_dlq_producer, queue_partition_erase
+  /// queue_partition, queue_dlq_producer, queue_partition_erase; the DLQ
+  /// topic of the dlq_* kinds.
   std::string topic;
   partition_id partition{0};
   /// queue_partition
   queue_changes changes;
+  /// dlq_mark: the marked offset and the mark; dlq_erase_below: `before`.
+  offset off{0};
+  redrive_mark mark;
+  /// dlq_producer: the target partition and the producer row.
+  std::string target_topic;
+  partition_id target_partition{0};
+  redrive_producer producer;
 };
 
 /// The record value of one commit.

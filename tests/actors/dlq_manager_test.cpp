@@ -1,13 +1,21 @@
 // DLQ operations (list, show, redrive, purge) through a real node on CAF's
 // deterministic test scheduler (virtual time): replicas on disk, a queue
 // group that dead-letters rejected records, and the node's DLQ manager.
+// DlqManagerClusterTest: the manager in cluster mode (state_topic set)
+// against a fake broker: its redrive bookkeeping goes out as
+// __consumer_state records first, and a second manager over a store that
+// applied them skips what the first one redrove.
 
 #include "actors/dlq_manager.hpp"
 
 #include "actors/interfaces.hpp"
 #include "actors/node.hpp"
 #include "actors/queue_coordinator.hpp"
+#include "broker/consumer_state.hpp"
 #include "broker/dlq_store.hpp"
+#include "broker/lease_table.hpp"
+#include "broker/offset_store.hpp"
+#include "broker/partitioner.hpp"
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
@@ -548,4 +556,293 @@ TEST_F(DlqManagerTest, BadRequestsGetSpecificErrors) {
 }
 
 } // namespace
+// -- cluster mode against a fake broker ------------------------------------------
+//
+// A dlq_manager with state_topic set, talking to a fake broker (an untyped
+// actor answering only what the manager asks: topic list, describe, fetch,
+// init_pid, produce). The broker keeps the DLQ x.dlq (3 records, ferry-*
+// headers naming orders-0), the copies produced to orders, and the batches
+// produced to __consumer_state, in one event log.
+
+namespace {
+
+struct fake_cluster {
+  std::string dlq_batch;               ///< x.dlq-0, offsets 0..n-1
+  int64_t dlq_records = 0;
+  std::vector<record> copies;          ///< appended to orders-0
+  std::vector<batch_meta> copy_meta;   ///< producer fields of each copy
+  std::string state_log;               ///< __consumer_state batches
+  std::vector<std::string> events;     ///< "state:<kind>" / "copy:<value>"
+  bool refuse_state = false;           ///< answer not_leader to state produces
+  int64_t next_pid = 100;
+};
+
+std::vector<topic_metadata> fake_topics() {
+  auto t = [](std::string name, int32_t n) {
+    topic_metadata md;
+    md.name = std::move(name);
+    md.config.partitions = n;
+    for (int32_t p = 0; p < n; ++p)
+      md.partitions.push_back(
+        partition_assignment{partition_id{p}, 1, leader_epoch{1}, {1}, {1}});
+    return md;
+  };
+  return {t("orders", 1), t("x.dlq", 1), t("__consumer_state", 4)};
+}
+
+caf::behavior fake_broker(caf::event_based_actor*,
+                          std::shared_ptr<fake_cluster> fc) {
+  return {
+    [fc](list_atom, topic_atom) { return fake_topics(); },
+    [fc](describe_atom, topic_atom, const std::string& name) {
+      topic_description td;
+      td.name = name;
+      partition_status ps;
+      ps.partition = partition_id{0};
+      ps.leader = 1;
+      ps.online = true;
+      ps.high_watermark = offset{name == "x.dlq" ? fc->dlq_records : 0};
+      ps.log_end = ps.high_watermark;
+      td.partitions.push_back(ps);
+      return td;
+    },
+    [fc](fetch_atom, const fetch_request& req) {
+      fetch_response resp;
+      resp.high_watermark = offset{fc->dlq_records};
+      resp.log_end = resp.high_watermark;
+      if (req.topic == "x.dlq" && req.from.value < fc->dlq_records)
+        resp.data = fc->dlq_batch;
+      return resp;
+    },
+    [fc](init_pid_atom) {
+      return producer_identity{producer_id{fc->next_pid++}, 0};
+    },
+    [fc](produce_atom,
+         const produce_request& req) -> caf::result<produce_response> {
+      auto b = decode_batch(req.batch);
+      if (!b)
+        return b.error();
+      produce_response resp;
+      if (req.topic == consumer_state_topic) {
+        if (fc->refuse_state)
+          return make_error(ec::not_leader, "not the leader (test)");
+        EXPECT_EQ(req.acks, acks_mode::all);
+        for (auto& r : b->records) {
+          EXPECT_EQ(*r.key, dlq_home_key("x.dlq"));
+          EXPECT_EQ(req.partition.value,
+                    partition_for_key(dlq_home_key("x.dlq"), 4));
+          fc->events.push_back("state:"
+                               + std::to_string(int((*r.value)[0])));
+        }
+        fc->state_log += req.batch;
+        return resp;
+      }
+      // A copy: one record; a repeated (pid, sequence) is a duplicate.
+      EXPECT_EQ(req.topic, "orders");
+      for (size_t i = 0; i < fc->copy_meta.size(); ++i)
+        if (fc->copy_meta[i].producer_id == b->header.producer_id
+            && fc->copy_meta[i].base_sequence == b->header.base_sequence) {
+          resp.base_offset = offset{static_cast<int64_t>(i)};
+          resp.duplicate = true;
+          return resp;
+        }
+      resp.base_offset = offset{static_cast<int64_t>(fc->copies.size())};
+      fc->copies.push_back(b->records.at(0));
+      batch_meta meta;
+      meta.producer_id = b->header.producer_id;
+      meta.producer_epoch = b->header.producer_epoch;
+      meta.base_sequence = b->header.base_sequence;
+      fc->copy_meta.push_back(meta);
+      fc->events.push_back("copy:" + *b->records.at(0).value);
+      return resp;
+    },
+  };
+}
+
+class DlqManagerClusterTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-dlqc-XXXXXX")
+                  .string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir = tmpl;
+    for (auto name : {"a", "b"}) {
+      lmdb::env_options opts;
+      opts.no_sync = true;
+      opts.initial_map_size = size_t{4} << 20;
+      auto s = metadata_store::open(dir / name, opts);
+      ASSERT_TRUE(s) << describe(s.error());
+      stores.push_back(std::shared_ptr<metadata_store>(std::move(*s)));
+    }
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    register_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    fc = std::make_shared<fake_cluster>();
+    add_dead_letters(3);
+    broker = caf::actor_cast<broker_actor>(sys->spawn(fake_broker, fc));
+  }
+
+  void TearDown() override {
+    for (auto& m : managers)
+      caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(broker, caf::exit_reason::user_shutdown);
+    sched->run();
+    managers.clear();
+    sys.reset();
+    stores.clear();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  /// Rewrites x.dlq with `n` dead letters (values dead-0...).
+  void add_dead_letters(int n) {
+    std::vector<record> rs;
+    for (int i = 0; i < n; ++i) {
+      record r;
+      r.offset_delta = i;
+      r.timestamp = t0 + i;
+      r.key = "k" + std::to_string(i);
+      r.value = "dead-" + std::to_string(i);
+      r.headers.push_back(
+        record_header{std::string{dlq_header::original_topic}, "orders"});
+      r.headers.push_back(
+        record_header{std::string{dlq_header::original_partition}, "0"});
+      rs.push_back(std::move(r));
+    }
+    auto b = encode_batch(batch_meta{}, rs);
+    ASSERT_TRUE(b);
+    fc->dlq_batch = *b;
+    fc->dlq_records = n;
+  }
+
+  dlq_manager_actor spawn_manager(size_t store) {
+    dlq_manager_config dc;
+    dc.store = stores.at(store);
+    dc.broker = broker;
+    dc.state_topic = consumer_state_topic;
+    auto m = sys->spawn(dlq_manager, dc);
+    managers.push_back(m);
+    caf::anon_send(m, update_atom_v, fake_topics());
+    sched->run();
+    return m;
+  }
+
+  caf::expected<dlq_redrive_response> redrive(const dlq_manager_actor& m,
+                                              dlq_redrive_request req) {
+    auto r = std::make_shared<reply<dlq_redrive_response>>();
+    sys->spawn([r, m, req](caf::event_based_actor* self) {
+      self->request(m, caf::infinite, redrive_atom_v, req)
+        .then(
+          [r](dlq_redrive_response& x) {
+            r->done = true;
+            r->value = std::move(x);
+          },
+          [r](caf::error& err) {
+            r->done = true;
+            r->err = std::move(err);
+          });
+    });
+    sched->run();
+    EXPECT_TRUE(r->done);
+    if (r->err || !r->value)
+      return r->err ? r->err : make_error(ec::request_timed_out, "no answer");
+    return *r->value;
+  }
+
+  std::filesystem::path dir;
+  std::vector<std::shared_ptr<metadata_store>> stores;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::shared_ptr<fake_cluster> fc;
+  broker_actor broker;
+  std::vector<dlq_manager_actor> managers;
+};
+
+} // namespace
+
+TEST_F(DlqManagerClusterTest, BookkeepingIsProducedFirstAndAnotherHomeSkipsIt) {
+  auto a = spawn_manager(0);
+  dlq_redrive_request req;
+  req.topic = "x.dlq";
+  req.offsets = {partition_offset{"x.dlq", partition_id{0}, offset{0}, ""},
+                 partition_offset{"x.dlq", partition_id{0}, offset{1}, ""}};
+  auto first = redrive(a, req);
+  ASSERT_TRUE(first) << describe(first.error());
+  EXPECT_EQ(first->redriven, 2);
+  // Producer rows (kind 8: the fresh producer, then its sequence for the
+  // record) before each copy, the mark (kind 7) after it.
+  EXPECT_EQ(fc->events,
+            (std::vector<std::string>{"state:8", "state:8", "copy:dead-0",
+                                      "state:7", "state:8", "copy:dead-1",
+                                      "state:7"}));
+  // The local store holds what was replicated.
+  dlq_store sa{*stores[0]};
+  EXPECT_EQ(*sa.marked("x.dlq", partition_id{0}, offset{0}, offset{10}),
+            (std::set<int64_t>{0, 1}));
+
+  // Another node's replica applies the replicated records; its manager (the
+  // new home) skips the marked records and continues the same producer.
+  offset_store offsets_b{*stores[1]};
+  auto n = apply_consumer_state(offsets_b, *stores[1], fc->state_log);
+  ASSERT_TRUE(n) << describe(n.error());
+  EXPECT_EQ(*n, 5u);
+  auto b = spawn_manager(1);
+  dlq_redrive_request all;
+  all.topic = "x.dlq";
+  auto second = redrive(b, all);
+  ASSERT_TRUE(second) << describe(second.error());
+  EXPECT_EQ(second->redriven, 1);
+  EXPECT_EQ(second->skipped, 2);
+  ASSERT_EQ(fc->copies.size(), 3u);
+  EXPECT_EQ(*fc->copies[2].value, "dead-2");
+  EXPECT_EQ(fc->copy_meta[2].producer_id, fc->copy_meta[0].producer_id);
+  EXPECT_EQ(fc->copy_meta[2].base_sequence, 2);
+
+  // A home that lost the leadership: its next state produce is refused, the
+  // redrive stops before the copy (the producer row comes first).
+  add_dead_letters(4);
+  fc->refuse_state = true;
+  auto refused = redrive(a, all);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(is(refused.error(), ec::not_leader)) << describe(refused.error());
+  EXPECT_EQ(fc->copies.size(), 3u);
+}
+
+TEST_F(DlqManagerClusterTest, ACopyWhoseMarkWasLostIsADuplicateAtTheNewHome) {
+  // The old home produced the copy of dead-0 but died before its mark was
+  // replicated: only the producer rows reach the new home.
+  auto a = spawn_manager(0);
+  dlq_redrive_request one;
+  one.topic = "x.dlq";
+  one.offsets = {partition_offset{"x.dlq", partition_id{0}, offset{0}, ""}};
+  ASSERT_TRUE(redrive(a, one));
+  ASSERT_EQ(fc->events.back(), "state:7");
+  // Drop the last batch (the mark) from the replicated log.
+  std::string_view log{fc->state_log};
+  std::string without_mark;
+  while (!log.empty()) {
+    auto h = parse_batch_header(log);
+    ASSERT_TRUE(h);
+    auto one_batch = log.substr(0, h->total_size());
+    log.remove_prefix(h->total_size());
+    if (!log.empty())
+      without_mark += one_batch;
+  }
+  offset_store offsets_b{*stores[1]};
+  ASSERT_TRUE(apply_consumer_state(offsets_b, *stores[1], without_mark));
+  auto b = spawn_manager(1);
+  dlq_redrive_request all;
+  all.topic = "x.dlq";
+  auto r = redrive(b, all);
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->redriven, 3); // dead-0 again (a duplicate answer), 1 and 2
+  EXPECT_EQ(r->skipped, 0);
+  ASSERT_EQ(fc->copies.size(), 3u); // one copy each
+  EXPECT_EQ(*fc->copies[0].value, "dead-0");
+  EXPECT_EQ(*fc->copies[1].value, "dead-1");
+  EXPECT_EQ(*fc->copies[2].value, "dead-2");
+}
+
 } // namespace ferry

@@ -1,11 +1,12 @@
 // Tests of the __consumer_state records (broker/consumer_state.hpp): every
 // kind round trips, malformed values and unknown kinds give their errors,
 // and applying a log to a node's stores (offsets, queue state, queue group
-// configs, DLQ producer rows) is in order and idempotent (a replica replays
-// its whole log at start).
+// configs, DLQ producer rows, DLQ redrive marks and producers) is in order
+// and idempotent (a replica replays its whole log at start).
 
 #include "broker/consumer_state.hpp"
 
+#include "broker/dlq_store.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/queue_state_store.hpp"
 #include "broker/record_batch.hpp"
@@ -64,6 +65,11 @@ consumer_state_record round_trip(const consumer_state_record& x) {
 void expect_same(const consumer_state_record& a,
                  const consumer_state_record& b) {
   EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(a.off, b.off);
+  EXPECT_EQ(a.mark, b.mark);
+  EXPECT_EQ(a.target_topic, b.target_topic);
+  EXPECT_EQ(a.target_partition, b.target_partition);
+  EXPECT_EQ(a.producer, b.producer);
   EXPECT_EQ(a.offsets, b.offsets);
   EXPECT_EQ(a.row, b.row);
   EXPECT_EQ(a.topic, b.topic);
@@ -74,7 +80,99 @@ void expect_same(const consumer_state_record& a,
   EXPECT_EQ(a.changes.erased, b.changes.erased);
 }
 
+consumer_state_record dlq_mark(std::string topic, int32_t p, int64_t off,
+                               int64_t target_off) {
+  consumer_state_record x;
+  x.kind = kind::dlq_mark;
+  x.group = dlq_home_key(topic);
+  x.topic = std::move(topic);
+  x.partition = partition_id{p};
+  x.off = offset{off};
+  x.mark = redrive_mark{1234, "orders", partition_id{2}, offset{target_off}};
+  return x;
+}
+
+consumer_state_record dlq_producer_row(std::string topic, int32_t p,
+                                       int64_t last_off, int32_t seq) {
+  consumer_state_record x;
+  x.kind = kind::dlq_producer;
+  x.group = dlq_home_key(topic);
+  x.topic = std::move(topic);
+  x.partition = partition_id{p};
+  x.target_topic = "orders";
+  x.target_partition = partition_id{2};
+  x.producer = redrive_producer{producer_id{77}, 3, offset{last_off}, seq};
+  return x;
+}
+
+consumer_state_record dlq_erase_below(std::string topic, int32_t p,
+                                      int64_t before) {
+  consumer_state_record x;
+  x.kind = kind::dlq_erase_below;
+  x.group = dlq_home_key(topic);
+  x.topic = std::move(topic);
+  x.partition = partition_id{p};
+  x.off = offset{before};
+  return x;
+}
+
+consumer_state_record dlq_topic_erase(std::string topic) {
+  consumer_state_record x;
+  x.kind = kind::dlq_topic_erase;
+  x.group = dlq_home_key(topic);
+  x.topic = std::move(topic);
+  return x;
+}
+
 } // namespace
+
+TEST(consumer_state, dlq_home_keys_cannot_be_group_names) {
+  auto k = dlq_home_key("orders.dlq");
+  EXPECT_EQ(k, std::string("\0dlq:orders.dlq", 15));
+  EXPECT_NE(k.find('\0'), std::string::npos);
+}
+
+TEST(consumer_state, every_dlq_kind_round_trips) {
+  for (auto& x : {dlq_mark("d", 1, 7, 9), dlq_producer_row("d", 1, 7, 4),
+                  dlq_producer_row("d", 0, -1, -1), dlq_erase_below("d", 3, 12),
+                  dlq_topic_erase("d")}) {
+    auto back = round_trip(x);
+    expect_same(x, back);
+  }
+  // The mark of the FORMAT.md example: d-1@7 redriven to orders-2@9 at 1234.
+  auto v = encode_consumer_state_value(dlq_mark("d", 1, 7, 9));
+  EXPECT_EQ(v, std::string("\x07"
+                           "\x00\x01"
+                           "d"
+                           "\x00\x00\x00\x01"
+                           "\x00\x00\x00\x00\x00\x00\x00\x07"
+                           "\x00\x00\x00\x00\x00\x00\x04\xd2"
+                           "\x00\x00\x00\x02"
+                           "\x00\x00\x00\x00\x00\x00\x00\x09"
+                           "orders",
+                           1 + 2 + 1 + 4 + 8 + 8 + 4 + 8 + 6));
+}
+
+TEST(consumer_state, malformed_dlq_values_are_corrupt) {
+  for (auto& x : {dlq_mark("d", 1, 7, 9), dlq_producer_row("d", 1, 7, 4),
+                  dlq_erase_below("d", 3, 12), dlq_topic_erase("dq")}) {
+    auto v = encode_consumer_state_value(x);
+    // A mark's target topic is the rest of the value: cuts inside it are
+    // shorter names; one that leaves it empty is malformed.
+    auto end = x.kind == kind::dlq_mark ? 1 + 2 + 1 + 4 + 8 + 8 + 4 + 8 + 1
+                                        : v.size();
+    for (size_t n = 1; n < end; ++n) {
+      auto r = decode_consumer_state_value(v.substr(0, n));
+      ASSERT_FALSE(r) << "kind " << int(v[0]) << " cut at " << n;
+      EXPECT_TRUE(is(r.error(), ec::corrupt_segment)) << describe(r.error());
+    }
+    if (x.kind != kind::dlq_mark) { // a mark's target topic is the rest
+      auto r = decode_consumer_state_value(v + "x");
+      ASSERT_FALSE(r);
+      EXPECT_TRUE(is(r.error(), ec::corrupt_segment)) << describe(r.error());
+    }
+  }
+}
 
 TEST(consumer_state, commit_value_matches_the_documented_example) {
   committed_offset o;
@@ -130,7 +228,7 @@ TEST(consumer_state, every_queue_kind_round_trips) {
 }
 
 TEST(consumer_state, an_unknown_kind_is_its_own_error) {
-  for (int k : {0, 7, 200}) {
+  for (int k : {0, 11, 200}) {
     auto r = decode_consumer_state_value(std::string(1, static_cast<char>(k))
                                          + "rest");
     ASSERT_FALSE(r);
@@ -313,11 +411,65 @@ TEST_F(consumer_state_apply, an_unknown_kind_stops_with_its_error) {
   auto good = batch({cfg});
   record r;
   r.key = std::string{"q"};
-  r.value = std::string{"\x09future"};
+  r.value = std::string{"\x0b" "future"};
   auto future = encode_batch(batch_meta{}, {r});
   ASSERT_TRUE(future);
   auto n = apply_consumer_state(*offsets_, *md_, good + *future);
   ASSERT_FALSE(n);
   EXPECT_TRUE(is(n.error(), ec::unknown_record_kind));
   EXPECT_TRUE(md_->get(qf::groups_db, "q")); // what came before is applied
+}
+
+TEST_F(consumer_state_apply, dlq_records_apply_in_order_and_twice_alike) {
+  dlq_store dlqs{*md_};
+  auto log = batch({dlq_producer_row("d", 1, -1, -1),
+                    dlq_producer_row("d", 1, 7, 0), dlq_mark("d", 1, 7, 9),
+                    dlq_producer_row("d", 1, 8, 1), dlq_mark("d", 1, 8, 10)});
+  log += batch({dlq_mark("d", 0, 3, 11), dlq_mark("e", 0, 1, 1)});
+  auto check = [&] {
+    auto p = dlqs.get_producer("d", partition_id{1}, "orders", partition_id{2});
+    ASSERT_TRUE(p && *p);
+    EXPECT_EQ(**p,
+              (redrive_producer{producer_id{77}, 3, offset{8}, 1}));
+    auto m = dlqs.marked("d", partition_id{1}, offset{0}, offset{100});
+    ASSERT_TRUE(m);
+    EXPECT_EQ(*m, (std::set<int64_t>{7, 8}));
+    auto one = dlqs.get_mark("d", partition_id{1}, offset{8});
+    ASSERT_TRUE(one && *one);
+    EXPECT_EQ((*one)->target_offset, offset{10});
+    EXPECT_EQ((*one)->target_topic, "orders");
+  };
+  auto n = apply_consumer_state(*offsets_, *md_, log);
+  ASSERT_TRUE(n) << describe(n.error());
+  EXPECT_EQ(*n, 7u);
+  check();
+  n = apply_consumer_state(*offsets_, *md_, log); // a replica's replay
+  ASSERT_TRUE(n) << describe(n.error());
+  check();
+  // Purge's erase drops the marks below its offset of that partition only.
+  auto purge = batch({dlq_erase_below("d", 1, 8)});
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, purge));
+  EXPECT_EQ(*dlqs.marked("d", partition_id{1}, offset{0}, offset{100}),
+            (std::set<int64_t>{8}));
+  EXPECT_EQ(*dlqs.marked("d", partition_id{0}, offset{0}, offset{100}),
+            (std::set<int64_t>{3}));
+  // A deleted topic loses every row; a replay of the whole log (marks, then
+  // the erase records) ends in the same state.
+  auto gone = batch({dlq_topic_erase("d")});
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, gone));
+  auto final_check = [&] {
+    EXPECT_EQ(*dlqs.topics(), (std::set<std::string>{"e"}));
+    EXPECT_FALSE(
+      *dlqs.get_producer("d", partition_id{1}, "orders", partition_id{2}));
+  };
+  final_check();
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, log + purge + gone));
+  final_check();
+}
+
+TEST_F(consumer_state_apply, a_dlq_record_with_a_bad_topic_is_refused) {
+  auto bad = dlq_mark("", 0, 1, 1);
+  EXPECT_TRUE(apply_consumer_state_record(*offsets_, *md_, bad));
+  auto neg = dlq_mark("d", 0, -1, 1);
+  EXPECT_TRUE(apply_consumer_state_record(*offsets_, *md_, neg));
 }
