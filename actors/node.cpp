@@ -24,6 +24,7 @@
 #include <caf/unit.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <system_error>
@@ -982,47 +983,68 @@ void with_queue_coordinator(self_ptr self, const std::string& group,
 /// (err: coordinator_not_available, retriable). A local coordinator of a
 /// group that moved away is ended (its members rejoin at the new one).
 
+/// The leader of the __consumer_state partition `key` hashes to (-1: none
+/// now); nullopt while that topic does not exist.
+std::optional<int32_t> state_leader(const node_state& st,
+                                    const std::string& key) {
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty())
+    return std::nullopt;
+  auto n = static_cast<int32_t>(t->second.partitions.size());
+  return t->second.partitions[static_cast<size_t>(partition_for_key(key, n))]
+    .leader;
+}
+
+/// The home of `what` ("group g", "DLQ t") at state_leader `leader`: here
+/// (local), that node's broker (remote), or coordinator_not_available (no
+/// such topic or leader yet, the node not reachable, or a request that was
+/// `forwarded` here already: never forwarded twice).
+group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
+                     const std::string& what, bool forwarded) {
+  auto& st = self->state;
+  auto unavailable = [&](std::string why) {
+    return group_home_t{false, broker_actor{},
+                        make_error(ec::coordinator_not_available,
+                                   what + ": " + why)};
+  };
+  if (!leader)
+    return unavailable("the cluster has no __consumer_state topic yet");
+  if (*leader == st.cfg.node_id)
+    return {};
+  if (*leader < 0)
+    return unavailable("its __consumer_state partition has no leader");
+  auto peer = st.peers.find(*leader);
+  if (peer == st.peers.end() || !peer->second || forwarded)
+    return unavailable("served by node " + std::to_string(*leader)
+                       + ", not reachable from node "
+                       + std::to_string(st.cfg.node_id));
+  return {false, peer->second, {}};
+}
+
 group_home_t group_home(self_ptr self, const std::string& group) {
   auto& st = self->state;
   if (!cluster_mode(st) || group.empty())
     return {};
-  auto unavailable = [&](std::string why) {
-    return group_home_t{false, broker_actor{},
-                        make_error(ec::coordinator_not_available,
-                                   "group " + group + ": " + why)};
-  };
-  auto t = st.topics.find(consumer_state_topic);
-  if (t == st.topics.end() || t->second.partitions.empty())
-    return unavailable("the cluster has no __consumer_state topic yet");
-  auto n = static_cast<int32_t>(t->second.partitions.size());
-  const auto& pa = t->second.partitions[static_cast<size_t>(
-    partition_for_key(group, n))];
-  if (pa.leader == st.cfg.node_id)
-    return {};
-  if (auto i = st.groups.find(group); i != st.groups.end()) {
-    log::info("node: group {} is coordinated by node {} now", group,
-              pa.leader);
-    self->demonitor(i->second.address());
-    self->send_exit(i->second, caf::exit_reason::user_shutdown);
-    st.groups.erase(i);
+  auto leader = state_leader(st, group);
+  if (leader && *leader != st.cfg.node_id) {
+    if (auto i = st.groups.find(group); i != st.groups.end()) {
+      log::info("node: group {} is coordinated by node {} now", group,
+                *leader);
+      self->demonitor(i->second.address());
+      self->send_exit(i->second, caf::exit_reason::user_shutdown);
+      st.groups.erase(i);
+    }
+    if (auto i = st.queue_groups.find(group); i != st.queue_groups.end()) {
+      log::info("node: queue group {} is coordinated by node {} now", group,
+                *leader);
+      self->demonitor(i->second.address());
+      self->send_exit(i->second, caf::exit_reason::user_shutdown);
+      st.queue_groups.erase(i);
+    }
+    // Read again from the store (applied from the log) if it comes back.
+    st.queue_configs.erase(group);
   }
-  if (auto i = st.queue_groups.find(group); i != st.queue_groups.end()) {
-    log::info("node: queue group {} is coordinated by node {} now", group,
-              pa.leader);
-    self->demonitor(i->second.address());
-    self->send_exit(i->second, caf::exit_reason::user_shutdown);
-    st.queue_groups.erase(i);
-  }
-  // Read again from the store (applied from the log) if it comes back.
-  st.queue_configs.erase(group);
-  if (pa.leader < 0)
-    return unavailable("its coordinator partition has no leader");
-  auto peer = st.peers.find(pa.leader);
-  if (peer == st.peers.end() || from_peer(self))
-    return unavailable("coordinated by node " + std::to_string(pa.leader)
-                       + ", not reachable from node "
-                       + std::to_string(st.cfg.node_id));
-  return {false, peer->second, {}};
+  return home_at(self, leader, "group " + group, from_peer(self));
 }
 
 /// Cluster mode, after a metadata change: ends the local coordinators of
@@ -1195,27 +1217,8 @@ group_home_t dlq_home(self_ptr self, const std::string& topic) {
   auto& st = self->state;
   if (!cluster_mode(st) || topic.empty())
     return {};
-  auto unavailable = [&](std::string why) {
-    return group_home_t{false, broker_actor{},
-                        make_error(ec::coordinator_not_available,
-                                   "DLQ " + topic + ": " + why)};
-  };
-  auto t = st.topics.find(consumer_state_topic);
-  if (t == st.topics.end() || t->second.partitions.empty())
-    return unavailable("the cluster has no __consumer_state topic yet");
-  auto n = static_cast<int32_t>(t->second.partitions.size());
-  const auto& pa = t->second.partitions[static_cast<size_t>(
-    partition_for_key(dlq_home_key(topic), n))];
-  if (pa.leader == st.cfg.node_id)
-    return {};
-  if (pa.leader < 0)
-    return unavailable("its __consumer_state partition has no leader");
-  auto peer = st.peers.find(pa.leader);
-  if (peer == st.peers.end() || !peer->second)
-    return unavailable("served by node " + std::to_string(pa.leader)
-                       + ", not reachable from node "
-                       + std::to_string(st.cfg.node_id));
-  return {false, peer->second, {}};
+  return home_at(self, state_leader(st, dlq_home_key(topic)), "DLQ " + topic,
+                 false);
 }
 
 /// Relays a DLQ request whose reply is `T` to the DLQ manager; in a
