@@ -418,16 +418,10 @@ cmd_kill() {
   echo "killed node $i (pid $pid, SIGKILL)"
 }
 
-cmd_restart() {
-  load_conf
-  check_node "$1"
-  local i=$((10#$1)) pid
-  pid=$(node_pid "$i")
-  if [[ -n $pid ]]; then
-    echo "stopping node $i (pid $pid)"
-    stop_node "$i" TERM "$stop_timeout"
-  fi
-  local p busy=()
+# Starts node $1 once its ports are free and waits until it listens (or
+# stops it and exits).
+launch_listening() {
+  local i=$1 p busy=()
   for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
     port_in_use "$p" && busy+=("$p")
   done
@@ -438,6 +432,18 @@ cmd_restart() {
     stop_node "$i" TERM 10 || true
     exit 1
   fi
+}
+
+cmd_restart() {
+  load_conf
+  check_node "$1"
+  local i=$((10#$1)) pid
+  pid=$(node_pid "$i")
+  if [[ -n $pid ]]; then
+    echo "stopping node $i (pid $pid)"
+    stop_node "$i" TERM "$stop_timeout"
+  fi
+  launch_listening "$i"
   write_brokers
   echo "restarted node $i"
   print_table "$i"
@@ -456,17 +462,7 @@ cmd_add() {
   local i=$((nodes + 1))
   ((i <= 99)) || die "a local cluster has at most 99 node ids"
   ((base_port + 200 + i <= 65535)) || die "node $i's ports would exceed 65535"
-  local p busy=()
-  for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
-    port_in_use "$p" && busy+=("$p")
-  done
-  ((${#busy[@]} == 0)) || die "node $i's port(s) ${busy[*]} are in use by something else"
-  [[ -x $ferryd ]] || die "no ferryd program at $ferryd"
-  launch "$i"
-  if ! wait_listening "$i"; then
-    stop_node "$i" TERM 10 || true
-    exit 1
-  fi
+  launch_listening "$i"
   nodes=$i
   save_conf
   set_ids
