@@ -415,6 +415,13 @@ metadata_state_machine::apply_command(std::string_view command,
   auto bad = [] {
     return make_error(ec::invalid_request, "metadata command does not decode");
   };
+  // isr and reassign: an isr_change naming an existing partition.
+  auto read_change =
+    [&](isr_change& ch) -> caf::expected<partition_assignment*> {
+    if (source(ch) || source.remaining() != 0)
+      return bad();
+    return partition_locked(ch.topic, ch.partition);
+  };
   std::string name;
   switch (kind) {
     case metadata_command::create: {
@@ -535,9 +542,7 @@ metadata_state_machine::apply_command(std::string_view command,
     }
     case metadata_command::isr: {
       isr_change ch;
-      if (source(ch) || source.remaining() != 0)
-        return bad();
-      auto found = partition_locked(ch.topic, ch.partition);
+      auto found = read_change(ch);
       if (!found)
         return std::move(found.error());
       auto& pa = **found;
@@ -583,9 +588,7 @@ metadata_state_machine::apply_command(std::string_view command,
     }
     case metadata_command::reassign: {
       isr_change ch;
-      if (source(ch) || source.remaining() != 0)
-        return bad();
-      auto found = partition_locked(ch.topic, ch.partition);
+      auto found = read_change(ch);
       if (!found)
         return std::move(found.error());
       auto& pa = **found;
