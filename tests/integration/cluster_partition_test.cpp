@@ -437,6 +437,16 @@ struct fd_guard {
   }
 };
 
+/// A partition (0..2) of `topic` with a live leader other than node `ctl`
+/// (the controller), or -1.
+int32_t partition_led_by_other_than(const ferry::cluster_description& cd,
+                                    const std::string& topic, int ctl) {
+  for (int32_t q = 0; q < 3; ++q)
+    if (auto ps = find_partition(cd, topic, q); ps && ps->leader >= 1 && ps->leader != ctl)
+      return q;
+  return -1;
+}
+
 TEST(LinkProxy, PassBlackholeResetAndHeal) {
   fd_guard fds;
   uint16_t target = 0;
@@ -542,10 +552,7 @@ void isolated_leader_case(cut_kind kind) {
   auto cd0 = c.describe_controller();
   ASSERT_TRUE(cd0) << c.dump();
   const int ctl = cd0->controller;
-  int32_t p = -1;
-  for (int32_t q = 0; q < 3 && p < 0; ++q)
-    if (auto ps = find_partition(*cd0, topic, q); ps && ps->leader >= 1 && ps->leader != ctl)
-      p = q;
+  const int32_t p = partition_led_by_other_than(*cd0, topic, ctl);
   ASSERT_GE(p, 0) << render(*cd0);
   const int leader = find_partition(*cd0, topic, p)->leader;
   const int32_t epoch0 = find_partition(*cd0, topic, p)->epoch.value;
@@ -769,10 +776,7 @@ TEST(ClusterPartition, LeaderCutOffFromOneFollowerKeepsAcknowledgedWrites) {
   auto cd0 = c.describe_controller();
   ASSERT_TRUE(cd0) << c.dump();
   const int ctl = cd0->controller;
-  int32_t p = -1;
-  for (int32_t q = 0; q < 3 && p < 0; ++q)
-    if (auto ps = find_partition(*cd0, topic, q); ps && ps->leader >= 1 && ps->leader != ctl)
-      p = q;
+  const int32_t p = partition_led_by_other_than(*cd0, topic, ctl);
   ASSERT_GE(p, 0) << render(*cd0);
   const int leader = find_partition(*cd0, topic, p)->leader;
   const int32_t epoch0 = find_partition(*cd0, topic, p)->epoch.value;
