@@ -1460,7 +1460,8 @@ void control(self_ptr self) {
     auto r = regs.find(id);
     if (r != regs.end() && r->second.fenced)
       continue;
-    auto d = st.down_since.find(id);
+    auto d = st.seen_up.count(id) > 0 ? st.down_since.find(id)
+                                        : st.down_since.end();
     // Never seen: controller_grace after taking over (or after the link
     // to a new broker was opened).
     auto seen_from = st.controller_since;
@@ -1520,6 +1521,7 @@ void probe_peer(self_ptr self, int32_t id) {
         st.unconfirmed.erase(u);
         st.unanswered.erase(id);
         st.down_since.erase(id);
+        st.seen_up.insert(id);
         st.peers[id] = hdl;
         log::info("node: link to node {} is up", id);
         if (st.raft)
@@ -1604,6 +1606,7 @@ void close_link(self_ptr self, int32_t id) {
   }
   st.link_endpoints.erase(id);
   st.linked_at.erase(id);
+  st.seen_up.erase(id);
   st.unconfirmed.erase(id);
   st.probing.erase(id);
   st.unanswered.erase(id);

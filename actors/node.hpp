@@ -336,6 +336,11 @@ struct node_state {
   /// Since when a peer has not been up (controller: fence after
   /// fence_after); the start of the outage, kept across flapping.
   std::map<int32_t, caf::actor_clock::time_point> down_since;
+  /// Peers that were up (probed) at least once since their link opened:
+  /// only their outages count from down_since; a peer never up yet gets
+  /// controller_grace (a node starting with its peers must not fence them
+  /// for the connect failures before they listen).
+  std::set<int32_t> seen_up;
   /// The endpoint each link connects to and when it was opened (a broker
   /// never seen gets controller_grace from then).
   std::map<int32_t, std::pair<std::string, uint16_t>> link_endpoints;
