@@ -379,6 +379,7 @@ unsigned status_of(ec code) {
     case ec::io_error:
     case ec::corrupt_segment:
     case ec::lmdb_error:
+    case ec::unknown_record_kind:
       return 500;
   }
   return 500;

@@ -1064,7 +1064,7 @@ using partition_actor = caf::typed_actor<
   caf::reacts_to<update_atom, topic_config>,
   /// Internal: group-commit flush after the queued appends.
   caf::reacts_to<flush_atom>,
-  /// Internal: a long-poll waiter's max wait elapsed.
+  /// Internal: the parked fetches' timer fired (the value is unused).
   caf::reacts_to<expire_atom, uint64_t>,
   /// Internal: periodic retention and time-based flush.
   caf::reacts_to<tick_atom>,

@@ -269,6 +269,21 @@ void fence(replica_ptr self, caf::error err) {
   st.waiters.clear();
 }
 
+// A flush that takes longer than this is logged (a slow disk shows in every
+// acks=all latency).
+constexpr auto slow_flush = std::chrono::milliseconds{100};
+
+caf::expected<offset> flush_log(partition_replica_state& st) {
+  auto t0 = steady_clock::now();
+  auto r = st.log->flush();
+  auto took = steady_clock::now() - t0;
+  if (took >= slow_flush)
+    log::warn("partition {}: flush took {} ms", name_of(st),
+              std::chrono::duration_cast<std::chrono::milliseconds>(took)
+                .count());
+  return r;
+}
+
 // The group commit: one flush for everything appended since the last one.
 void commit(replica_ptr self) {
   auto& st = self->state;
@@ -279,7 +294,7 @@ void commit(replica_ptr self) {
                                : st.log->flush_due();
   if (need) {
     ++st.stats.log_flushes;
-    if (auto r = st.log->flush(); !r) {
+    if (auto r = flush_log(st); !r) {
       fence(self, std::move(r.error()));
       return;
     }
@@ -610,7 +625,7 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
   }
   if (appended) {
     ++st.stats.log_flushes;
-    if (auto flushed = st.log->flush(); !flushed) {
+    if (auto flushed = flush_log(st); !flushed) {
       fence(self, flushed.error());
       return std::move(flushed.error());
     }
@@ -645,9 +660,12 @@ void follower_fetch(replica_ptr self) {
   req.last_fetched_epoch = st.last_batch_epoch;
   auto gen = st.fetch_gen;
   st.fetch_in_flight = true;
+  st.fetch_sent = self->clock().now();
+  // No CAF request timeout: setting and cancelling one per fetch woke CAF's
+  // clock thread twice per fetch. check_fetch_stall (on tick) gives up on a
+  // fetch unanswered for fetch_stall_after instead.
   self
-    ->request(caf::actor_cast<broker_actor>(st.leader_broker),
-              st.cfg.follower_fetch_wait + std::chrono::seconds{10},
+    ->request(caf::actor_cast<broker_actor>(st.leader_broker), caf::infinite,
               fetch_atom_v, std::move(req))
     .then(
       [self, gen](fetch_response& r) {
@@ -674,6 +692,32 @@ void follower_fetch(replica_ptr self) {
         self->delayed_send(self, st.cfg.follower_retry_backoff, fetch_atom_v,
                            gen);
       });
+}
+
+// Long enough for the longest legitimate answer (a parked fetch) plus a
+// slow link.
+caf::timespan fetch_stall_after(const partition_replica_config& c) {
+  return c.follower_fetch_wait + std::chrono::seconds{10};
+}
+
+// Follower (tick): a fetch unanswered for fetch_stall_after (lost with a
+// dying link, say) is given up: its answer, should it still come, is
+// dropped (fetch_gen), and a new fetch goes out.
+void check_fetch_stall(replica_ptr self) {
+  auto& st = self->state;
+  if (st.leader || !st.fetch_in_flight)
+    return;
+  auto waited = self->clock().now() - st.fetch_sent;
+  if (waited < fetch_stall_after(st.cfg))
+    return;
+  log::warn("partition {}: fetch from leader {} unanswered for {} ms: "
+            "fetching again",
+            name_of(st), st.assignment.leader,
+            std::chrono::duration_cast<std::chrono::milliseconds>(waited)
+              .count());
+  ++st.fetch_gen;
+  st.fetch_in_flight = false;
+  follower_fetch(self);
 }
 
 // Takes the role the assignment gives this node.
@@ -822,6 +866,13 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
     {info->last_offset, info->bytes, req.acks, resp, {}, records, arrived});
   st.pending_bytes += info->bytes;
   schedule_commit(self);
+  // Followers copy the log end, not only what is flushed: handing them the
+  // batch now lets their write and fdatasync run while ours does (the HW
+  // still waits for this replica's flush, see leader_position). Answering
+  // them only after our flush would put two fsyncs in a row on every
+  // acks=all produce.
+  if (durable_acks(st) && !st.waiters.empty())
+    wake_waiters(self, false, true);
   if (req.acks == acks_mode::none) {
     observe_produce(st, records, info->bytes, arrived);
     return resp;
@@ -832,6 +883,49 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
 }
 
 // -- fetch and offsets -----------------------------------------------------------
+
+// Parked fetches share one timer (see expiry_at): armed for `deadline`
+// unless one fires no later.
+void arm_expiry(replica_ptr self, caf::actor_clock::time_point deadline) {
+  auto& st = self->state;
+  if (st.expiry_at && *st.expiry_at <= deadline)
+    return;
+  st.expiry_at = deadline;
+  auto now = self->clock().now();
+  self->delayed_send(self, deadline > now ? deadline - now : caf::timespan{0},
+                     expire_atom_v, uint64_t{0});
+}
+
+// The timer fired: answers the fetches whose wait is over (with what there
+// is, maybe nothing) and re-arms for the next deadline.
+void expire_waiters(replica_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  if (st.expiry_at && *st.expiry_at <= now)
+    st.expiry_at.reset(); // this is the timer that fired (or a later one)
+  std::optional<caf::actor_clock::time_point> next;
+  for (auto i = st.waiters.begin(); i != st.waiters.end();) {
+    auto& w = i->second;
+    if (w.deadline > now) {
+      if (!next || w.deadline < *next)
+        next = w.deadline;
+      ++i;
+      continue;
+    }
+    auto resp = read_fetch(st, w.request);
+    if (resp) {
+      observe_fetch(st, w.request, *resp, w.arrived);
+      w.promise.deliver(std::move(*resp));
+    } else {
+      count_fetch_failure(st, w.request, resp.error());
+      w.promise.deliver(std::move(resp.error()));
+    }
+    i = st.waiters.erase(i);
+  }
+  if (next)
+    arm_expiry(self, *next);
+}
+
 
 caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
   auto& st = self->state;
@@ -883,10 +977,11 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
                        st.cfg.max_fetch_wait);
   auto id = st.next_waiter_id++;
   auto rp = self->make_response_promise<fetch_response>();
-  st.waiters.emplace(id,
-                     partition_replica_state::fetch_waiter{req, rp, arrived});
+  auto deadline = self->clock().now() + wait;
+  st.waiters.emplace(id, partition_replica_state::fetch_waiter{req, rp, arrived,
+                                                               deadline});
   ++st.stats.parked_fetches;
-  self->delayed_send(self, wait, expire_atom_v, id);
+  arm_expiry(self, deadline);
   return rp;
 }
 
@@ -1102,25 +1197,11 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       self->state.commit_scheduled = false;
       commit(self);
     },
-    [self](expire_atom, uint64_t id) {
-      auto& st = self->state;
-      auto i = st.waiters.find(id);
-      if (i == st.waiters.end())
-        return; // answered already
-      auto resp = read_fetch(st, i->second.request);
-      if (resp) {
-        observe_fetch(st, i->second.request, *resp, i->second.arrived);
-        i->second.promise.deliver(std::move(*resp));
-      }
-      else {
-        count_fetch_failure(st, i->second.request, resp.error());
-        i->second.promise.deliver(std::move(resp.error()));
-      }
-      st.waiters.erase(i);
-    },
+    [self](expire_atom, uint64_t) { expire_waiters(self); },
     [self](tick_atom) {
       tick(self);
       check_isr_lag(self);
+      check_fetch_stall(self);
       auto& st = self->state;
       if (st.cfg.tick_interval.count() > 0)
         self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);

@@ -98,6 +98,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ferry {
@@ -229,6 +230,8 @@ struct partition_replica_state {
     caf::typed_response_promise<fetch_response> promise;
     /// When the fetch arrived, for the latency metric.
     std::chrono::steady_clock::time_point arrived;
+    /// When its max wait ends (actor clock).
+    caf::actor_clock::time_point deadline;
   };
 
   partition_replica_config cfg;
@@ -255,6 +258,8 @@ struct partition_replica_state {
   caf::actor leader_broker;
   uint64_t fetch_gen = 0;
   bool fetch_in_flight = false;
+  /// When the fetch in flight was sent (see check_fetch_stall).
+  caf::actor_clock::time_point fetch_sent{};
   /// Leader: an ISR change sent to the controller and not answered yet.
   bool isr_change_pending = false;
   /// Leader: no ISR proposal before this (after a refusal), and the last
@@ -277,6 +282,11 @@ struct partition_replica_state {
 
   std::map<uint64_t, fetch_waiter> waiters;
   uint64_t next_waiter_id = 1;
+  /// The one expire_atom timer for parked fetches: when it fires (nullopt:
+  /// none pending). One timer serves every waiter, re-armed for the next
+  /// deadline: a timer per fetch cost a wake-up of CAF's clock thread per
+  /// follower fetch.
+  std::optional<caf::actor_clock::time_point> expiry_at;
 
   offset checkpointed_hw{-1};
   offset snapshot_end{-1};

@@ -480,6 +480,52 @@ TEST_F(partition_replica_test, long_poll_expires_with_empty_data) {
   EXPECT_TRUE(state().waiters.empty());
 }
 
+// Parked fetches share one timer, re-armed for the next deadline, and each
+// is still answered at its own max wait: no sooner, no later.
+TEST_F(partition_replica_test, long_polls_share_one_timer_and_expire_on_time) {
+  spawn();
+  auto timers = [this] { return sched_->clock().schedule().size(); };
+  auto before = timers();
+  auto h500 = request(fetch_atom_v, fetch_req(0, 500)); // due at 500
+  sched_->run();
+  EXPECT_EQ(timers(), before + 1);
+  sched_->advance_time(100ms);
+  sched_->run();
+  auto h200 = request(fetch_atom_v, fetch_req(0, 200)); // due at 300: earlier
+  auto h1000 = request(fetch_atom_v, fetch_req(0, 1000)); // due at 1100
+  auto h450 = request(fetch_atom_v, fetch_req(0, 450)); // due at 550
+  sched_->run();
+  EXPECT_EQ(state().waiters.size(), 4u);
+  EXPECT_EQ(timers(), before + 2) << "a timer per parked fetch";
+  auto answered = [&](auto& h) { return static_cast<bool>(await<fetch_response>(h)); };
+  sched_->advance_time(199ms); // t = 299
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 0u);
+  sched_->advance_time(1ms); // t = 300
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 1u);
+  EXPECT_TRUE(answered(h200));
+  EXPECT_EQ(state().waiters.size(), 3u);
+  sched_->advance_time(199ms); // t = 499
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 0u);
+  sched_->advance_time(1ms); // t = 500
+  sched_->run();
+  EXPECT_TRUE(answered(h500));
+  EXPECT_EQ(answers_waiting(), 0u) << "the 450 ms wait ended early";
+  sched_->advance_time(50ms); // t = 550
+  sched_->run();
+  EXPECT_TRUE(answered(h450));
+  sched_->advance_time(549ms); // t = 1099
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 0u);
+  sched_->advance_time(1ms); // t = 1100
+  sched_->run();
+  EXPECT_TRUE(answered(h1000));
+  EXPECT_TRUE(state().waiters.empty());
+  EXPECT_EQ(timers(), before) << "a timer left armed with no fetch parked";
+}
+
 TEST_F(partition_replica_test, waiters_beyond_the_bound_are_answered_at_once) {
   cfg_.max_fetch_waiters = 2;
   spawn();
@@ -1243,6 +1289,80 @@ TEST_F(replication_test, acks_all_waits_for_the_follower) {
   sched_->run();
   EXPECT_EQ(status(follower).high_watermark, offset{3})
     << "the follower did not take the leader's HW on its next fetch";
+}
+
+// 2b. The follower's parked fetch is answered by the append itself, before
+// the leader's group-commit flush: the follower's write and fdatasync run
+// while the leader's does. The HW (and acks=all) still waits for both.
+TEST_F(replication_test, followers_get_a_batch_before_the_leaders_flush) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto leader = spawn_replica(node_cfg(1, pa));
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  ASSERT_EQ(state(leader).waiters.size(), 1u)
+    << "the follower's fetch is not parked at the leader";
+  auto r = std::make_shared<reply<produce_response>>();
+  auto asker = sys_->spawn([r, leader](caf::event_based_actor* self) {
+    self
+      ->request(leader, caf::infinite, produce_atom_v,
+                produce_request{"orders", partition_id{0}, acks_mode::all,
+                                make_batch({.records = 3})})
+      .then([r](produce_response& x) { r->done = true; r->value = x; },
+            [r](caf::error& err) { r->done = true; r->err = err; });
+  });
+  actors_.push_back(asker);
+  ASSERT_TRUE(sched_->prioritize(asker));
+  sched_->run_once(); // the request reaches the leader's mailbox
+  ASSERT_TRUE(sched_->prioritize(leader));
+  sched_->run_once(); // the leader takes the produce, and nothing else
+  EXPECT_EQ(state(leader).log->log_end(), offset{3});
+  EXPECT_EQ(state(leader).log->durable_end(), offset{0})
+    << "the leader flushed within the produce handler";
+  EXPECT_TRUE(state(leader).waiters.empty())
+    << "the follower's parked fetch waits for the leader's flush";
+  EXPECT_FALSE(r->done) << "acks=all answered before anything was durable";
+  sched_->run();
+  EXPECT_ANSWERED_OK(r);
+  EXPECT_EQ(state(leader).log->durable_end(), offset{3});
+  EXPECT_EQ(state(follower).log->durable_end(), offset{3});
+  EXPECT_EQ(status(leader).high_watermark, offset{3});
+}
+
+// 2c. A follower fetch that is never answered (lost with a link) is given up
+// on the first tick after follower_fetch_wait + 10 s, and fetched again; an
+// answer that still comes for the lost one is dropped.
+TEST_F(replication_test, unanswered_follower_fetch_is_sent_again_after_its_bound) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto leader = spawn_replica(node_cfg(1, pa));
+  auto [broker, link] = spawn_link(leader);
+  link->fetches = fake_link::mode::hold;
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  ASSERT_EQ(link->seen.size(), 1u);
+  EXPECT_FALSE(sched_->clock().has_pending_timeout())
+    << "a timer per follower fetch";
+  auto r = produce(leader, make_batch({.records = 2}), acks_mode::leader);
+  EXPECT_ANSWERED_OK(r);
+  sched_->advance_time(10s);
+  caf::anon_send(follower, tick_atom_v);
+  sched_->run();
+  EXPECT_EQ(link->seen.size(), 1u) << "gave up before 10.5 s";
+  sched_->advance_time(500ms);
+  caf::anon_send(follower, tick_atom_v);
+  sched_->run();
+  ASSERT_EQ(link->seen.size(), 2u) << "the unanswered fetch was not replaced";
+  EXPECT_EQ(link->seen.back().from, offset{0});
+  // Both go through now: the first answer is stale and dropped, the second
+  // one is applied (a double apply would fail or duplicate the batch).
+  link->fetches = fake_link::mode::pass;
+  caf::anon_send(broker, release_atom::value);
+  sched_->run();
+  EXPECT_EQ(state(follower).log->log_end(), offset{2});
+  EXPECT_EQ(status(leader).high_watermark, offset{2});
+  expect_identical_logs(node_cfg(1, pa).dir, fcfg.dir);
 }
 
 // 3. min.insync.replicas: acks=all is refused while the ISR is smaller;

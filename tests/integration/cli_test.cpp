@@ -923,8 +923,9 @@ TEST(ClientLibrary, BatchProduceReportsTheOffsetsAConsumerReads) {
     auto& r = reports[static_cast<size_t>(i)];
     ASSERT_EQ(r.topic, "batched") << i;
     ASSERT_GE(r.off.value, 0) << i;
-    if (i % 3 == 2)
+    if (i % 3 == 2) {
       ASSERT_EQ(r.partition.value, (i / 3) % 3) << i;
+    }
     ASSERT_TRUE(by_position.emplace(std::make_pair(r.partition.value, r.off.value), i).second)
       << "offset reported twice: " << r.partition.value << "/" << r.off.value;
     ++per_partition[r.partition.value];
