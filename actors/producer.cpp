@@ -12,8 +12,11 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -75,6 +78,8 @@ using std::chrono::milliseconds;
 using producer_impl = producer_actor::extend<caf::reacts_to<connect_atom, broker_actor>>;
 
 constexpr uint64_t housekeeping_tick = 0;
+/// The one linger timer (batch ids start at 1).
+constexpr uint64_t linger_tick = std::numeric_limits<uint64_t>::max();
 
 timestamp_ms wall_clock_ms() {
   return std::chrono::duration_cast<milliseconds>(
@@ -154,7 +159,12 @@ struct batch {
   int32_t base_sequence = -1; ///< -1: not sequenced (yet, or again)
   int32_t attempts = 0;
   uint64_t send_no = 0; ///< 0: not in flight; replies to older sends are ignored
+  /// When the request in flight went out: housekeeping fails it after
+  /// request.timeout.ms (see send_ready).
+  clock::time_point sent_at{};
   clock::time_point created;
+  /// While open: when linger.ms runs out for it.
+  clock::time_point linger_due{};
   caf::error last_error;
 };
 
@@ -219,6 +229,10 @@ struct producer_state {
   std::deque<pending> blocked; ///< waiting for buffer space, FIFO
   std::map<topic_partition, partition_queue> queues;
   std::unordered_map<uint64_t, topic_partition> open_batches; ///< linger ids
+  /// When the pending linger timer fires (nullopt: none pending). One timer
+  /// serves every open batch, re-armed for the next one due: a timer per
+  /// batch woke CAF's clock thread per batch.
+  std::optional<clock::time_point> linger_timer;
   uint64_t next_batch_id = 1;
   partitioner part;
   size_t buffered = 0;
@@ -398,10 +412,15 @@ void send_ready(producer_pointer self, partition_queue& q) {
       continue;
     }
     b->send_no = ++st.send_counter;
+    b->sent_at = clock::now();
     auto id = b->id;
     auto sn = b->send_no;
     q.in_flight.push_back(std::move(b));
-    self->request(st.broker, st.cfg.request_timeout, produce_atom_v, std::move(req))
+    // No CAF request timeout: setting and cancelling one per request woke
+    // CAF's clock thread twice per request (~6k wake-ups/s at full speed);
+    // housekeeping fails requests older than request.timeout.ms instead.
+    ensure_housekeeping(self);
+    self->request(st.broker, caf::infinite, produce_atom_v, std::move(req))
       .then(
         [self, tp = q.tp, id, sn](produce_response& r) {
           on_produced(self, tp, id, sn, r);
@@ -516,6 +535,52 @@ void close_open(producer_pointer self, partition_queue& q) {
   send_ready(self, q);
 }
 
+void arm_linger(producer_pointer self, clock::time_point due) {
+  auto& st = self->state;
+  if (st.linger_timer && *st.linger_timer <= due)
+    return;
+  st.linger_timer = due;
+  auto now = clock::now();
+  self->delayed_send(self, due > now ? due - now : clock::duration{0},
+                     tick_atom_v, linger_tick);
+}
+
+/// The open batch of `q` lingered long enough.
+void linger_expired(producer_pointer self, partition_queue& q) {
+  auto& st = self->state;
+  // Only waiting for a request slot: keep filling it (see open_due).
+  // Anything else (no connection, no producer id, backoff) closes it as
+  // before, so the delivery timeout covers it.
+  bool slots_full = static_cast<int32_t>(q.in_flight.size()) >= st.max_in_flight
+                    || !q.ready.empty();
+  if (slots_full && st.broker && (!st.idempotent || st.pid_ready)
+      && clock::now() >= q.resume_at) {
+    q.open_due = true;
+    return;
+  }
+  close_open(self, q);
+}
+
+/// The linger timer fired: every open batch due goes (or waits for a slot,
+/// see linger_expired); the timer is re-armed for the next one.
+void linger_timer_fired(producer_pointer self) {
+  auto& st = self->state;
+  auto now = clock::now();
+  if (st.linger_timer && *st.linger_timer <= now)
+    st.linger_timer.reset(); // this is the timer that fired (or a later one)
+  std::optional<clock::time_point> next;
+  for (auto& [tp, q] : st.queues) {
+    if (!q.open || q.open_due)
+      continue;
+    if (now >= q.open->linger_due)
+      linger_expired(self, q);
+    else if (!next || q.open->linger_due < *next)
+      next = q.open->linger_due;
+  }
+  if (next)
+    arm_linger(self, *next);
+}
+
 void close_all(producer_pointer self) {
   for (auto& [tp, q] : self->state.queues)
     close_open(self, q);
@@ -539,10 +604,12 @@ void append(producer_pointer self, pending& p, int32_t partitions) {
     q.open->records.reserve(expect);
     q.open->sinks.reserve(expect);
     st.open_batches.emplace(q.open->id, q.tp);
-    if (st.cfg.linger.count() == 0)
+    if (st.cfg.linger.count() == 0) {
       self->send(self, tick_atom_v, q.open->id); // after this burst
-    else
-      self->delayed_send(self, st.cfg.linger, tick_atom_v, q.open->id);
+    } else {
+      q.open->linger_due = clock::now() + st.cfg.linger;
+      arm_linger(self, q.open->linger_due);
+    }
   }
   auto& b = *q.open;
   record r;
@@ -861,6 +928,19 @@ void housekeeping(producer_pointer self) {
   }
   if (reset)
     reset_pid(self);
+  // Requests unanswered for request.timeout.ms fail as CAF's request timeout
+  // would (retried while attempts and the delivery timeout allow).
+  std::vector<std::tuple<topic_partition, uint64_t, uint64_t>> timed_out;
+  for (auto& [tp, q] : st.queues)
+    for (auto& b : q.in_flight)
+      if (now - b->sent_at >= st.cfg.request_timeout)
+        timed_out.emplace_back(tp, b->id, b->send_no);
+  for (auto& [tp, id, sn] : timed_out)
+    on_failed(self, tp, id, sn,
+              caf::make_error(caf::sec::request_timeout,
+                              "no answer within request.timeout.ms ("
+                                + std::to_string(st.cfg.request_timeout.count())
+                                + " ms)"));
   if (st.idempotent && !st.pid_ready)
     request_pid(self);
   if (st.metadata_wanted || !st.waiting_metadata.empty()
@@ -962,24 +1042,18 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
         housekeeping(self);
         return;
       }
+      if (id == linger_tick) {
+        linger_timer_fired(self);
+        return;
+      }
+      // linger.ms 0: the batch `id` goes after the burst that opened it.
       auto i = st.open_batches.find(id);
       if (i == st.open_batches.end())
         return;
       auto qi = st.queues.find(i->second);
       if (qi == st.queues.end() || !qi->second.open || qi->second.open->id != id)
         return;
-      auto& q = qi->second;
-      // Only waiting for a request slot: keep filling it (see open_due).
-      // Anything else (no connection, no producer id, backoff) closes it as
-      // before, so the delivery timeout covers it.
-      bool slots_full = static_cast<int32_t>(q.in_flight.size()) >= st.max_in_flight
-                        || !q.ready.empty();
-      if (slots_full && st.broker && (!st.idempotent || st.pid_ready)
-          && clock::now() >= q.resume_at) {
-        q.open_due = true;
-        return;
-      }
-      close_open(self, q);
+      linger_expired(self, qi->second);
     },
     [self](stop_atom) {
       auto& st = self->state;

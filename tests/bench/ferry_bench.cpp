@@ -499,7 +499,7 @@ int main(int argc, char** argv) {
   // Two cores are shared with the broker: idle workers must not spin.
   cfg.set("scheduler.max-threads", 2);
   cfg.set("work-stealing.aggressive-poll-attempts", 10);
-  cfg.set("work-stealing.moderate-poll-attempts", 10);
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
   caf::actor_system sys{cfg};
   addr->connect_wait = milliseconds{5000};
   auto conn = spawn_connection(sys, *addr);

@@ -851,6 +851,57 @@ TEST(ClientLibrary, ARejectedBatchFailsAloneAndLaterOnesStillLand) {
   EXPECT_EQ(broker.stop(20s), 0);
 }
 
+// A broker that takes a request and never answers (SIGSTOP: the connection
+// stays up): the producer's own request.timeout.ms check gives up on each
+// attempt, the retries run out at delivery.timeout.ms, and the report says
+// so. After SIGCONT the producer works again.
+TEST(ClientLibrary, AFrozenBrokersRequestsTimeOutAndTheProducerRecovers) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  ASSERT_EQ(run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "topic", "create",
+                                        "frozen"})
+              .exit_code,
+            0);
+  client_system cs;
+  ferry::producer_config pcfg;
+  pcfg.bootstrap = broker.endpoint();
+  pcfg.request_timeout = 300ms;
+  pcfg.delivery_timeout = 1500ms;
+  pcfg.retry_backoff = 50ms;
+  auto prod = ferry::spawn_producer(*cs.sys, pcfg);
+  ASSERT_TRUE(prod);
+  caf::scoped_actor self{*cs.sys};
+  auto send = [&](std::string value) {
+    ferry::client_message m;
+    m.topic = "frozen";
+    m.value = std::move(value);
+    caf::expected<ferry::delivery_report> out{caf::error{}};
+    self->request(*prod, 30s, ferry::produce_atom_v, std::move(m))
+      .receive([&](ferry::delivery_report& r) { out = r; },
+               [&](caf::error& e) { out = std::move(e); });
+    return out;
+  };
+  auto a = send("before");
+  ASSERT_TRUE(a) << ferry::error_text(a.error());
+  ASSERT_EQ(::kill(broker.pid(), SIGSTOP), 0);
+  auto b = send("while frozen");
+  ASSERT_EQ(::kill(broker.pid(), SIGCONT), 0);
+  ASSERT_FALSE(b) << "acknowledged by a stopped broker";
+  EXPECT_EQ(ferry::code_of(b.error()), ferry::ec::request_timed_out)
+    << ferry::error_text(b.error());
+  EXPECT_NE(ferry::error_text(b.error()).find("gave up after"), std::string::npos)
+    << ferry::error_text(b.error());
+  EXPECT_NE(ferry::error_text(b.error()).find("no answer within request.timeout.ms (300 ms)"),
+            std::string::npos)
+    << ferry::error_text(b.error());
+  // Thawed: the next message lands (a fresh producer id if the broker might
+  // have appended the one that timed out).
+  auto c = send("after");
+  ASSERT_TRUE(c) << ferry::error_text(c.error());
+  caf::anon_send_exit(*prod, caf::exit_reason::user_shutdown);
+  EXPECT_EQ(broker.stop(20s), 0);
+}
+
 TEST(ClientLibrary, BatchProduceReportsTheOffsetsAConsumerReads) {
   ferryd_process broker;
   ASSERT_TRUE(broker.start()) << broker.output();
