@@ -277,6 +277,8 @@ caf::expected<offset> flush_log(partition_replica_state& st) {
   auto t0 = steady_clock::now();
   auto r = st.log->flush();
   auto took = steady_clock::now() - t0;
+  if (st.cfg.probe)
+    st.cfg.probe->flushed(took);
   if (took >= slow_flush)
     log::warn("partition {}: flush took {} ms", name_of(st),
               std::chrono::duration_cast<std::chrono::milliseconds>(took)

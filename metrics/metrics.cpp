@@ -37,6 +37,10 @@ struct registry::families {
       fetch_latency(histogram(r, "ferry_fetch_latency_seconds",
                               "Consumer fetch time at the partition replica, "
                               "arrival to answer (includes long-poll wait)")),
+      log_flush(histogram(r, "ferry_log_flush_seconds",
+                          "Time of one log flush (fdatasync of the segment "
+                          "and its indexes) of a partition replica, leader "
+                          "or follower")),
       bytes_in(counter(r, "ferry_bytes_in_total",
                        "Batch bytes appended by producers")),
       bytes_out(counter(r, "ferry_bytes_out_total",
@@ -102,6 +106,7 @@ struct registry::families {
   gauges& under_replicated;
   histograms& produce_latency;
   histograms& fetch_latency;
+  histograms& log_flush;
   counters& bytes_in;
   counters& bytes_out;
   counters& messages_in;
@@ -146,6 +151,7 @@ prometheus::Family<prometheus::Gauge>& registry::partition_isr_size() { return f
 prometheus::Family<prometheus::Gauge>& registry::partition_under_replicated() { return families_->under_replicated; }
 prometheus::Family<prometheus::Histogram>& registry::produce_latency_seconds() { return families_->produce_latency; }
 prometheus::Family<prometheus::Histogram>& registry::fetch_latency_seconds() { return families_->fetch_latency; }
+prometheus::Family<prometheus::Histogram>& registry::log_flush_seconds() { return families_->log_flush; }
 prometheus::Family<prometheus::Counter>& registry::bytes_in_total() { return families_->bytes_in; }
 prometheus::Family<prometheus::Counter>& registry::bytes_out_total() { return families_->bytes_out; }
 prometheus::Family<prometheus::Counter>& registry::messages_in_total() { return families_->messages_in; }

@@ -72,6 +72,10 @@ public:
   /// ferry_fetch_latency_seconds {topic} (histogram): consumer fetch arrival
   /// to its answer (includes the long-poll wait, as Kafka's TotalTimeMs).
   prometheus::Family<prometheus::Histogram>& fetch_latency_seconds();
+  /// ferry_log_flush_seconds {topic} (histogram): one log flush (fdatasync)
+  /// of a replica, leader or follower: a slow or stalling disk shows here
+  /// before it shows in every acks=all latency.
+  prometheus::Family<prometheus::Histogram>& log_flush_seconds();
   /// ferry_bytes_in_total {topic} (counter): batch bytes appended by produce.
   prometheus::Family<prometheus::Counter>& bytes_in_total();
   /// ferry_bytes_out_total {topic} (counter): batch bytes sent to consumers.

@@ -35,6 +35,7 @@ partition_probe::partition_probe(std::shared_ptr<registry> reg,
   messages_out_ = &r.acquire(r.messages_out_total(), t);
   produce_latency_ = &r.acquire(r.produce_latency_seconds(), t);
   fetch_latency_ = &r.acquire(r.fetch_latency_seconds(), t);
+  log_flush_ = &r.acquire(r.log_flush_seconds(), t);
 }
 
 partition_probe::~partition_probe() {
@@ -53,6 +54,7 @@ partition_probe::~partition_probe() {
   r.release(r.messages_out_total(), t);
   r.release(r.produce_latency_seconds(), t);
   r.release(r.fetch_latency_seconds(), t);
+  r.release(r.log_flush_seconds(), t);
 }
 
 void partition_probe::produced(uint64_t records, uint64_t bytes,
@@ -67,6 +69,10 @@ void partition_probe::fetched(uint64_t records, uint64_t bytes,
   messages_out_->Increment(static_cast<double>(records));
   bytes_out_->Increment(static_cast<double>(bytes));
   fetch_latency_->Observe(seconds(latency));
+}
+
+void partition_probe::flushed(std::chrono::nanoseconds latency) {
+  log_flush_->Observe(seconds(latency));
 }
 
 void partition_probe::log_state(offset log_start, offset log_end,

@@ -50,6 +50,9 @@ public:
   void fetched(uint64_t records, uint64_t bytes,
                std::chrono::nanoseconds latency);
 
+  /// A log flush (fdatasync) took `latency`.
+  void flushed(std::chrono::nanoseconds latency);
+
   /// The log's positions and size, after any change.
   void log_state(offset log_start, offset log_end, offset high_watermark,
                  uint64_t size_bytes);
@@ -77,6 +80,7 @@ private:
   prometheus::Counter* messages_out_;
   prometheus::Histogram* produce_latency_;
   prometheus::Histogram* fetch_latency_;
+  prometheus::Histogram* log_flush_;
 };
 
 } // namespace ferry::metrics

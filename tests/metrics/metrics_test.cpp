@@ -109,6 +109,8 @@ TEST(partition_probe, updates_partition_and_topic_series) {
   probe.produced(3, 300, 2ms);
   probe.produced(2, 100, 4ms);
   probe.fetched(4, 350, 1ms);
+  probe.flushed(3ms);
+  probe.flushed(150ms);
   probe.log_state(offset{5}, offset{42}, offset{40}, 4096);
   probe.replication(1, 3);
   labels t{{"topic", "orders"}};
@@ -133,6 +135,10 @@ TEST(partition_probe, updates_partition_and_topic_series) {
   auto f = series(*reg, "ferry_fetch_latency_seconds", t);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->histogram.sample_count, 1u);
+  auto fl = series(*reg, "ferry_log_flush_seconds", t);
+  ASSERT_TRUE(fl);
+  EXPECT_EQ(fl->histogram.sample_count, 2u);
+  EXPECT_NEAR(fl->histogram.sample_sum, 0.153, 1e-9);
 }
 
 TEST(partition_probe, series_disappear_with_the_last_probe_of_their_labels) {
@@ -153,6 +159,7 @@ TEST(partition_probe, series_disappear_with_the_last_probe_of_their_labels) {
   EXPECT_FALSE(has(*reg, "ferry_partition_high_watermark", tp("t", 1)));
   EXPECT_FALSE(has(*reg, "ferry_messages_in_total", {{"topic", "t"}}));
   EXPECT_FALSE(has(*reg, "ferry_produce_latency_seconds", {{"topic", "t"}}));
+  EXPECT_FALSE(has(*reg, "ferry_log_flush_seconds", {{"topic", "t"}}));
   EXPECT_TRUE(has(*reg, "ferry_messages_in_total", {{"topic", "u"}}));
   EXPECT_EQ(series_count(*reg, "ferry_partition_high_watermark"), 1u);
 }
@@ -312,6 +319,7 @@ TEST(registry, text_format_names_every_family_with_its_type) {
          "# TYPE ferry_lease_expiries_total counter",
          "# TYPE ferry_produce_latency_seconds histogram",
          "# TYPE ferry_fetch_latency_seconds histogram",
+         "# TYPE ferry_log_flush_seconds histogram",
          "# TYPE ferry_bytes_in_total counter",
          "# TYPE ferry_bytes_out_total counter",
          "# TYPE ferry_messages_in_total counter",
@@ -571,6 +579,9 @@ TEST_F(replica_metrics, produce_fetch_and_log_state_reach_the_probe) {
   EXPECT_EQ(value(*reg, "ferry_bytes_in_total", t), bytes);
   EXPECT_EQ(series(*reg, "ferry_produce_latency_seconds", t)
               ->histogram.sample_count,
+            1u);
+  // The acks=all produce waited for one group-commit flush.
+  EXPECT_EQ(series(*reg, "ferry_log_flush_seconds", t)->histogram.sample_count,
             1u);
   EXPECT_EQ(value(*reg, "ferry_partition_high_watermark", tp("orders", 0)), 3);
   EXPECT_EQ(value(*reg, "ferry_partition_log_end_offset", tp("orders", 0)), 3);
