@@ -117,6 +117,7 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [ -n "$FERRY_ADDR" ] || { cat "$WORK/ferry/ferryd.log" >&2; die "ferryd did not start"; }
+METRICS_ADDR=$(sed -n 's/^metrics on \([0-9.]*:[0-9]*\)\r\{0,1\}$/\1/p' "$WORK/ferry/ferryd.log" | head -n1)
 
 # -- redis-server on a free port ------------------------------------------------
 free_port() {
@@ -193,6 +194,27 @@ run_bench C_LINE "consume" consume --topic bench-1k --messages "$MESSAGES" --siz
 run_bench R_LINE "paced produce" produce --topic bench-1k-rate \
   --messages $((RATE * RATE_SECONDS)) --size "$SIZE" --acks all --rate "$RATE"
 
+# The paced run's log flushes (ferry_log_flush_seconds): a stalling disk
+# shows here, and explains a p99 far above the p50.
+scrape() { # host:port -> the text of /metrics (bash's /dev/tcp: no curl needed)
+  local host=${1%:*} port=${1##*:}
+  exec 3<>"/dev/tcp/$host/$port" || return 1
+  printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$host" >&3
+  cat <&3
+  exec 3<&-
+}
+FLUSH_LINE="ferryd log flushes in the paced run: (no metrics)"
+if [ -n "$METRICS_ADDR" ] && METRICS=$(scrape "$METRICS_ADDR" 2>/dev/null); then
+  bucket() { # le -> flushes at or below it
+    echo "$METRICS" | grep "^ferry_log_flush_seconds_bucket{topic=\"bench-1k-rate\",le=\"$1\"}" \
+      | awk '{print $2}' | head -n1
+  }
+  F_ALL=$(bucket "+Inf"); F_10=$(bucket "0.01"); F_100=$(bucket "0.1")
+  if [ -n "$F_ALL" ]; then
+    FLUSH_LINE="ferryd log flushes in the paced run: $F_ALL, of them over 10 ms: $((F_ALL - F_10)), over 100 ms: $((F_ALL - F_100))"
+  fi
+fi
+
 echo "\$ redis-benchmark -p $REDIS_PORT -c $REDIS_CLIENTS -P 16 -n $MESSAGES -r 100000 --csv xadd bench-stream '*' field <1 KB value>" >&2
 run_client redis-benchmark redis-benchmark -p "$REDIS_PORT" -c "$REDIS_CLIENTS" -P 16 \
   -n "$MESSAGES" -r 100000 --csv xadd bench-stream '*' field "$VALUE"
@@ -218,5 +240,6 @@ printf '%-44s %10s %8s %8s %8s %8s %8s\n' "redis XADD (-P 16 -c $REDIS_CLIENTS, 
   "$(printf '%.0f' "$R_RPS")" "$(awk -v r="$R_RPS" -v s="$SIZE" 'BEGIN {printf "%.1f", r * s / 1e6}')" \
   "$R_P50" "$R_P99" "-" "$R_MAX"
 FERRY_RPS=$(echo "$P_LINE" | grep -o '[0-9.]* msgs/s' | head -n1 | awk '{print $1}')
+echo "$FLUSH_LINE"
 printf '\nferry produce / redis XADD: %sx (target >= 4x)\n' \
   "$(awk -v f="$FERRY_RPS" -v r="$R_RPS" 'BEGIN {printf "%.2f", f / r}')"
