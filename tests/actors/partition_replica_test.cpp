@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <tuple>
 
 using namespace ferry;
 using namespace std::chrono_literals;
@@ -1097,6 +1098,27 @@ protected:
     return {h, link};
   }
 
+  // A leader (node 1) and a follower (node 2) of `pa`; the follower fetches
+  // through a fake broker whose link starts in `mode`.
+  struct leader_and_follower {
+    partition_actor leader;
+    caf::actor broker;
+    std::shared_ptr<fake_link> link;
+    partition_replica_config fcfg;
+    partition_actor follower;
+  };
+  leader_and_follower spawn_pair(const partition_assignment& pa,
+                                 fake_link::mode mode = fake_link::mode::pass) {
+    leader_and_follower w;
+    w.leader = spawn_replica(node_cfg(1, pa));
+    std::tie(w.broker, w.link) = spawn_link(w.leader);
+    w.link->fetches = mode;
+    w.fcfg = node_cfg(2, pa);
+    w.fcfg.leader_broker = w.broker;
+    w.follower = spawn_replica(w.fcfg);
+    return w;
+  }
+
   static partition_replica_state& state(const partition_actor& h) {
     auto ptr = caf::actor_cast<caf::abstract_actor*>(h);
     return dynamic_cast<partition_actor::stateful_base<partition_replica_state>&>(
@@ -1255,12 +1277,8 @@ TEST_F(replication_test, follower_catches_up_with_an_identical_log) {
 // 2. acks=all is answered once the follower has fetched past the batch (the
 // HW covers it); acks=1 does not wait for the follower.
 TEST_F(replication_test, acks_all_waits_for_the_follower) {
-  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
-  auto leader = spawn_replica(node_cfg(1, pa));
-  auto [broker, link] = spawn_link(leader);
-  auto fcfg = node_cfg(2, pa);
-  fcfg.leader_broker = broker;
-  auto follower = spawn_replica(fcfg);
+  auto [leader, broker, link, fcfg, follower] =
+    spawn_pair(make_assignment(1, 0, {1, 2}, {1, 2}));
   ASSERT_EQ(state(leader).waiters.size(), 1u)
     << "the follower's fetch is not parked at the leader";
   // New fetches wait in the fake: the follower gets the batch (its parked
@@ -1295,12 +1313,9 @@ TEST_F(replication_test, acks_all_waits_for_the_follower) {
 // the leader's group-commit flush: the follower's write and fdatasync run
 // while the leader's does. The HW (and acks=all) still waits for both.
 TEST_F(replication_test, followers_get_a_batch_before_the_leaders_flush) {
-  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
-  auto leader = spawn_replica(node_cfg(1, pa));
-  auto [broker, link] = spawn_link(leader);
-  auto fcfg = node_cfg(2, pa);
-  fcfg.leader_broker = broker;
-  auto follower = spawn_replica(fcfg);
+  auto w = spawn_pair(make_assignment(1, 0, {1, 2}, {1, 2}));
+  auto leader = w.leader;
+  auto follower = w.follower;
   ASSERT_EQ(state(leader).waiters.size(), 1u)
     << "the follower's fetch is not parked at the leader";
   auto r = std::make_shared<reply<produce_response>>();
@@ -1335,12 +1350,8 @@ TEST_F(replication_test, followers_get_a_batch_before_the_leaders_flush) {
 // answer that still comes for the lost one is dropped.
 TEST_F(replication_test, unanswered_follower_fetch_is_sent_again_after_its_bound) {
   auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
-  auto leader = spawn_replica(node_cfg(1, pa));
-  auto [broker, link] = spawn_link(leader);
-  link->fetches = fake_link::mode::hold;
-  auto fcfg = node_cfg(2, pa);
-  fcfg.leader_broker = broker;
-  auto follower = spawn_replica(fcfg);
+  auto [leader, broker, link, fcfg, follower] =
+    spawn_pair(pa, fake_link::mode::hold);
   ASSERT_EQ(link->seen.size(), 1u);
   EXPECT_FALSE(sched_->clock().has_pending_timeout())
     << "a timer per follower fetch";

@@ -694,6 +694,21 @@ std::vector<ferry::delivery_report> produce_all(caf::actor_system& sys,
   return out;
 }
 
+/// Sends one message (no key) through `prod` and waits for its report.
+caf::expected<ferry::delivery_report> produce_one(caf::scoped_actor& self,
+                                                  ferry::producer_actor prod,
+                                                  const std::string& topic,
+                                                  std::string value) {
+  ferry::client_message m;
+  m.topic = topic;
+  m.value = std::move(value);
+  caf::expected<ferry::delivery_report> out{caf::error{}};
+  self->request(prod, 60s, ferry::produce_atom_v, std::move(m))
+    .receive([&](ferry::delivery_report& r) { out = r; },
+             [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
 TEST(ClientLibrary, HundredThousandKeyedMessagesThreeMembersAndAKilledOne) {
   ferryd_process broker;
   ASSERT_TRUE(broker.start()) << broker.output();
@@ -811,14 +826,7 @@ TEST(ClientLibrary, ARejectedBatchFailsAloneAndLaterOnesStillLand) {
   ASSERT_TRUE(prod);
   caf::scoped_actor self{*cs.sys};
   auto send = [&](std::string value) {
-    ferry::client_message m;
-    m.topic = "small";
-    m.value = std::move(value);
-    caf::expected<ferry::delivery_report> out{caf::error{}};
-    self->request(*prod, 60s, ferry::produce_atom_v, std::move(m))
-      .receive([&](ferry::delivery_report& r) { out = r; },
-               [&](caf::error& e) { out = std::move(e); });
-    return out;
+    return produce_one(self, *prod, "small", std::move(value));
   };
   auto a = send("first");
   ASSERT_TRUE(a) << ferry::error_text(a.error());
@@ -872,14 +880,7 @@ TEST(ClientLibrary, AFrozenBrokersRequestsTimeOutAndTheProducerRecovers) {
   ASSERT_TRUE(prod);
   caf::scoped_actor self{*cs.sys};
   auto send = [&](std::string value) {
-    ferry::client_message m;
-    m.topic = "frozen";
-    m.value = std::move(value);
-    caf::expected<ferry::delivery_report> out{caf::error{}};
-    self->request(*prod, 30s, ferry::produce_atom_v, std::move(m))
-      .receive([&](ferry::delivery_report& r) { out = r; },
-               [&](caf::error& e) { out = std::move(e); });
-    return out;
+    return produce_one(self, *prod, "frozen", std::move(value));
   };
   auto a = send("before");
   ASSERT_TRUE(a) << ferry::error_text(a.error());
