@@ -239,6 +239,8 @@ struct options {
   int shutdown_timeout_s = 30;
   int startup_timeout_s = 600;
   int status_timeout_ms = 2000;
+  /// replica.lag.time.max.ms (cluster mode).
+  int64_t replica_lag_max_ms = 10000;
 };
 
 } // namespace
@@ -294,6 +296,12 @@ int main(int argc, char** argv) {
   app.add_option("--startup-timeout", opt.startup_timeout_s,
                  "seconds log recovery may take before the port opens")
     ->check(CLI::Range(1, 86400));
+  app.add_option("--replica-lag-max-ms", opt.replica_lag_max_ms,
+                 "cluster mode (replica.lag.time.max.ms): a follower not "
+                 "caught up with its leader for this long leaves the ISR, "
+                 "so acks=all stops waiting for it; it rejoins once caught "
+                 "up")
+    ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   bool show_version = false;
   app.add_flag("--version", show_version, "print the version and exit");
   try {
@@ -468,6 +476,8 @@ int main(int argc, char** argv) {
     nc.http_port = http ? http->port() : 0;
     // Each replica fsyncs on its own thread, not on a scheduler worker.
     nc.replica_defaults.dedicated_thread = true;
+    nc.replica_defaults.replica_lag_max =
+      std::chrono::milliseconds{opt.replica_lag_max_ms};
     auto port_slot = nc.port;
     auto node = sys.spawn(ferry::node, std::move(nc));
     node->attach_functor([](const caf::error&) {

@@ -217,6 +217,11 @@ public:
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 
+  /// More ferryd options for every node start() launches (call before it).
+  void add_node_args(std::vector<std::string> args) {
+    node_args_.insert(node_args_.end(), args.begin(), args.end());
+  }
+
   /// "" on success, else why not.
   std::string start() {
     using namespace std::chrono_literals;
@@ -246,6 +251,7 @@ public:
         }
         std::vector<std::string> args{"--node-id",      std::to_string(id), "--voters", voters,
                                       "--metrics-port", "0", "--http-port", "-1"};
+        args.insert(args.end(), node_args_.begin(), node_args_.end());
         if (auto lvl = std::getenv("FERRY_TEST_LOG_LEVEL"); lvl && *lvl) {
           args.push_back("--log-level");
           args.push_back(lvl);
@@ -634,6 +640,7 @@ public:
 
 private:
   bool proxied_ = false;
+  std::vector<std::string> node_args_;
   std::vector<uint16_t> ports_;
   std::vector<ferry::connection_actor> links_;
   // Before nodes_: stopped after every node was killed.

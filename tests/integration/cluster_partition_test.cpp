@@ -57,6 +57,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <regex>
 
 namespace {
 
@@ -769,6 +770,9 @@ TEST(ClusterPartition, LeaderWhoseConnectionsAreRefusedIsReplaced) {
 TEST(ClusterPartition, LeaderCutOffFromOneFollowerKeepsAcknowledgedWrites) {
   auto t0 = steady::now();
   cluster c{cluster::behind_proxy};
+  // replica.lag.time.max.ms 2 s instead of 10 s: F leaves the ISR sooner
+  // (and the leader's log line shows the setting took).
+  c.add_node_args({"--replica-lag-max-ms", "2000"});
   const std::string topic = "split";
   START_PROXIED_CLUSTER(c, topic);
   epoch_leaders el;
@@ -824,6 +828,19 @@ TEST(ClusterPartition, LeaderCutOffFromOneFollowerKeepsAcknowledgedWrites) {
                       << c.dump();
   std::cout << "[split] after " << seconds_since(tc) << " s the controller shows " << state
             << "\n";
+  // "partition split/P: follower F not caught up for N ms: leaving the ISR",
+  // with N at least the configured 2000 and below the default 10000.
+  {
+    std::smatch m;
+    auto log = c.node(leader).output();
+    const std::regex shrink_line{"follower " + std::to_string(follower)
+                                        + " not caught up for ([0-9]+) ms: leaving the ISR"};
+    ASSERT_TRUE(std::regex_search(log, m, shrink_line))
+      << "no ISR shrink logged by the leader:\n" << tail(log, 3000);
+    auto lag_ms = std::stol(m[1].str());
+    EXPECT_GE(lag_ms, 2000) << m[0];
+    EXPECT_LT(lag_ms, 10000) << "--replica-lag-max-ms 2000 not applied? " << m[0];
+  }
 
   // acks=all writes go on (ISR of 2 = min.insync).
   auto second = make_messages(topic, p, "b", 100);
