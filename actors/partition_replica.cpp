@@ -548,6 +548,36 @@ void check_isr_lag(replica_ptr self) {
 
 void follower_fetch(replica_ptr self);
 
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (auto id : ids)
+    out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+// Leader (tick): produces still waiting for their acks after ack_timeout
+// are answered request_timed_out. Their entries stay until the HW covers
+// them (or the replica steps down): pending_bytes still counts their bytes.
+void fail_overdue_produces(replica_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  for (auto& p : st.pending) {
+    if (!p.promise.pending() || p.deadline > now)
+      continue;
+    auto err = make_error(ec::request_timed_out,
+                          "appended to " + name_of(st) + " but not "
+                            + (p.acks == acks_mode::all
+                                 ? "replicated to the ISR (" + ids_text(st.isr) + ")"
+                                 : std::string{"flushed"})
+                            + " within "
+                            + std::to_string(st.cfg.ack_timeout.count())
+                            + " ms (offsets up to " + std::to_string(p.last.value)
+                            + "); it may still commit");
+    count_failure(st, err);
+    p.promise.deliver(std::move(err));
+  }
+}
+
 // Follower: applies a fetch answer; an error means "retry after a pause".
 caf::error follower_apply(replica_ptr self, fetch_response& r) {
   auto& st = self->state;
@@ -839,7 +869,8 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
       return resp;
     }
     // The original is appended but not yet committed: answer with it.
-    st.pending.push_back({chk->last_offset, 0, req.acks, resp, {}, 0, arrived});
+    st.pending.push_back({chk->last_offset, 0, req.acks, resp, {}, 0, arrived,
+                          self->clock().now() + st.cfg.ack_timeout});
     auto rp = self->make_response_promise<produce_response>();
     st.pending.back().promise = rp;
     return rp;
@@ -864,8 +895,8 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   produce_response resp{info->base_offset, info->last_offset,
                         st.log->log_start(), false};
   uint64_t records = info->records;
-  st.pending.push_back(
-    {info->last_offset, info->bytes, req.acks, resp, {}, records, arrived});
+  st.pending.push_back({info->last_offset, info->bytes, req.acks, resp, {},
+                        records, arrived, self->clock().now() + st.cfg.ack_timeout});
   st.pending_bytes += info->bytes;
   schedule_commit(self);
   // Followers copy the log end, not only what is flushed: handing them the
@@ -1204,6 +1235,8 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       tick(self);
       check_isr_lag(self);
       check_fetch_stall(self);
+      if (self->state.leader)
+        fail_overdue_produces(self);
       auto& st = self->state;
       if (st.cfg.tick_interval.count() > 0)
         self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);

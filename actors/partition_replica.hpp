@@ -139,6 +139,13 @@ struct partition_replica_config {
   /// replica.lag.time.max.ms: an ISR follower not caught up for this long
   /// is shrunk out of the ISR.
   std::chrono::milliseconds replica_lag_max{10000};
+  /// A produce waiting for its acks (acks=all: the ISR; acks=1: the
+  /// flush) this long is answered request_timed_out, as Kafka answers
+  /// REQUEST_TIMED_OUT: retriable, and the batch stays in the log, where it
+  /// may still commit (an idempotent retry is then a duplicate). Checked on
+  /// tick. Bounds how long a leader cut off from its followers and from the
+  /// controller holds its clients.
+  std::chrono::milliseconds ack_timeout{20000};
   /// How long a follower fetch waits at the leader for data.
   std::chrono::milliseconds follower_fetch_wait{500};
   /// Pause after a failed follower fetch.
@@ -222,6 +229,8 @@ struct partition_replica_state {
     uint64_t records = 0;
     /// When the produce arrived, for the latency metric.
     std::chrono::steady_clock::time_point arrived;
+    /// When it is answered request_timed_out if not covered (actor clock).
+    caf::actor_clock::time_point deadline{};
   };
 
   /// A parked long-poll fetch.

@@ -241,6 +241,8 @@ struct options {
   int status_timeout_ms = 2000;
   /// replica.lag.time.max.ms (cluster mode).
   int64_t replica_lag_max_ms = 10000;
+  /// How long a produce may wait for its acks.
+  int64_t produce_ack_timeout_ms = 20000;
 };
 
 } // namespace
@@ -301,6 +303,12 @@ int main(int argc, char** argv) {
                  "caught up with its leader for this long leaves the ISR, "
                  "so acks=all stops waiting for it; it rejoins once caught "
                  "up")
+    ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--produce-ack-timeout-ms", opt.produce_ack_timeout_ms,
+                 "a produce still waiting for its acks after this long (acks=all: "
+                 "the in-sync replicas; acks=1: the flush) is answered "
+                 "request_timed_out, a retriable error; the batch stays in the "
+                 "log and may still commit")
     ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   bool show_version = false;
   app.add_flag("--version", show_version, "print the version and exit");
@@ -478,6 +486,8 @@ int main(int argc, char** argv) {
     nc.replica_defaults.dedicated_thread = true;
     nc.replica_defaults.replica_lag_max =
       std::chrono::milliseconds{opt.replica_lag_max_ms};
+    nc.replica_defaults.ack_timeout =
+      std::chrono::milliseconds{opt.produce_ack_timeout_ms};
     auto port_slot = nc.port;
     auto node = sys.spawn(ferry::node, std::move(nc));
     node->attach_functor([](const caf::error&) {

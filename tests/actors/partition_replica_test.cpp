@@ -1376,6 +1376,44 @@ TEST_F(replication_test, unanswered_follower_fetch_is_sent_again_after_its_bound
   expect_identical_logs(node_cfg(1, pa).dir, fcfg.dir);
 }
 
+// 2d. An acks=all produce the ISR never confirms is answered
+// request_timed_out after ack_timeout (on tick); the batch stays in the log
+// and commits once the follower fetches again, without a second answer.
+TEST_F(replication_test, acks_all_unconfirmed_for_the_ack_timeout_times_out) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  lcfg.ack_timeout = 2s;
+  auto leader = spawn_replica(lcfg);
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  link->fetches = fake_link::mode::hold; // the follower's position stalls
+  auto all = produce(leader, make_batch({.records = 2}), acks_mode::all);
+  EXPECT_FALSE(all->done);
+  sched_->advance_time(1999ms);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  EXPECT_FALSE(all->done) << "timed out before ack_timeout";
+  sched_->advance_time(1ms);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  ASSERT_TRUE(all->done) << "not answered after ack_timeout";
+  ASSERT_FALSE(all->value) << "acknowledged without the follower";
+  EXPECT_TRUE(is(all->err, ec::request_timed_out)) << describe(all->err);
+  EXPECT_NE(describe(all->err).find("not replicated to the ISR (1,2) within 2000 ms"),
+            std::string::npos)
+    << describe(all->err);
+  EXPECT_EQ(state(leader).log->log_end(), offset{2}) << "the batch left the log";
+  // The follower fetches again: the batch commits, nothing is answered twice.
+  link->fetches = fake_link::mode::pass;
+  caf::anon_send(broker, release_atom::value);
+  sched_->run();
+  EXPECT_EQ(status(leader).high_watermark, offset{2});
+  EXPECT_TRUE(state(leader).pending.empty());
+  EXPECT_EQ(state(leader).pending_bytes, 0u);
+}
+
 // 3. min.insync.replicas: acks=all is refused while the ISR is smaller;
 // acks=1 and acks=0 are taken.
 TEST_F(replication_test, min_insync_replicas_refuses_acks_all) {

@@ -544,6 +544,9 @@ const char* to_string(cut_kind k) {
 void isolated_leader_case(cut_kind kind) {
   auto t0 = steady::now();
   cluster c{cluster::behind_proxy};
+  // L answers the produces it cannot replicate itself (request_timed_out)
+  // after 500 ms, before the direct writer's own 3 s timeout.
+  c.add_node_args({"--produce-ack-timeout-ms", "500"});
   const std::string topic = "cut";
   START_PROXIED_CLUSTER(c, topic);
   std::cout << "[partition] cut: " << to_string(kind) << "\n";
@@ -719,6 +722,16 @@ void isolated_leader_case(cut_kind kind) {
   for (auto& [text, n] : outcomes)
     std::cout << "    x" << n << " " << text << "\n";
   EXPECT_GE(during_cut, 5u);
+  if (kind == cut_kind::both_ways) {
+    // Cut off from followers and controller alike, L never learns it lost
+    // the partition: its own ack timeout answers the writes it holds.
+    size_t timed_out_at_l = 0;
+    for (auto& w : writer.writes())
+      if (w.phase == 1 && w.error.find("not replicated to the ISR") != std::string::npos)
+        ++timed_out_at_l;
+    EXPECT_GE(timed_out_at_l, 1u) << "no write during the cut was answered by L's "
+                                  << "--produce-ack-timeout-ms";
+  }
 
   // Heal: L truncates, follows, rejoins the ISR.
   c.heal();
