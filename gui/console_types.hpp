@@ -21,6 +21,10 @@ struct node_row {
   int metrics_port = 0;
   bool alive = false;
   bool controller = false;
+  /// A voter of the metadata quorum; false: a broker-only node.
+  bool voter = true;
+  /// `ferryctl cluster remove-node` is moving its replicas away.
+  bool removing = false;
 };
 
 /// Live state of one partition.

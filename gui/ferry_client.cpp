@@ -112,7 +112,8 @@ cluster_snapshot to_snapshot(const cluster_description& c) {
   s.raft_term = c.raft_term;
   for (auto& n : c.nodes)
     s.nodes.push_back(node_row{n.id, qs(n.host), n.port, n.http_port,
-                               n.metrics_port, n.alive, n.controller});
+                               n.metrics_port, n.alive, n.controller, n.voter,
+                               n.removing});
   for (auto& t : c.topics)
     s.topics.push_back(to_row(t));
   std::sort(s.topics.begin(), s.topics.end(),

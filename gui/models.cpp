@@ -75,6 +75,10 @@ table_model<node_row>* make_nodes_model(QObject* parent) {
   return new table_model<R>(
     {
       col<R>("Node", [](const R& r) { return r.id; }),
+      col<R>("Role", [](const R& r) {
+        QString role = r.voter ? QStringLiteral("voter") : QStringLiteral("broker");
+        return r.removing ? role + QStringLiteral(" (removing)") : role;
+      }),
       col<R>("Endpoint", [](const R& r) { return QStringLiteral("%1:%2").arg(r.host).arg(r.port); }),
       flagged<R>("Status", [](const R& r) { return r.alive ? QStringLiteral("up") : QStringLiteral("down"); }, bad),
       col<R>("Controller", [](const R& r) { return r.controller ? QStringLiteral("yes") : QString{}; }),

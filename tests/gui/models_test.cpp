@@ -80,7 +80,8 @@ private slots:
   void nodes_model_marks_down_nodes() {
     auto* m = make_nodes_model(this);
     QList<node_row> rows{{1, "127.0.0.1", 9092, 8080, 9464, true, true},
-                         {2, "127.0.0.1", 9093, 0, 0, false, false}};
+                         {2, "127.0.0.1", 9093, 0, 0, false, false},
+                         {4, "127.0.0.1", 9095, 0, 0, true, false, false, true}};
     exercise(m, rows);
     m->set_rows(rows);
     int status = column_of(m, "Status");
@@ -89,6 +90,9 @@ private slots:
     QVERIFY(m->data(m->index(1, status), Qt::ForegroundRole).isValid());
     QVERIFY(!m->data(m->index(0, status), Qt::ForegroundRole).isValid());
     QCOMPARE(cell(m, 1, column_of(m, "Metrics port")), QString("-"));
+    int role = column_of(m, "Role");
+    QCOMPARE(cell(m, 0, role), QString("voter"));
+    QCOMPARE(cell(m, 2, role), QString("broker (removing)"));
   }
 
   void topics_model_shows_size_messages_and_problems() {
