@@ -20,6 +20,9 @@ void stop(self_ptr self, caf::error err) {
   for (auto& [index, p] : self->state.waiting)
     p.promise.deliver(err);
   self->state.waiting.clear();
+  for (auto& p : self->state.leaderless)
+    p.promise.deliver(err);
+  self->state.leaderless.clear();
   self->quit(std::move(err));
 }
 
@@ -115,6 +118,55 @@ void flush(self_ptr self) {
   report(self);
 }
 
+// Proposes `command` now: answered once committed, or not_leader.
+void propose_now(self_ptr self, std::string command,
+                 caf::typed_response_promise<raft_applied> rp) {
+  auto& st = self->state;
+  auto index = st.core->propose(std::move(command));
+  if (!index) {
+    if (st.core->failure()) {
+      rp.deliver(st.core->failure());
+      flush(self);
+      return;
+    }
+    rp.deliver(std::move(index.error()));
+    return;
+  }
+  st.waiting[*index] = raft_node_state::pending{st.core->term(), rp};
+  flush(self);
+}
+
+// Proposals parked while no leader was known: proposed once this node
+// leads; answered not_leader naming the leader once another one does, or
+// with leader=-1 when leader_wait runs out.
+void settle_leaderless(self_ptr self) {
+  auto& st = self->state;
+  if (st.leaderless.empty() || !st.core)
+    return;
+  auto now = self->clock().now();
+  auto parked = std::move(st.leaderless);
+  st.leaderless.clear();
+  for (auto& p : parked) {
+    if (st.core->role() == raft_role::leader) {
+      propose_now(self, std::move(p.command), p.promise);
+    } else if (st.core->leader() >= 0) {
+      p.promise.deliver(make_error(ec::not_leader,
+                                   "not the Raft leader; leader="
+                                     + std::to_string(st.core->leader())));
+    } else if (now >= p.deadline) {
+      p.promise.deliver(make_error(
+        ec::not_leader,
+        "no Raft leader elected within "
+          + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             st.cfg.leader_wait)
+                             .count())
+          + " ms (is a majority of the voters up and connected?); leader=-1"));
+    } else {
+      st.leaderless.push_back(std::move(p));
+    }
+  }
+}
+
 } // namespace
 
 raft_actor::behavior_type raft_node(self_ptr self, raft_node_config cfg) {
@@ -159,20 +211,20 @@ raft_actor::behavior_type raft_node(self_ptr self, raft_node_config cfg) {
     [self](raft_atom, const raft_message& m) {
       self->state.core->step(m);
       flush(self);
+      settle_leaderless(self);
     },
     [self](propose_atom, std::string& command) -> caf::result<raft_applied> {
       auto& st = self->state;
-      auto index = st.core->propose(std::move(command));
-      if (!index) {
-        if (st.core->failure()) {
-          flush(self);
-          return st.core->failure();
-        }
-        return std::move(index.error());
+      if (st.core->role() != raft_role::leader && st.core->leader() < 0
+          && !st.core->failure() && st.cfg.leader_wait.count() > 0) {
+        // An election is due or running: wait for its outcome.
+        auto rp = self->make_response_promise<raft_applied>();
+        st.leaderless.push_back(raft_node_state::leaderless_proposal{
+          std::move(command), rp, self->clock().now() + st.cfg.leader_wait});
+        return rp;
       }
       auto rp = self->make_response_promise<raft_applied>();
-      st.waiting[*index] = raft_node_state::pending{st.core->term(), rp};
-      flush(self);
+      propose_now(self, std::move(command), rp);
       return rp;
     },
     [self](status_atom) -> caf::result<raft_status> {
@@ -191,6 +243,7 @@ raft_actor::behavior_type raft_node(self_ptr self, raft_node_config cfg) {
     [self](tick_atom) {
       self->state.core->tick();
       flush(self);
+      settle_leaderless(self);
       self->delayed_send(self, self->state.cfg.tick_interval, tick_atom_v);
     },
     [self](fetch_atom, raft_atom, uint64_t after) -> raft_log_chunk {

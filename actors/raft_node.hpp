@@ -100,6 +100,11 @@ struct raft_node_config {
   /// Compact once this many entries are applied beyond the last snapshot
   /// (0 = never).
   uint64_t snapshot_threshold = 1000;
+  /// A proposal while no leader is known (at start, during an election)
+  /// waits this long for one: proposed here if this node wins, else
+  /// answered not_leader with the winner's id (the node forwards it there).
+  /// 0: answered not_leader (leader=-1) at once.
+  caf::timespan leader_wait = std::chrono::seconds{3};
 };
 
 struct raft_node_state {
@@ -113,6 +118,13 @@ struct raft_node_state {
     caf::typed_response_promise<raft_applied> promise;
   };
   std::map<uint64_t, pending> waiting;
+  /// Proposals that arrived while no leader was known (see leader_wait).
+  struct leaderless_proposal {
+    std::string command;
+    caf::typed_response_promise<raft_applied> promise;
+    caf::actor_clock::time_point deadline;
+  };
+  std::vector<leaderless_proposal> leaderless;
   std::vector<caf::actor> subscribers;
   /// Role, term and leader last reported to subscribers.
   raft_status reported;

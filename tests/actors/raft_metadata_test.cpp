@@ -163,6 +163,7 @@ protected:
           c.peers[v] = net_actor_;
       c.tick_interval = tick;
       c.snapshot_threshold = snapshot_threshold;
+      c.leader_wait = 1s; // below mc.request_timeout, as in ferryd (3 s < 5 s)
       n.raft = sys_->spawn(raft_node, c);
       raft_metadata_config mc;
       mc.raft = n.raft;
@@ -418,6 +419,54 @@ TEST_F(RaftMetadata, FollowerWriteAnswersNotLeaderWithHint) {
   EXPECT_TRUE(is(pid.error(), ec::not_leader));
   // Following the hint works.
   EXPECT_TRUE(create(l, "t1"));
+}
+
+// A write before the first election has ended waits for it: it commits
+// when its node wins, else it is answered not_leader naming the winner
+// (never leader=-1), and the hint works.
+TEST_F(RaftMetadata, WriteBeforeTheFirstElectionWaitsForItsOutcome) {
+  start();
+  EXPECT_EQ(status(2).leader, -1) << "a leader before any tick";
+  auto r = ask_async<topic_metadata>(2, create_atom_v, topic_atom_v,
+                                     std::string{"early"}, topic_config{});
+  EXPECT_FALSE(r->has_value()) << "answered before any election";
+  for (int i = 0; i < 300 && !r->has_value(); ++i)
+    step();
+  ASSERT_TRUE(r->has_value()) << "no answer after 3 s of virtual time";
+  auto l = await_leader();
+  ASSERT_NE(l, -1);
+  if (l == 2) {
+    ASSERT_TRUE(**r) << describe((*r)->error());
+  } else {
+    ASSERT_FALSE(**r) << "node 2 is not the leader, yet it took the write";
+    EXPECT_TRUE(is((*r)->error(), ec::not_leader)) << describe((*r)->error());
+    EXPECT_NE(describe((*r)->error()).find("leader=" + std::to_string(l)),
+              std::string::npos)
+      << describe((*r)->error());
+    ASSERT_TRUE(create(l, "early"));
+  }
+  EXPECT_TRUE(names_at(l).count("early"));
+}
+
+// With no majority reachable no leader comes: the write is answered
+// not_leader (leader=-1) once leader_wait has passed, not at once.
+TEST_F(RaftMetadata, WriteWithoutAMajorityGivesUpAfterTheLeaderWait) {
+  isolated_ = 2;
+  start();
+  auto r = ask_async<topic_metadata>(2, create_atom_v, topic_atom_v,
+                                     std::string{"alone"}, topic_config{});
+  for (int i = 0; i < 90; ++i) // 0.9 s of the 1 s leader_wait
+    step();
+  EXPECT_FALSE(r->has_value()) << "gave up before leader_wait";
+  for (int i = 0; i < 50 && !r->has_value(); ++i)
+    step();
+  ASSERT_TRUE(r->has_value()) << "still waiting 1.4 s in";
+  ASSERT_FALSE(**r) << "an isolated node took a write";
+  EXPECT_TRUE(is((*r)->error(), ec::not_leader)) << describe((*r)->error());
+  EXPECT_NE(describe((*r)->error()).find("no Raft leader elected within 1000 ms"),
+            std::string::npos)
+    << describe((*r)->error());
+  EXPECT_NE(describe((*r)->error()).find("leader=-1"), std::string::npos);
 }
 
 TEST_F(RaftMetadata, NewLeaderAfterPartitionAndOldLeaderCatchesUp) {
