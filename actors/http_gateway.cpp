@@ -553,6 +553,27 @@ void get_cluster(call& c) {
     cluster_atom_v);
 }
 
+// DELETE /v1/cluster/nodes/{id}: as `ferryctl cluster remove-node` (without
+// its wait): the controller moves every replica off broker-only node `id`,
+// then unregisters it. 202: the removal started; GET /v1/cluster shows it
+// ("removing") until the node is gone.
+void remove_node(call& c) {
+  auto id = http_api::parse_int(c.params[0], 0,
+                                std::numeric_limits<int32_t>::max(), "node id");
+  if (!id)
+    return c.sink->post_error(id.error());
+  auto node = static_cast<int32_t>(*id);
+  ask<broker_registration>(
+    c, timeout_of(c.core),
+    [node](broker_registration& reg) {
+      return reply(202, json{{"node", node},
+                             {"host", reg.host},
+                             {"port", reg.port},
+                             {"status", "removing"}});
+    },
+    delete_atom_v, broker_atom_v, node);
+}
+
 // -- handlers: topics ------------------------------------------------------------
 
 void list_topics(call& c) {
@@ -1188,6 +1209,7 @@ const std::vector<route_entry>& routes() {
   static const std::vector<route_entry> table{
     {{"healthz"}, {{v::get, get_health}}},
     {{"v1", "cluster"}, {{v::get, get_cluster}}},
+    {{"v1", "cluster", "nodes", "{}"}, {{v::delete_, remove_node}}},
     {{"v1", "topics"}, {{v::get, list_topics}, {v::post, create_topic}}},
     {{"v1", "topics", "{}"},
      {{v::get, describe_topic}, {v::patch, alter_topic}, {v::delete_, delete_topic}}},

@@ -21,6 +21,8 @@
 //   POST   /v1/groups/{group}/queue/{topic}/ack|nack|reject|extend
 //          {"member","partition","offset","leaseId","delayMs","extendMs","error"}
 //   GET    /v1/cluster
+//   DELETE /v1/cluster/nodes/{id}                      remove a broker-only node
+//          (202: its replicas move away, then it leaves; see GET /v1/cluster)
 //   GET    /healthz
 // Errors: {"error":{"code","message"}}; the code is a ferry ec name. An
 // unknown path is 404 not_found, a known path with another method 405

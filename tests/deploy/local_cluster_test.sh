@@ -259,6 +259,25 @@ if ((nodes == 3)); then
   rc=0
   out=$("$script" status 2>&1) || rc=$?
   ((rc == 0)) || fail "status exited $rc after remove (the removed node must not count): $out"
+
+  step "HTTP API: DELETE /v1/cluster/nodes/5 removes broker-only node 5"
+  out=$("$script" add) || fail "second add failed: $out"
+  deadline=$((SECONDS + 30))
+  until ctl cluster describe 2>/dev/null | grep -E "^5 +broker " >/dev/null; do
+    ((SECONDS < deadline)) || fail "cluster describe does not show node 5 after 30 s"
+    sleep 0.5
+  done
+  out=$(curl -sS -w ' %{http_code}' -X DELETE "http://127.0.0.1:$((base + 101))/v1/cluster/nodes/5") ||
+    fail "DELETE /v1/cluster/nodes/5 failed: $out"
+  echo "$out"
+  [[ $out == *' 202' && $out == *'"status":"removing"'* ]] || fail "DELETE /v1/cluster/nodes/5 did not answer 202 removing: $out"
+  out=$(curl -sS -w ' %{http_code}' -X DELETE "http://127.0.0.1:$((base + 101))/v1/cluster/nodes/2") || true
+  [[ $out == *' 400' && $out == *invalid_request* && $out == *voter* ]] || fail "removing voter 2 over HTTP was not refused: $out"
+  deadline=$((SECONDS + 30))
+  while ctl cluster describe 2>/dev/null | grep -E '^5 ' >/dev/null; do
+    ((SECONDS < deadline)) || fail "node 5 still listed 30 s after DELETE"
+    sleep 0.5
+  done
 fi
 
 step "stop"
