@@ -166,6 +166,20 @@ caf::expected<fetch_response> read_fetch(const partition_replica_state& st,
   return resp;
 }
 
+// Answers parked fetch `w` with `resp` (its data, or the error reading it)
+// and counts it.
+void answer_waiter(partition_replica_state& st,
+                   partition_replica_state::fetch_waiter& w,
+                   caf::expected<fetch_response>&& resp) {
+  if (resp) {
+    observe_fetch(st, w.request, *resp, w.arrived);
+    w.promise.deliver(std::move(*resp));
+  } else {
+    count_fetch_failure(st, w.request, resp.error());
+    w.promise.deliver(std::move(resp.error()));
+  }
+}
+
 // Answers parked fetches that now have min_bytes (or all of them); with
 // `followers_only` only those of followers (their reads end at the log end,
 // not the HW).
@@ -178,18 +192,13 @@ void wake_waiters(replica_ptr self, bool all, bool followers_only = false) {
       continue;
     }
     auto resp = read_fetch(st, w.request);
-    if (!resp) {
-      count_fetch_failure(st, w.request, resp.error());
-      w.promise.deliver(std::move(resp.error()));
-    } else if (all
-               || resp->data.size()
-                    >= static_cast<size_t>(std::max(w.request.min_bytes, 0))) {
-      observe_fetch(st, w.request, *resp, w.arrived);
-      w.promise.deliver(std::move(*resp));
-    } else {
+    if (resp && !all
+        && resp->data.size()
+             < static_cast<size_t>(std::max(w.request.min_bytes, 0))) {
       ++i;
       continue;
     }
+    answer_waiter(st, w, std::move(resp));
     i = st.waiters.erase(i);
   }
 }
@@ -945,14 +954,7 @@ void expire_waiters(replica_ptr self) {
       ++i;
       continue;
     }
-    auto resp = read_fetch(st, w.request);
-    if (resp) {
-      observe_fetch(st, w.request, *resp, w.arrived);
-      w.promise.deliver(std::move(*resp));
-    } else {
-      count_fetch_failure(st, w.request, resp.error());
-      w.promise.deliver(std::move(resp.error()));
-    }
+    answer_waiter(st, w, read_fetch(st, w.request));
     i = st.waiters.erase(i);
   }
   if (next)
