@@ -236,12 +236,16 @@ struct produce_response {
   /// True if the batch was a retried duplicate and was not appended again
   /// (the offsets are those of the original append).
   bool duplicate = false;
+  /// Set by a node that relayed the request to the partition's leader: that
+  /// leader's node id (a producer sends there directly next). -1: answered
+  /// by the leader itself.
+  int32_t leader = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, produce_response& x) {
   return f(caf::meta::type_name("ferry::produce_response"), x.base_offset,
-           x.last_offset, x.log_start, x.duplicate);
+           x.last_offset, x.log_start, x.duplicate, x.leader);
 }
 
 /// Read records from one partition, with long poll.
@@ -279,13 +283,17 @@ struct fetch_response {
   /// diverging_end and fetches again; `data` is empty then.
   int32_t diverging_epoch = -1;
   offset diverging_end{-1};
+  /// Set by a node that relayed the fetch to the partition's leader: that
+  /// leader's node id (a consumer fetches there directly next). -1:
+  /// answered by the replica itself.
+  int32_t leader = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_response& x) {
   return f(caf::meta::type_name("ferry::fetch_response"), x.data,
            x.next_offset, x.high_watermark, x.log_start, x.log_end,
-           x.diverging_epoch, x.diverging_end);
+           x.diverging_epoch, x.diverging_end, x.leader);
 }
 
 /// Offset lookup: earliest, latest or by timestamp.
@@ -878,6 +886,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::partition_status))
   CAF_ADD_TYPE_ID(ferry, (ferry::topic_description))
   CAF_ADD_TYPE_ID(ferry, (ferry::node_info))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::node_info>))
   CAF_ADD_TYPE_ID(ferry, (ferry::cluster_description))
   CAF_ADD_TYPE_ID(ferry, (ferry::acks_mode))
   CAF_ADD_TYPE_ID(ferry, (ferry::produce_request))
@@ -1117,6 +1126,10 @@ using broker_actor = caf::typed_actor<
   caf::replies_to<alter_atom, topic_atom, std::string, std::map<std::string, std::string>>::with<topic_metadata>,
   caf::replies_to<add_parts_atom, std::string, int32_t>::with<topic_metadata>,
   caf::replies_to<cluster_atom>::with<cluster_description>,
+  /// The nodes and the endpoints clients reach them at (Kafka's Metadata
+  /// brokers), without cluster_atom's partition status: the producer and
+  /// consumer use it to send partition requests to leaders directly.
+  caf::replies_to<list_atom, broker_atom>::with<std::vector<node_info>>,
   caf::replies_to<join_atom, join_group_request>::with<join_group_response>,
   caf::replies_to<sync_atom, sync_group_request>::with<sync_group_response>,
   caf::reacts_to<heartbeat_atom, heartbeat_request>,

@@ -542,15 +542,11 @@ void await_replicas(self_ptr self, topic_metadata md,
   check_create_waiters(self);
 }
 
-/// Answers `rp` with this node, the controller (itself until Raft) and the
-/// live state of every topic.
-void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
-                      caf::typed_response_promise<cluster_description> rp) {
+/// The cluster's nodes as this node knows them, with the endpoints clients
+/// reach them at: the voters, then registered broker-only nodes, by id.
+std::vector<node_info> cluster_nodes(self_ptr self) {
   auto& st = self->state;
-  auto cd = std::make_shared<cluster_description>();
-  cd->cluster_id = st.cfg.cluster_id;
-  cd->controller = st.cfg.node_id;
-  cd->raft_term = 0;
+  std::vector<node_info> out;
   node_info me;
   me.id = st.cfg.node_id;
   me.host = st.cfg.host;
@@ -560,65 +556,80 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
   me.alive = true;
   me.controller = true;
   if (!cluster_mode(st)) {
-    cd->nodes.push_back(std::move(me));
-  } else {
+    out.push_back(std::move(me));
+    return out;
+  }
+  std::map<int32_t, broker_registration> regs;
+  if (st.machine)
+    for (auto& b : st.machine->brokers())
+      regs.emplace(b.id, b);
+  std::set<int32_t> removing;
+  if (st.machine)
+    for (auto id : st.machine->removing())
+      removing.insert(id);
+  // The voters (always), then the registered broker-only nodes, by id.
+  std::map<int32_t, node_info> nodes;
+  for (auto& v : st.cfg.voters) {
+    node_info ni;
+    ni.id = v.id;
+    ni.host = v.host;
+    ni.port = v.port;
+    nodes[v.id] = ni;
+  }
+  for (auto& [id, b] : regs) {
+    if (nodes.count(id) > 0)
+      continue;
+    node_info ni;
+    ni.id = id;
+    ni.host = b.host;
+    ni.port = b.port;
+    ni.voter = false;
+    nodes[id] = ni;
+  }
+  if (nodes.count(st.cfg.node_id) == 0) {
+    me.voter = false; // not registered yet (or removed): still shown
+    nodes[st.cfg.node_id] = me;
+  }
+  for (auto& [id, ni] : nodes) {
+    if (id == st.cfg.node_id) {
+      auto voter = ni.voter;
+      ni = me;
+      ni.voter = voter;
+    } else {
+      if (auto r = regs.find(id); r != regs.end()) {
+        // The endpoint the broker registered (where clients reach it)
+        // over this node's voter entry, which may name a different route
+        // (a proxy, a NAT) from this node to that one.
+        if (!r->second.host.empty() && r->second.port != 0) {
+          ni.host = r->second.host;
+          ni.port = r->second.port;
+        }
+        ni.http_port = r->second.http_port;
+        ni.metrics_port = r->second.metrics_port;
+      }
+      ni.alive = st.peers.count(id) > 0;
+    }
+    ni.controller = id == st.raft_st.leader;
+    ni.removing = removing.count(id) > 0;
+    out.push_back(ni);
+  }
+  return out;
+}
+
+/// Answers `rp` with the nodes, the controller (this node on a single node)
+/// and the live state of every topic.
+void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
+                      caf::typed_response_promise<cluster_description> rp) {
+  auto& st = self->state;
+  auto cd = std::make_shared<cluster_description>();
+  cd->cluster_id = st.cfg.cluster_id;
+  cd->controller = st.cfg.node_id;
+  cd->raft_term = 0;
+  if (cluster_mode(st)) {
     cd->controller = st.raft_st.leader;
     cd->raft_term = static_cast<int64_t>(st.raft_st.term);
-    std::map<int32_t, broker_registration> regs;
-    if (st.machine)
-      for (auto& b : st.machine->brokers())
-        regs.emplace(b.id, b);
-    std::set<int32_t> removing;
-    if (st.machine)
-      for (auto id : st.machine->removing())
-        removing.insert(id);
-    // The voters (always), then the registered broker-only nodes, by id.
-    std::map<int32_t, node_info> nodes;
-    for (auto& v : st.cfg.voters) {
-      node_info ni;
-      ni.id = v.id;
-      ni.host = v.host;
-      ni.port = v.port;
-      nodes[v.id] = ni;
-    }
-    for (auto& [id, b] : regs) {
-      if (nodes.count(id) > 0)
-        continue;
-      node_info ni;
-      ni.id = id;
-      ni.host = b.host;
-      ni.port = b.port;
-      ni.voter = false;
-      nodes[id] = ni;
-    }
-    if (nodes.count(st.cfg.node_id) == 0) {
-      me.voter = false; // not registered yet (or removed): still shown
-      nodes[st.cfg.node_id] = me;
-    }
-    for (auto& [id, ni] : nodes) {
-      if (id == st.cfg.node_id) {
-        auto voter = ni.voter;
-        ni = me;
-        ni.voter = voter;
-      } else {
-        if (auto r = regs.find(id); r != regs.end()) {
-          // The endpoint the broker registered (where clients reach it)
-          // over this node's voter entry, which may name a different route
-          // (a proxy, a NAT) from this node to that one.
-          if (!r->second.host.empty() && r->second.port != 0) {
-            ni.host = r->second.host;
-            ni.port = r->second.port;
-          }
-          ni.http_port = r->second.http_port;
-          ni.metrics_port = r->second.metrics_port;
-        }
-        ni.alive = st.peers.count(id) > 0;
-      }
-      ni.controller = id == st.raft_st.leader;
-      ni.removing = removing.count(id) > 0;
-      cd->nodes.push_back(ni);
-    }
   }
+  cd->nodes = cluster_nodes(self);
   cd->topics.resize(topics.size());
   if (topics.empty()) {
     rp.deliver(std::move(*cd));
@@ -663,6 +674,7 @@ caf::expected<partition_actor> route(self_ptr self, const std::string& topic,
 struct route_target {
   partition_actor local;
   broker_actor remote;
+  int32_t leader = -1; ///< the remote's node id
 };
 
 /// route() for client requests: in a cluster, a partition led by another
@@ -690,7 +702,7 @@ caf::expected<route_target> route_client(self_ptr self,
                               + std::to_string(pa.leader) + ", not node "
                               + std::to_string(st.cfg.node_id) + " (leader="
                               + std::to_string(pa.leader) + ")");
-        return route_target{partition_actor{}, peer->second};
+        return route_target{partition_actor{}, peer->second, pa.leader};
       }
     }
   }
@@ -714,10 +726,23 @@ void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
     rp.delegate(r->local, atom, std::move(req));
     return;
   }
+  if (self->state.probe) {
+    if constexpr (std::is_same_v<Atom, produce_atom>)
+      self->state.probe->forwarded("produce");
+    else if constexpr (std::is_same_v<Atom, fetch_atom>)
+      self->state.probe->forwarded("fetch");
+    else
+      self->state.probe->forwarded("offsets");
+  }
   // Bounded: a forward lost with a dying link must not wait forever (the
   // longest legitimate wait is a long-poll fetch, at most max_fetch_wait).
   self->request(r->remote, std::chrono::seconds{75}, atom, std::move(req))
-    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+    .then([rp, leader = r->leader](T& x) mutable {
+            if constexpr (std::is_same_v<T, produce_response>
+                          || std::is_same_v<T, fetch_response>)
+              x.leader = leader; // the client goes there directly next
+            rp.deliver(std::move(x));
+          },
           [self, rp](caf::error& err) mutable {
             rp.deliver(failed(self, std::move(err)));
           });
@@ -2096,6 +2121,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
         },
         add_parts_atom_v, std::move(name), n);
       return rp;
+    },
+    [self](list_atom, broker_atom) -> std::vector<node_info> {
+      return cluster_nodes(self);
     },
     [self](cluster_atom) -> caf::result<cluster_description> {
       auto rp = self->make_response_promise<cluster_description>();

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -186,6 +187,10 @@ struct partition_queue {
   int32_t next_sequence = 0;
   clock::time_point resume_at{};
   int32_t failures = 0; ///< consecutive retriable failures (backoff)
+  /// The node whose leader link carries the batches in flight; -1: the
+  /// bootstrap connection. A partition changes routes only with nothing in
+  /// flight, so its requests never overtake each other on two paths.
+  int32_t via = -1;
 };
 
 /// A message accepted but not yet in a batch.
@@ -196,6 +201,14 @@ struct pending {
   uint64_t epoch = 0;
   size_t bytes = 0;
   bool refreshed = false; ///< metadata was refreshed for it already
+};
+
+/// A connection of its own to a node that leads some of our partitions
+/// (producer_config::route_to_leaders).
+struct leader_link {
+  broker_endpoint ep;
+  connection_actor conn;
+  broker_actor broker; ///< null while (re)connecting
 };
 
 struct flush_waiter {
@@ -225,6 +238,18 @@ struct producer_state {
   bool metadata_wanted = false;
   caf::error metadata_error;
   std::map<std::string, std::deque<pending>> waiting_metadata;
+
+  /// Partition leaders (node ids) from the metadata, updated by relayed
+  /// answers (produce_response::leader) in between.
+  std::map<topic_partition, int32_t> leaders;
+  /// Where clients reach each node ((list_atom, broker_atom)).
+  std::map<int32_t, broker_endpoint> node_endpoints;
+  bool nodes_requested = false;
+  std::map<int32_t, leader_link> links;
+  /// Every link connection ever spawned and not yet stopped: stopped when
+  /// the producer ends (shared with its attach_functor).
+  std::shared_ptr<std::vector<connection_actor>> link_conns
+    = std::make_shared<std::vector<connection_actor>>();
 
   std::deque<pending> blocked; ///< waiting for buffer space, FIFO
   std::map<topic_partition, partition_queue> queues;
@@ -388,11 +413,24 @@ void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
                uint64_t send_no, caf::error err);
 void admit_blocked(producer_pointer self);
 void close_open(producer_pointer self, partition_queue& q);
+std::pair<broker_actor, int32_t> route_of(producer_pointer self,
+                                          const partition_queue& q);
 
 void send_ready(producer_pointer self, partition_queue& q) {
   auto& st = self->state;
-  if (!st.broker || (st.idempotent && !st.pid_ready) || clock::now() < q.resume_at)
+  if ((st.idempotent && !st.pid_ready) || clock::now() < q.resume_at)
     return;
+  auto [hdl, via] = route_of(self, q);
+  if (!hdl)
+    return;
+  if (via != q.via) {
+    // A new route (a leader link came up or went away, the leader moved):
+    // taken once the requests on the old one are answered, so a later
+    // batch never reaches the leader before an earlier one.
+    if (!q.in_flight.empty())
+      return;
+    q.via = via;
+  }
   while (!q.ready.empty()
          && static_cast<int32_t>(q.in_flight.size()) < st.max_in_flight) {
     auto b = std::move(q.ready.front());
@@ -407,7 +445,7 @@ void send_ready(producer_pointer self, partition_queue& q) {
     b->data.clear();
     if (st.cfg.acks == acks_mode::none) {
       // Fire and forget: no reply is wanted, so none is asked for.
-      caf::anon_send(st.broker, produce_atom_v, std::move(req));
+      caf::anon_send(hdl, produce_atom_v, std::move(req));
       complete_batch(st, q, *b, offset{-1});
       continue;
     }
@@ -420,7 +458,7 @@ void send_ready(producer_pointer self, partition_queue& q) {
     // CAF's clock thread twice per request (~6k wake-ups/s at full speed);
     // housekeeping fails requests older than request.timeout.ms instead.
     ensure_housekeeping(self);
-    self->request(st.broker, caf::infinite, produce_atom_v, std::move(req))
+    self->request(hdl, caf::infinite, produce_atom_v, std::move(req))
       .then(
         [self, tp = q.tp, id, sn](produce_response& r) {
           on_produced(self, tp, id, sn, r);
@@ -451,6 +489,104 @@ void requeue_in_flight(producer_state& st, partition_queue& q) {
       b->base_sequence = -1; // a new producer id numbers it afresh
     q.ready.push_front(std::move(b));
   }
+}
+
+// -- routing to partition leaders ----------------------------------------------
+
+/// An endpoint a client can dial: a wildcard listen address ("0.0.0.0",
+/// "::") or a missing port names no particular host.
+bool dialable(const broker_endpoint& ep) {
+  return ep.port != 0 && !ep.host.empty() && ep.host != "0.0.0.0"
+         && ep.host != "::" && ep.host != "[::]";
+}
+
+/// The link to `node`, opened now if its endpoint is known and dialable;
+/// nullptr otherwise.
+leader_link* link_to(producer_pointer self, int32_t node) {
+  auto& st = self->state;
+  if (auto i = st.links.find(node); i != st.links.end())
+    return &i->second;
+  auto e = st.node_endpoints.find(node);
+  if (e == st.node_endpoints.end() || !dialable(e->second))
+    return nullptr;
+  connection_config cc;
+  cc.endpoints = {e->second};
+  cc.host = e->second.host;
+  cc.port = e->second.port;
+  auto conn = spawn_connection(self->system(), std::move(cc));
+  st.link_conns->push_back(conn);
+  auto& l = st.links[node];
+  l.ep = e->second;
+  l.conn = conn;
+  self->send(conn, subscribe_atom_v, caf::actor_cast<connection_listener>(self));
+  return &l;
+}
+
+/// The handle partition q's requests go through now, and whose it is: its
+/// leader's link when that is connected (node id), else the bootstrap
+/// connection (-1), whose node relays to the leader.
+std::pair<broker_actor, int32_t> route_of(producer_pointer self,
+                                          const partition_queue& q) {
+  auto& st = self->state;
+  if (st.cfg.route_to_leaders) {
+    auto ld = st.leaders.find(q.tp);
+    if (ld != st.leaders.end() && ld->second >= 0)
+      if (auto* l = link_to(self, ld->second); l && l->broker)
+        return {l->broker, ld->second};
+  }
+  return {st.broker, -1};
+}
+
+/// Closes links no partition of ours is led through any more (or whose
+/// node moved to another endpoint), once nothing is in flight on them.
+void prune_links(producer_pointer self) {
+  auto& st = self->state;
+  std::set<int32_t> wanted;
+  for (auto& [tp, q] : st.queues)
+    if (auto ld = st.leaders.find(tp); ld != st.leaders.end())
+      wanted.insert(ld->second);
+  for (auto i = st.links.begin(); i != st.links.end();) {
+    auto node = i->first;
+    auto e = st.node_endpoints.find(node);
+    bool moved = e == st.node_endpoints.end() || !(e->second == i->second.ep);
+    bool busy = std::any_of(st.queues.begin(), st.queues.end(), [node](auto& kv) {
+      return kv.second.via == node && !kv.second.in_flight.empty();
+    });
+    if ((wanted.count(node) > 0 && !moved) || busy) {
+      ++i;
+      continue;
+    }
+    caf::anon_send(i->second.conn, stop_atom_v);
+    std::erase(*st.link_conns, i->second.conn);
+    i = st.links.erase(i);
+  }
+}
+
+/// Asks the bootstrap node where every node is reached (for the links).
+void request_nodes(producer_pointer self) {
+  auto& st = self->state;
+  if (!st.cfg.route_to_leaders || !st.broker || st.nodes_requested)
+    return;
+  st.nodes_requested = true;
+  auto gen = st.conn_gen;
+  self->request(st.broker, st.cfg.request_timeout, list_atom_v, broker_atom_v)
+    .then(
+      [self, gen](std::vector<node_info>& nodes) {
+        auto& st = self->state;
+        if (gen != st.conn_gen)
+          return;
+        st.nodes_requested = false;
+        st.node_endpoints.clear();
+        for (auto& n : nodes)
+          st.node_endpoints[n.id] = broker_endpoint{n.host, n.port};
+        prune_links(self);
+        send_all(self);
+      },
+      [self, gen](caf::error&) {
+        auto& st = self->state;
+        if (gen == st.conn_gen)
+          st.nodes_requested = false; // again with the next metadata
+      });
 }
 
 void request_pid(producer_pointer self);
@@ -553,7 +689,7 @@ void linger_expired(producer_pointer self, partition_queue& q) {
   // before, so the delivery timeout covers it.
   bool slots_full = static_cast<int32_t>(q.in_flight.size()) >= st.max_in_flight
                     || !q.ready.empty();
-  if (slots_full && st.broker && (!st.idempotent || st.pid_ready)
+  if (slots_full && route_of(self, q).first && (!st.idempotent || st.pid_ready)
       && clock::now() >= q.resume_at) {
     q.open_due = true;
     return;
@@ -706,17 +842,24 @@ void request_metadata(producer_pointer self) {
         st.metadata_at = clock::now();
         st.metadata_error = caf::error{};
         std::unordered_map<std::string, int32_t> fresh;
+        st.leaders.clear();
         for (auto& t : topics) {
           auto n = t.partitions.empty() ? t.config.partitions
                                         : static_cast<int32_t>(t.partitions.size());
           if (n <= 0)
             continue;
+          for (auto& pa : t.partitions)
+            if (pa.leader >= 0)
+              st.leaders[topic_partition{t.name, pa.partition}] = pa.leader;
           auto old = st.partitions.find(t.name);
           if (old != st.partitions.end() && old->second != n)
             st.part.reset(t.name);
           fresh.emplace(t.name, n);
         }
         st.partitions = std::move(fresh);
+        request_nodes(self); // the leaders' endpoints (links: send_all)
+        prune_links(self);
+        send_all(self);
         auto waiting = std::move(st.waiting_metadata);
         st.waiting_metadata.clear();
         for (auto& [topic, msgs] : waiting) {
@@ -802,6 +945,16 @@ void on_produced(producer_pointer self, const topic_partition& tp, uint64_t id,
   auto b = std::move(*i);
   q.in_flight.erase(i);
   q.failures = 0;
+  if (r.leader >= 0 && st.cfg.route_to_leaders) {
+    // Relayed by the node we sent to: the leader is elsewhere (send_ready
+    // moves there once this partition's requests are answered).
+    auto& ld = st.leaders[tp];
+    if (ld != r.leader) {
+      ld = r.leader;
+      if (st.node_endpoints.count(r.leader) == 0)
+        st.metadata_wanted = true;
+    }
+  }
   complete_batch(st, q, *b, r.base_offset);
   after_progress(self, q);
 }
@@ -967,6 +1120,10 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
   if (!st.idempotent && st.cfg.retries > 0)
     st.max_in_flight = 1; // a retry must not overtake a later batch
   st.conn = conn;
+  self->attach_functor([links = st.link_conns](const caf::error&) {
+    for (auto& c : *links)
+      caf::anon_send(c, stop_atom_v);
+  });
   if (owns_conn)
     self->attach_functor([conn](const caf::error&) { caf::anon_send(conn, stop_atom_v); });
   self->send(conn, subscribe_atom_v, caf::actor_cast<connection_listener>(self));
@@ -1065,13 +1222,36 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
     },
     [self](connect_atom, broker_actor& hdl) {
       auto& st = self->state;
+      auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      if (from && from != st.conn.address()) {
+        // A leader link connected or lost its node.
+        for (auto& [node, l] : st.links) {
+          if (l.conn.address() != from)
+            continue;
+          l.broker = std::move(hdl);
+          if (!l.broker) {
+            // Resent through the current route (deduplicated by sequence
+            // if the lost node appended them after all).
+            for (auto& [tp, q] : st.queues)
+              if (q.via == node)
+                requeue_in_flight(st, q);
+            st.metadata_wanted = true; // the leaders may have moved
+            ensure_housekeeping(self);
+          }
+          send_all(self);
+          return;
+        }
+        return; // a link closed since
+      }
       ++st.conn_gen;
       st.metadata_requested = false;
+      st.nodes_requested = false;
       st.pid_requested = false;
       if (!hdl) {
         st.broker = nullptr;
         for (auto& [tp, q] : st.queues)
-          requeue_in_flight(st, q);
+          if (q.via < 0)
+            requeue_in_flight(st, q);
         return;
       }
       st.broker = std::move(hdl);

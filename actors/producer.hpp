@@ -18,7 +18,15 @@
 // partition, retries with backoff, and idempotence (a producer id from the
 // broker plus per-partition sequence numbers, so a resent batch is
 // deduplicated and per-partition order holds). Batches that were in flight
-// when the connection dropped are resent after the reconnect. Memory is
+// when the connection dropped are resent after the reconnect.
+//
+// Routing (route_to_leaders): the producer learns each partition's leader
+// from the metadata and each node's endpoint from (list_atom, broker_atom),
+// and opens a connection of its own to every node that leads one of its
+// partitions; a partition's requests go there. Until that link is up, or
+// when it drops, they go through the bootstrap connection, whose node
+// relays them and names the leader in its answer. A partition switches
+// route only when none of its requests is in flight. Memory is
 // bounded by buffer_memory: past it, produce waits up to max_block, then
 // fails with `throttled` (retriable).
 
@@ -73,8 +81,15 @@ struct producer_config {
   std::chrono::milliseconds max_block{60000};
   /// max.request.size: largest single record accepted.
   size_t max_request_size = 1u << 20;
-  /// metadata.max.age.ms: topic partition counts are refreshed this often.
+  /// metadata.max.age.ms: topic partition counts and leaders are
+  /// refreshed this often (and after not_leader or a lost leader link).
   std::chrono::milliseconds metadata_max_age{300000};
+  /// Send each partition's batches to the node leading it, over a
+  /// connection of the producer's own, as Kafka clients do. The bootstrap
+  /// connection carries metadata, and carries produce requests while a
+  /// leader is unknown or its node unreachable (that node relays them).
+  /// false: everything goes through the bootstrap connection.
+  bool route_to_leaders = true;
 };
 
 /// Parses "none", "gzip", "lz4", "zstd" (invalid_config otherwise).

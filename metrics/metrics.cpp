@@ -82,7 +82,10 @@ struct registry::families {
                               "Last committed metadata log index this node "
                               "knows")),
       request_errors(counter(r, "ferry_request_errors_total",
-                             "Failed client requests by error code")) {
+                             "Failed client requests by error code")),
+      forwarded(counter(r, "ferry_forwarded_requests_total",
+                        "Client partition requests this node relayed to "
+                        "the node leading the partition")) {
   }
 
   static gauges& gauge(prometheus::Registry& r, const char* name,
@@ -125,6 +128,7 @@ struct registry::families {
   gauges& raft_is_leader;
   gauges& raft_commit_index;
   counters& request_errors;
+  counters& forwarded;
 };
 
 registry::registry()
@@ -170,6 +174,7 @@ prometheus::Family<prometheus::Gauge>& registry::raft_term() { return families_-
 prometheus::Family<prometheus::Gauge>& registry::raft_is_leader() { return families_->raft_is_leader; }
 prometheus::Family<prometheus::Gauge>& registry::raft_commit_index() { return families_->raft_commit_index; }
 prometheus::Family<prometheus::Counter>& registry::request_errors_total() { return families_->request_errors; }
+prometheus::Family<prometheus::Counter>& registry::forwarded_requests_total() { return families_->forwarded; }
 // clang-format on
 
 template <class T>

@@ -122,6 +122,11 @@ public:
   /// ferry_request_errors_total {code} (counter): failed client requests by
   /// error code name (ferry::to_string(ec), e.g. "unknown_topic").
   prometheus::Family<prometheus::Counter>& request_errors_total();
+  /// ferry_forwarded_requests_total {kind} (counter): client partition
+  /// requests (kind "produce", "fetch" or "offsets") this node relayed to the node
+  /// leading the partition. Clients that send to partition leaders directly
+  /// (the producer and consumer of the client library) keep it near 0.
+  prometheus::Family<prometheus::Counter>& forwarded_requests_total();
 
   // -- series lifetime --------------------------------------------------------
 

@@ -35,6 +35,8 @@ node_probe::~node_probe() {
   r.release(r.raft_commit_index(), {});
   for (const auto& [code, counter] : errors_)
     r.release(r.request_errors_total(), labels{{"code", code}});
+  for (const auto& [kind, counter] : forwarded_)
+    r.release(r.forwarded_requests_total(), labels{{"kind", kind}});
 }
 
 void node_probe::disk(uint64_t used_bytes, uint64_t free_bytes) {
@@ -75,6 +77,18 @@ void node_probe::request_failed(std::string_view code) {
     auto& c = reg_->acquire(reg_->request_errors_total(),
                             labels{{"code", name}});
     i = errors_.emplace(std::move(name), &c).first;
+  }
+  i->second->Increment();
+}
+
+void node_probe::forwarded(std::string_view kind) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = forwarded_.find(kind);
+  if (i == forwarded_.end()) {
+    std::string name{kind};
+    auto& c = reg_->acquire(reg_->forwarded_requests_total(),
+                            labels{{"kind", name}});
+    i = forwarded_.emplace(std::move(name), &c).first;
   }
   i->second->Increment();
 }

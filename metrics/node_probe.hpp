@@ -1,6 +1,7 @@
 #pragma once
 // node_probe: the node-wide metrics: disk of the data dir, the metadata
-// quorum (Raft) as this node sees it, and failed client requests by code.
+// quorum (Raft) as this node sees it, failed client requests by code, and
+// client requests relayed to another node.
 // One per node; ferryd (or the node actor) creates it next to the registry.
 //
 // Traffic totals (ferry_bytes_in_total, ferry_messages_out_total, ...) are
@@ -63,6 +64,9 @@ public:
   /// A client request failed with `err`: ferry errors count under their
   /// code's name (ferry::to_string(ec)), others under "other".
   void request_failed(const caf::error& err);
+  /// The node relayed a client's partition request of `kind` ("produce",
+  /// "fetch", "offsets") to the node leading the partition.
+  void forwarded(std::string_view kind);
 
 private:
   // Declared first: destroyed last, after the series are released.
@@ -75,6 +79,7 @@ private:
   /// request_failed may be called from several actors.
   std::mutex mtx_;
   std::map<std::string, prometheus::Counter*, std::less<>> errors_;
+  std::map<std::string, prometheus::Counter*, std::less<>> forwarded_;
 };
 
 } // namespace ferry::metrics

@@ -628,6 +628,63 @@ public:
     });
   }
 
+  /// The value of the metric sample `series` (name and labels exactly as
+  /// exposed, e.g. `ferry_forwarded_requests_total{kind="produce"}`) on
+  /// node `id`, read from its /metrics (port from its describe); 0 when the
+  /// node does not expose that series (yet); nullopt when the scrape failed.
+  std::optional<double> metric(int id, const std::string& series) {
+    auto cd = describe(id);
+    if (!cd)
+      return std::nullopt;
+    uint16_t port = 0;
+    for (auto& n : cd->nodes)
+      if (n.id == id)
+        port = n.metrics_port;
+    if (port == 0)
+      return std::nullopt;
+    auto text = http_get_loopback(port, "/metrics");
+    if (!text)
+      return std::nullopt;
+    std::istringstream in{*text};
+    for (std::string line; std::getline(in, line);)
+      if (line.size() > series.size() + 1 && line.compare(0, series.size(), series) == 0
+          && line[series.size()] == ' ')
+        return std::stod(line.substr(series.size() + 1));
+    return 0.0;
+  }
+
+  /// The body of GET `target` from 127.0.0.1:`port` (HTTP/1.0, 5 s bound),
+  /// nullopt unless the answer is a 200.
+  static std::optional<std::string> http_get_loopback(uint16_t port,
+                                                      const std::string& target) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return std::nullopt;
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string out;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      auto req = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+        char buf[65536];
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+          out.append(buf, static_cast<size_t>(n));
+      }
+    }
+    ::close(fd);
+    auto body = out.find("\r\n\r\n");
+    if (out.compare(0, 12, "HTTP/1.0 200") != 0 && out.compare(0, 12, "HTTP/1.1 200") != 0)
+      return std::nullopt;
+    if (body == std::string::npos)
+      return std::nullopt;
+    return out.substr(body + 4);
+  }
+
   /// The leader of topic-p per the controller's describe (-1 if unknown).
   int32_t leader_of(const std::string& topic, int32_t p) {
     auto cd = describe_controller();
@@ -671,9 +728,11 @@ inline ferry::connection_actor client_connection(cluster& c, const std::string& 
   return c.cs.track(ferry::spawn_connection(*c.cs.sys, *addr));
 }
 
-/// An idempotent acks=all producer on its own connection to `bootstrap`.
+/// An idempotent acks=all producer on its own connection to `bootstrap`;
+/// it sends to partition leaders directly unless `route_to_leaders` is false.
 inline caf::expected<ferry::producer_actor> make_producer(cluster& c,
-                                                          const std::string& bootstrap) {
+                                                          const std::string& bootstrap,
+                                                          bool route_to_leaders = true) {
   using namespace std::chrono_literals;
   ferry::producer_config pc;
   pc.bootstrap = bootstrap;
@@ -684,6 +743,7 @@ inline caf::expected<ferry::producer_actor> make_producer(cluster& c,
   pc.retry_backoff = 50ms;
   pc.retry_backoff_max = 500ms;
   pc.delivery_timeout = 45000ms;
+  pc.route_to_leaders = route_to_leaders;
   auto conn = client_connection(c, bootstrap);
   if (!conn)
     return caf::make_error(caf::sec::invalid_argument, "no connection");

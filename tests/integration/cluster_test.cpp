@@ -18,6 +18,9 @@
 //   3. Cluster.FollowerRestartCatchesUp: a follower is killed, 500 messages
 //      are produced, the follower restarts, rejoins the ISR and reaches the
 //      leader's log end.
+//   4. Cluster.ProducerSendsToPartitionLeadersDirectly: a producer
+//      bootstrapped with node 1 sends to the other leaders directly (node 1
+//      relays nothing once its links are up; without routing it does).
 //
 // Client bootstrap: the producer and consumers get the list of all three
 // nodes ("h:p1,h:p2,h:p3"). The harness (starting the nodes, describe,
@@ -746,6 +749,101 @@ TEST(Cluster, FollowerRestartCatchesUp) {
   auto diff = compare_logs_on_disk(c, topic, 0, hw, log_ends);
   EXPECT_TRUE(diff.empty()) << diff;
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
+}
+
+// The producer sends each partition's batches to its leader's node over a
+// connection of its own: bootstrapped with node 1 only, once its leader
+// links are up node 1 relays none of its produce requests (counted by
+// ferry_forwarded_requests_total on every node), though two of the three
+// partitions are led elsewhere. The same producer with route_to_leaders
+// off goes through node 1, which relays.
+TEST(Cluster, ProducerSendsToPartitionLeadersDirectly) {
+  auto t0 = steady::now();
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "direct";
+  auto why = c.create_topic(topic, 3);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 3)) << c.dump();
+  ASSERT_TRUE(c.wait_registered()) << "not every node registered\n" << c.dump();
+  std::set<int32_t> leaders;
+  for (int32_t p = 0; p < 3; ++p)
+    leaders.insert(c.leader_of(topic, p));
+  ASSERT_TRUE(leaders.size() > 1 || *leaders.begin() != 1)
+    << "every partition is led by node 1: nothing to route\n" << c.dump();
+  const std::string series = R"(ferry_forwarded_requests_total{kind="produce"})";
+  auto forwarded = [&] {
+    double sum = 0;
+    for (int id = 1; id <= 3; ++id) {
+      auto v = c.metric(id, series);
+      if (!v)
+        return -1.0;
+      sum += *v;
+    }
+    return sum;
+  };
+  auto batch = [&](int n, int round) {
+    std::vector<ferry::client_message> msgs;
+    for (int i = 0; i < n; ++i) {
+      ferry::client_message m;
+      m.topic = topic;
+      m.has_key = true;
+      m.key = "key-" + std::to_string(i % 30);
+      m.value = "r" + std::to_string(round) + "-" + std::to_string(i);
+      msgs.push_back(std::move(m));
+    }
+    return msgs;
+  };
+  auto produce = [&](ferry::producer_actor prod, int n, int round,
+                     std::set<int32_t>* parts = nullptr) {
+    auto r = ask<std::vector<ferry::delivery_report>>(*c.cs.sys, prod, 60s,
+                                                      ferry::produce_atom_v, batch(n, round));
+    if (!r)
+      return ferry::error_text(r.error());
+    if (parts)
+      for (auto& d : *r)
+        parts->insert(d.partition.value);
+    return std::string{};
+  };
+
+  auto prod = make_producer(c, c.endpoint(1));
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  // Warm-up: the first requests go through node 1 while the links connect.
+  double before = -1;
+  int round = 0;
+  bool settled = false;
+  for (; round < 50 && !settled; ++round) {
+    auto err = produce(*prod, 300, round);
+    ASSERT_TRUE(err.empty()) << err << "\n" << c.dump();
+    auto now = forwarded();
+    ASSERT_GE(now, 0) << "a node's /metrics did not answer\n" << c.dump();
+    settled = now == before;
+    before = now;
+    if (!settled)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(settled) << "node 1 still relays after " << round << " rounds";
+  std::cout << "[cluster] links up after " << round << " warm-up rounds, "
+            << before << " produce requests relayed meanwhile\n";
+  std::set<int32_t> parts;
+  for (int i = 0; i < 10; ++i) {
+    auto err = produce(*prod, 1000, 100 + i, &parts);
+    ASSERT_TRUE(err.empty()) << err << "\n" << c.dump();
+  }
+  EXPECT_EQ(parts.size(), 3u) << "keys should cover every partition";
+  EXPECT_EQ(forwarded(), before) << "produce requests were relayed by a node";
+
+  // The control: through node 1 only, it relays what others lead.
+  auto relayed = make_producer(c, c.endpoint(1), false);
+  ASSERT_TRUE(relayed) << ferry::error_text(relayed.error());
+  for (int i = 0; i < 3; ++i) {
+    auto err = produce(*relayed, 1000, 200 + i);
+    ASSERT_TRUE(err.empty()) << err << "\n" << c.dump();
+  }
+  auto after = forwarded();
+  EXPECT_GE(after - before, 3.0) << "route_to_leaders=false should go through node 1";
+  std::cout << "[cluster] without routing node 1 relayed " << after - before
+            << " produce requests; test took " << seconds_since(t0) << " s\n";
 }
 
 } // namespace
