@@ -1,5 +1,7 @@
 #include "actors/consumer.hpp"
 
+#include "actors/leader_links.hpp"
+
 #include "broker/error.hpp"
 #include "broker/record_batch.hpp"
 
@@ -62,6 +64,7 @@ struct part_state {
   offset committed{-1}; ///< last committed by us (skip re-commits)
   bool resolving = false;
   bool fetching = false;
+  int32_t via = -1; ///< the leader link of the fetch in flight; -1: bootstrap
   uint64_t epoch = 0; ///< bumps on seek/reset: older replies are dropped
   std::deque<consumed_message> buffer;
   size_t buffered_bytes = 0;
@@ -106,6 +109,13 @@ struct consumer_state {
   // Standalone subscription without a group.
   bool metadata_requested = false;
   clock::time_point metadata_retry_at{};
+
+  /// Fetch routing: leaders and node endpoints, refreshed by
+  /// refresh_leaders() (every metadata_max_age, or when wanted).
+  leader_links links;
+  bool leaders_requested = false;
+  bool leaders_wanted = true;
+  clock::time_point leaders_at{};
 
   clock::time_point last_poll = clock::now();
   clock::time_point last_commit = clock::now();
@@ -394,13 +404,25 @@ void on_fetched(consumer_pointer self, part_state& p, fetch_response& resp) {
   }
 }
 
+void refresh_leaders(consumer_pointer self);
+
 void maybe_fetch(consumer_pointer self, part_state& p) {
   auto& st = self->state;
-  if (!st.broker || st.stopping || p.fetching || p.resolving || p.fetch_at.value < 0
+  if (st.stopping || p.fetching || p.resolving || p.fetch_at.value < 0
       || p.error || p.buffered_bytes >= st.cfg.max_buffered_bytes
       || clock::now() < p.retry_at)
     return;
+  // The leader's node over our link to it; else the bootstrap node relays.
+  auto [hdl, via] = st.links.route(p.tp, self->system(),
+                                   caf::actor_cast<connection_listener>(self));
+  if (!hdl) {
+    hdl = st.broker;
+    via = -1;
+  }
+  if (!hdl)
+    return;
   p.fetching = true;
+  p.via = via;
   auto epoch = p.epoch;
   auto tp = p.tp;
   fetch_request req{tp.topic,
@@ -410,7 +432,7 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
                     st.cfg.fetch_min_bytes,
                     static_cast<int32_t>(st.cfg.fetch_max_wait.count()),
                     -1};
-  self->request(st.broker, st.cfg.fetch_max_wait + st.cfg.request_timeout, fetch_atom_v,
+  self->request(hdl, st.cfg.fetch_max_wait + st.cfg.request_timeout, fetch_atom_v,
                 std::move(req))
     .then(
       [self, tp, epoch](fetch_response& resp) {
@@ -420,6 +442,9 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
           return;
         auto& p = i->second;
         p.fetching = false;
+        // Relayed: the next fetch goes to the leader it names.
+        if (st.links.hint(tp, resp.leader) && !st.links.knows_node(resp.leader))
+          refresh_leaders(self);
         on_fetched(self, p, resp);
         serve_waiters(self);
         maybe_fetch(self, p);
@@ -439,6 +464,8 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
           return;
         }
         if (is_retriable(err)) {
+          if (code_of(err) == ec::not_leader || p.via >= 0)
+            refresh_leaders(self); // the leader moved, or its node went
           p.retry_at = clock::now() + st.cfg.retry_backoff;
           return;
         }
@@ -855,6 +882,56 @@ bool needs_metadata(const consumer_state& st) {
   return false;
 }
 
+// -- fetch routing -------------------------------------------------------------------
+
+/// Asks the bootstrap node for the partition leaders, then for where the
+/// nodes are reached; closes links no partition of ours is led through.
+void refresh_leaders(consumer_pointer self) {
+  auto& st = self->state;
+  st.leaders_wanted = true;
+  if (!st.links.enabled() || !st.broker || st.leaders_requested)
+    return;
+  st.leaders_requested = true;
+  st.leaders_wanted = false;
+  auto gen = st.conn_gen;
+  auto failed = [self, gen](caf::error&) {
+    auto& st = self->state;
+    if (gen != st.conn_gen)
+      return;
+    st.leaders_requested = false;
+    st.leaders_wanted = true; // again on a later tick
+  };
+  self->request(st.broker, st.cfg.request_timeout, list_atom_v, topic_atom_v)
+    .then(
+      [self, gen, failed](std::vector<topic_metadata>& topics) {
+        auto& st = self->state;
+        if (gen != st.conn_gen)
+          return;
+        st.links.set_leaders(topics);
+        self->request(st.broker, st.cfg.request_timeout, list_atom_v, broker_atom_v)
+          .then(
+            [self, gen](std::vector<node_info>& nodes) {
+              auto& st = self->state;
+              if (gen != st.conn_gen)
+                return;
+              st.leaders_requested = false;
+              st.leaders_at = clock::now();
+              st.links.set_nodes(nodes);
+              std::set<topic_partition> parts;
+              std::set<int32_t> busy;
+              for (auto& [tp, p] : st.parts) {
+                parts.insert(tp);
+                if (p.fetching && p.via >= 0)
+                  busy.insert(p.via);
+              }
+              st.links.prune(parts, busy);
+              fetch_all(self);
+            },
+            failed);
+      },
+      failed);
+}
+
 // -- timer -------------------------------------------------------------------------
 
 void on_tick(consumer_pointer self) {
@@ -881,6 +958,8 @@ void on_tick(consumer_pointer self) {
     } else if (needs_metadata(st)) {
       request_metadata(self);
     }
+    if (st.leaders_wanted || now - st.leaders_at >= st.cfg.metadata_max_age)
+      refresh_leaders(self);
     resolve_positions(self);
     fetch_all(self);
     if (st.cfg.enable_auto_commit && !st.cfg.group_id.empty()
@@ -901,6 +980,8 @@ consumer_impl::behavior_type consumer(consumer_pointer self, consumer_config cfg
   st.group_mode = st.cfg.partitions.empty() && !st.cfg.group_id.empty();
   for (auto& tp : st.cfg.partitions)
     st.parts[tp].tp = tp;
+  st.links = leader_links{st.cfg.route_to_leaders};
+  self->attach_functor(st.links.stopper());
   if (owns_conn)
     self->attach_functor([conn](const caf::error&) { caf::anon_send(conn, stop_atom_v); });
   self->send(conn, subscribe_atom_v, caf::actor_cast<connection_listener>(self));
@@ -988,9 +1069,30 @@ consumer_impl::behavior_type consumer(consumer_pointer self, consumer_config cfg
     },
     [self](connect_atom, broker_actor& hdl) {
       auto& st = self->state;
+      auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      if (from && from != st.conn.address()) {
+        // A leader link connected or lost its node (or closed since).
+        bool lost = !hdl;
+        auto node = st.links.on_connect(from, std::move(hdl));
+        if (!node)
+          return;
+        if (lost) {
+          // The fetches in flight there are void: fetched again elsewhere.
+          for (auto& [tp, p] : st.parts)
+            if (p.fetching && p.via == *node && !p.resolving) {
+              ++p.epoch;
+              p.fetching = false;
+            }
+          refresh_leaders(self); // the leaders may have moved
+        }
+        fetch_all(self);
+        return;
+      }
       ++st.conn_gen;
       st.commit_before_join = false;
       st.metadata_requested = false;
+      st.leaders_requested = false;
+      st.leaders_wanted = true;
       for (auto& [tp, p] : st.parts) {
         ++p.epoch; // replies from the old connection are void
         p.fetching = false;
@@ -1010,6 +1112,7 @@ consumer_impl::behavior_type consumer(consumer_pointer self, consumer_config cfg
       } else {
         request_metadata(self);
       }
+      refresh_leaders(self);
       resolve_positions(self);
       fetch_all(self);
     },

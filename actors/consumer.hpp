@@ -10,7 +10,8 @@
 // after max_wait_ms. Fetches run ahead per partition (one long poll in flight
 // each, up to max_buffered_bytes decoded and waiting). Positions advance only
 // over messages poll returned; commit and auto-commit commit positions.
-// A lost connection reconnects and, in a group, rejoins.
+// A lost connection reconnects and, in a group, rejoins. Fetches go to each
+// partition's leader directly (route_to_leaders; see leader_links.hpp).
 // (seek_atom, tp, offset) moves a position; offset -2 means the earliest
 // offset and -1 the latest. A seek on a partition not (yet) assigned applies
 // when it is assigned, instead of the committed offset.
@@ -68,6 +69,15 @@ struct consumer_config {
   /// request.timeout.ms and retry.backoff.ms
   std::chrono::milliseconds request_timeout{30000};
   std::chrono::milliseconds retry_backoff{100};
+  /// metadata.max.age.ms: partition leaders are refreshed this often (and
+  /// after not_leader, a relayed fetch or a lost leader link).
+  std::chrono::milliseconds metadata_max_age{300000};
+  /// Fetch each partition from its leader's node over a connection of the
+  /// consumer's own, as Kafka consumers do. Group requests, commits and
+  /// offset lookups go through the bootstrap connection, and so do fetches
+  /// while a leader is unknown or its node unreachable (that node relays
+  /// them). false: everything goes through the bootstrap connection.
+  bool route_to_leaders = true;
 };
 
 /// Checks a config for values the consumer cannot work with.

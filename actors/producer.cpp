@@ -1,5 +1,7 @@
 #include "actors/producer.hpp"
 
+#include "actors/leader_links.hpp"
+
 #include "broker/crc32c.hpp"
 #include "broker/error.hpp"
 #include "broker/partitioner.hpp"
@@ -203,14 +205,6 @@ struct pending {
   bool refreshed = false; ///< metadata was refreshed for it already
 };
 
-/// A connection of its own to a node that leads some of our partitions
-/// (producer_config::route_to_leaders).
-struct leader_link {
-  broker_endpoint ep;
-  connection_actor conn;
-  broker_actor broker; ///< null while (re)connecting
-};
-
 struct flush_waiter {
   caf::typed_response_promise<bool> rp;
   uint64_t epoch = 0;
@@ -239,17 +233,10 @@ struct producer_state {
   caf::error metadata_error;
   std::map<std::string, std::deque<pending>> waiting_metadata;
 
-  /// Partition leaders (node ids) from the metadata, updated by relayed
-  /// answers (produce_response::leader) in between.
-  std::map<topic_partition, int32_t> leaders;
-  /// Where clients reach each node ((list_atom, broker_atom)).
-  std::map<int32_t, broker_endpoint> node_endpoints;
+  /// Connections to partition leaders (producer_config::route_to_leaders);
+  /// leaders from the metadata, updated by relayed answers in between.
+  leader_links links;
   bool nodes_requested = false;
-  std::map<int32_t, leader_link> links;
-  /// Every link connection ever spawned and not yet stopped: stopped when
-  /// the producer ends (shared with its attach_functor).
-  std::shared_ptr<std::vector<connection_actor>> link_conns
-    = std::make_shared<std::vector<connection_actor>>();
 
   std::deque<pending> blocked; ///< waiting for buffer space, FIFO
   std::map<topic_partition, partition_queue> queues;
@@ -493,79 +480,37 @@ void requeue_in_flight(producer_state& st, partition_queue& q) {
 
 // -- routing to partition leaders ----------------------------------------------
 
-/// An endpoint a client can dial: a wildcard listen address ("0.0.0.0",
-/// "::") or a missing port names no particular host.
-bool dialable(const broker_endpoint& ep) {
-  return ep.port != 0 && !ep.host.empty() && ep.host != "0.0.0.0"
-         && ep.host != "::" && ep.host != "[::]";
-}
-
-/// The link to `node`, opened now if its endpoint is known and dialable;
-/// nullptr otherwise.
-leader_link* link_to(producer_pointer self, int32_t node) {
-  auto& st = self->state;
-  if (auto i = st.links.find(node); i != st.links.end())
-    return &i->second;
-  auto e = st.node_endpoints.find(node);
-  if (e == st.node_endpoints.end() || !dialable(e->second))
-    return nullptr;
-  connection_config cc;
-  cc.endpoints = {e->second};
-  cc.host = e->second.host;
-  cc.port = e->second.port;
-  auto conn = spawn_connection(self->system(), std::move(cc));
-  st.link_conns->push_back(conn);
-  auto& l = st.links[node];
-  l.ep = e->second;
-  l.conn = conn;
-  self->send(conn, subscribe_atom_v, caf::actor_cast<connection_listener>(self));
-  return &l;
-}
-
 /// The handle partition q's requests go through now, and whose it is: its
 /// leader's link when that is connected (node id), else the bootstrap
 /// connection (-1), whose node relays to the leader.
 std::pair<broker_actor, int32_t> route_of(producer_pointer self,
                                           const partition_queue& q) {
   auto& st = self->state;
-  if (st.cfg.route_to_leaders) {
-    auto ld = st.leaders.find(q.tp);
-    if (ld != st.leaders.end() && ld->second >= 0)
-      if (auto* l = link_to(self, ld->second); l && l->broker)
-        return {l->broker, ld->second};
-  }
+  auto r = st.links.route(q.tp, self->system(),
+                          caf::actor_cast<connection_listener>(self));
+  if (r.first)
+    return r;
   return {st.broker, -1};
 }
 
-/// Closes links no partition of ours is led through any more (or whose
-/// node moved to another endpoint), once nothing is in flight on them.
+/// Closes links no partition of ours is led through any more, once nothing
+/// is in flight on them.
 void prune_links(producer_pointer self) {
   auto& st = self->state;
-  std::set<int32_t> wanted;
-  for (auto& [tp, q] : st.queues)
-    if (auto ld = st.leaders.find(tp); ld != st.leaders.end())
-      wanted.insert(ld->second);
-  for (auto i = st.links.begin(); i != st.links.end();) {
-    auto node = i->first;
-    auto e = st.node_endpoints.find(node);
-    bool moved = e == st.node_endpoints.end() || !(e->second == i->second.ep);
-    bool busy = std::any_of(st.queues.begin(), st.queues.end(), [node](auto& kv) {
-      return kv.second.via == node && !kv.second.in_flight.empty();
-    });
-    if ((wanted.count(node) > 0 && !moved) || busy) {
-      ++i;
-      continue;
-    }
-    caf::anon_send(i->second.conn, stop_atom_v);
-    std::erase(*st.link_conns, i->second.conn);
-    i = st.links.erase(i);
+  std::set<topic_partition> parts;
+  std::set<int32_t> busy;
+  for (auto& [tp, q] : st.queues) {
+    parts.insert(tp);
+    if (q.via >= 0 && !q.in_flight.empty())
+      busy.insert(q.via);
   }
+  st.links.prune(parts, busy);
 }
 
 /// Asks the bootstrap node where every node is reached (for the links).
 void request_nodes(producer_pointer self) {
   auto& st = self->state;
-  if (!st.cfg.route_to_leaders || !st.broker || st.nodes_requested)
+  if (!st.links.enabled() || !st.broker || st.nodes_requested)
     return;
   st.nodes_requested = true;
   auto gen = st.conn_gen;
@@ -576,9 +521,7 @@ void request_nodes(producer_pointer self) {
         if (gen != st.conn_gen)
           return;
         st.nodes_requested = false;
-        st.node_endpoints.clear();
-        for (auto& n : nodes)
-          st.node_endpoints[n.id] = broker_endpoint{n.host, n.port};
+        st.links.set_nodes(nodes);
         prune_links(self);
         send_all(self);
       },
@@ -842,15 +785,12 @@ void request_metadata(producer_pointer self) {
         st.metadata_at = clock::now();
         st.metadata_error = caf::error{};
         std::unordered_map<std::string, int32_t> fresh;
-        st.leaders.clear();
+        st.links.set_leaders(topics);
         for (auto& t : topics) {
           auto n = t.partitions.empty() ? t.config.partitions
                                         : static_cast<int32_t>(t.partitions.size());
           if (n <= 0)
             continue;
-          for (auto& pa : t.partitions)
-            if (pa.leader >= 0)
-              st.leaders[topic_partition{t.name, pa.partition}] = pa.leader;
           auto old = st.partitions.find(t.name);
           if (old != st.partitions.end() && old->second != n)
             st.part.reset(t.name);
@@ -945,16 +885,10 @@ void on_produced(producer_pointer self, const topic_partition& tp, uint64_t id,
   auto b = std::move(*i);
   q.in_flight.erase(i);
   q.failures = 0;
-  if (r.leader >= 0 && st.cfg.route_to_leaders) {
-    // Relayed by the node we sent to: the leader is elsewhere (send_ready
-    // moves there once this partition's requests are answered).
-    auto& ld = st.leaders[tp];
-    if (ld != r.leader) {
-      ld = r.leader;
-      if (st.node_endpoints.count(r.leader) == 0)
-        st.metadata_wanted = true;
-    }
-  }
+  // Relayed by the node we sent to: the leader is elsewhere (send_ready
+  // moves there once this partition's requests are answered).
+  if (st.links.hint(tp, r.leader) && !st.links.knows_node(r.leader))
+    st.metadata_wanted = true;
   complete_batch(st, q, *b, r.base_offset);
   after_progress(self, q);
 }
@@ -1120,10 +1054,8 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
   if (!st.idempotent && st.cfg.retries > 0)
     st.max_in_flight = 1; // a retry must not overtake a later batch
   st.conn = conn;
-  self->attach_functor([links = st.link_conns](const caf::error&) {
-    for (auto& c : *links)
-      caf::anon_send(c, stop_atom_v);
-  });
+  st.links = leader_links{st.cfg.route_to_leaders};
+  self->attach_functor(st.links.stopper());
   if (owns_conn)
     self->attach_functor([conn](const caf::error&) { caf::anon_send(conn, stop_atom_v); });
   self->send(conn, subscribe_atom_v, caf::actor_cast<connection_listener>(self));
@@ -1224,24 +1156,22 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
       auto& st = self->state;
       auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
       if (from && from != st.conn.address()) {
-        // A leader link connected or lost its node.
-        for (auto& [node, l] : st.links) {
-          if (l.conn.address() != from)
-            continue;
-          l.broker = std::move(hdl);
-          if (!l.broker) {
-            // Resent through the current route (deduplicated by sequence
-            // if the lost node appended them after all).
-            for (auto& [tp, q] : st.queues)
-              if (q.via == node)
-                requeue_in_flight(st, q);
-            st.metadata_wanted = true; // the leaders may have moved
-            ensure_housekeeping(self);
-          }
-          send_all(self);
+        // A leader link connected or lost its node (or closed since).
+        bool lost = !hdl;
+        auto node = st.links.on_connect(from, std::move(hdl));
+        if (!node)
           return;
+        if (lost) {
+          // Resent through the current route (deduplicated by sequence if
+          // the lost node appended them after all).
+          for (auto& [tp, q] : st.queues)
+            if (q.via == *node)
+              requeue_in_flight(st, q);
+          st.metadata_wanted = true; // the leaders may have moved
+          ensure_housekeeping(self);
         }
-        return; // a link closed since
+        send_all(self);
+        return;
       }
       ++st.conn_gen;
       st.metadata_requested = false;

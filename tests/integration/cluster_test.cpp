@@ -18,9 +18,10 @@
 //   3. Cluster.FollowerRestartCatchesUp: a follower is killed, 500 messages
 //      are produced, the follower restarts, rejoins the ISR and reaches the
 //      leader's log end.
-//   4. Cluster.ProducerSendsToPartitionLeadersDirectly: a producer
-//      bootstrapped with node 1 sends to the other leaders directly (node 1
-//      relays nothing once its links are up; without routing it does).
+//   4. Cluster.ClientsSendToPartitionLeadersDirectly: a producer and a
+//      consumer bootstrapped with node 1 send to the other leaders directly
+//      (node 1 relays nothing once their links are up; without routing it
+//      does).
 //
 // Client bootstrap: the producer and consumers get the list of all three
 // nodes ("h:p1,h:p2,h:p3"). The harness (starting the nodes, describe,
@@ -751,13 +752,13 @@ TEST(Cluster, FollowerRestartCatchesUp) {
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
 }
 
-// The producer sends each partition's batches to its leader's node over a
-// connection of its own: bootstrapped with node 1 only, once its leader
-// links are up node 1 relays none of its produce requests (counted by
-// ferry_forwarded_requests_total on every node), though two of the three
-// partitions are led elsewhere. The same producer with route_to_leaders
-// off goes through node 1, which relays.
-TEST(Cluster, ProducerSendsToPartitionLeadersDirectly) {
+// The producer and the consumer send each partition's requests to its
+// leader's node over connections of their own: bootstrapped with node 1
+// only, once their leader links are up no node relays their produce or
+// fetch requests (ferry_forwarded_requests_total, summed over the nodes),
+// though two of the three partitions are led elsewhere. With
+// route_to_leaders off they go through node 1, which relays.
+TEST(Cluster, ClientsSendToPartitionLeadersDirectly) {
   auto t0 = steady::now();
   cluster c;
   ASSERT_CLUSTER_STARTED(c);
@@ -771,8 +772,8 @@ TEST(Cluster, ProducerSendsToPartitionLeadersDirectly) {
     leaders.insert(c.leader_of(topic, p));
   ASSERT_TRUE(leaders.size() > 1 || *leaders.begin() != 1)
     << "every partition is led by node 1: nothing to route\n" << c.dump();
-  const std::string series = R"(ferry_forwarded_requests_total{kind="produce"})";
-  auto forwarded = [&] {
+  auto forwarded = [&](const std::string& kind = "produce") {
+    auto series = "ferry_forwarded_requests_total{kind=\"" + kind + "\"}";
     double sum = 0;
     for (int id = 1; id <= 3; ++id) {
       auto v = c.metric(id, series);
@@ -843,7 +844,68 @@ TEST(Cluster, ProducerSendsToPartitionLeadersDirectly) {
   auto after = forwarded();
   EXPECT_GE(after - before, 3.0) << "route_to_leaders=false should go through node 1";
   std::cout << "[cluster] without routing node 1 relayed " << after - before
-            << " produce requests; test took " << seconds_since(t0) << " s\n";
+            << " produce requests\n";
+
+  // Consumers: read everything from the start through node 1, then what
+  // comes next (long polls parked at the leaders).
+  auto consumer = [&](bool route) {
+    ferry::consumer_config cc;
+    cc.auto_offset_reset = "earliest";
+    cc.enable_auto_commit = false;
+    cc.request_timeout = 5s;
+    cc.route_to_leaders = route;
+    for (int32_t p = 0; p < 3; ++p)
+      cc.partitions.push_back(ferry::topic_partition{topic, ferry::partition_id{p}});
+    auto cons = ferry::spawn_consumer(*c.cs.sys, cc, client_connection(c, c.endpoint(1)));
+    if (cons)
+      c.cs.track(*cons);
+    return cons;
+  };
+  caf::scoped_actor self{*c.cs.sys};
+  auto read = [&](ferry::consumer_actor cons, size_t want) {
+    size_t got = 0;
+    auto deadline = steady::now() + 30s;
+    while (got < want && steady::now() < deadline)
+      self->request(cons, 10s, ferry::poll_atom_v, int32_t{300})
+        .receive([&](std::vector<ferry::consumed_message>& xs) { got += xs.size(); },
+                 [&](caf::error&) { std::this_thread::sleep_for(100ms); });
+    return got;
+  };
+  size_t total = static_cast<size_t>(round) * 300 + 13000;
+  auto cons = consumer(true);
+  ASSERT_TRUE(cons) << ferry::error_text(cons.error());
+  ASSERT_EQ(read(*cons, total), total) << c.dump();
+  // Settled once a round of new records is read without a relay.
+  double fetches = forwarded("fetch");
+  settled = false;
+  int rounds = 0;
+  for (; rounds < 50 && !settled; ++rounds) {
+    auto err = produce(*prod, 300, 1000 + rounds);
+    ASSERT_TRUE(err.empty()) << err;
+    ASSERT_EQ(read(*cons, 300), 300u) << c.dump();
+    total += 300;
+    auto now = forwarded("fetch");
+    ASSERT_GE(now, 0) << "a node's /metrics did not answer\n" << c.dump();
+    settled = now == fetches;
+    fetches = now;
+    if (!settled)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(settled) << "fetches still relayed after " << rounds << " rounds";
+  std::cout << "[cluster] consumer read " << total << " records, " << fetches
+            << " fetches relayed meanwhile (" << rounds << " rounds)\n";
+  for (int i = 0; i < 3; ++i) {
+    auto err = produce(*prod, 300, 300 + i);
+    ASSERT_TRUE(err.empty()) << err;
+    ASSERT_EQ(read(*cons, 300), 300u) << c.dump();
+  }
+  EXPECT_EQ(forwarded("fetch"), fetches) << "fetches were relayed by a node";
+  auto plain = consumer(false);
+  ASSERT_TRUE(plain) << ferry::error_text(plain.error());
+  ASSERT_EQ(read(*plain, total + 900), total + 900) << c.dump();
+  EXPECT_GE(forwarded("fetch") - fetches, 2.0)
+    << "route_to_leaders=false should fetch through node 1";
+  std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
 }
 
 } // namespace
