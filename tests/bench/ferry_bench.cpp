@@ -87,6 +87,9 @@ struct bench_options {
   int64_t timeout_ms = 120000;
   double rate = 0; ///< messages/s; 0: closed loop, as fast as --window allows
   int64_t tick_us = 250; ///< pacing timer period with --rate
+  /// Off: every request goes through the --broker node, which relays what
+  /// other nodes lead (the client library's behaviour before 2026-11-30).
+  bool route_to_leaders = true;
   bool json = false;
 };
 
@@ -474,6 +477,9 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(int64_t{10}, int64_t{100000}));
   app.add_option("--timeout", opt.timeout_ms, "ms without progress before giving up")
     ->capture_default_str();
+  app.add_flag("!--no-route-to-leaders", opt.route_to_leaders,
+               "send everything through the --broker node (it relays to the "
+               "partition leaders) instead of to each leader directly");
   app.add_flag("--json", opt.json);
   try {
     app.parse(argc, argv);
@@ -544,6 +550,7 @@ int main(int argc, char** argv) {
     ccfg.enable_auto_commit = false;
     ccfg.max_poll_records = 5000;
     ccfg.fetch_max_wait = milliseconds{100};
+    ccfg.route_to_leaders = opt.route_to_leaders;
     auto cons = spawn_consumer(sys, ccfg, conn);
     if (!cons)
       fail(error_text(cons.error()));
@@ -571,6 +578,7 @@ int main(int argc, char** argv) {
     pcfg.batch_size = opt.batch_bytes;
     pcfg.linger = milliseconds{opt.linger_ms};
     pcfg.buffer_memory = std::max<size_t>(64u << 20, opt.window * (opt.size + 64) * 2);
+    pcfg.route_to_leaders = opt.route_to_leaders;
     auto prod = spawn_producer(sys, pcfg, conn);
     if (!prod)
       fail(error_text(prod.error()));
