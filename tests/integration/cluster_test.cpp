@@ -21,7 +21,8 @@
 //   4. Cluster.ClientsSendToPartitionLeadersDirectly: a producer and a
 //      consumer bootstrapped with node 1 send to the other leaders directly
 //      (node 1 relays nothing once their links are up; without routing it
-//      does).
+//      does); when a leader moves off a live node, that node relays their
+//      next requests and names the new leader, and they follow.
 //
 // Client bootstrap: the producer and consumers get the list of all three
 // nodes ("h:p1,h:p2,h:p3"). The harness (starting the nodes, describe,
@@ -905,6 +906,65 @@ TEST(Cluster, ClientsSendToPartitionLeadersDirectly) {
   ASSERT_EQ(read(*plain, total + 900), total + 900) << c.dump();
   EXPECT_GE(forwarded("fetch") - fetches, 2.0)
     << "route_to_leaders=false should fetch through node 1";
+  caf::anon_send_exit(*plain, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(*relayed, caf::exit_reason::user_shutdown);
+
+  // The leader moves while its old node lives on: a partition led by node
+  // L != 1 is reassigned to the two other nodes. The clients' next requests
+  // still go to L, which relays them and names the new leader (or, caught
+  // in the handover, answers not_leader, and they look the leader up);
+  // after that nothing is relayed any more.
+  int32_t moved = -1, old_leader = -1;
+  for (int32_t p = 0; p < 3 && moved < 0; ++p)
+    if (auto l = c.leader_of(topic, p); l != 1 && l > 0) {
+      moved = p;
+      old_leader = l;
+    }
+  ASSERT_GE(moved, 0) << c.dump();
+  std::vector<int32_t> target;
+  for (int32_t id = 1; id <= 3; ++id)
+    if (id != old_leader)
+      target.push_back(id);
+  {
+    auto b1 = c.broker(1);
+    ASSERT_TRUE(b1) << ferry::error_text(b1.error());
+    ferry::isr_change mv;
+    mv.topic = topic;
+    mv.partition = ferry::partition_id{moved};
+    mv.isr = target;
+    auto pa = ask<ferry::partition_assignment>(*c.cs.sys, *b1, 10s, ferry::assign_atom_v, mv);
+    ASSERT_TRUE(pa) << ferry::error_text(pa.error()) << "\n" << c.dump();
+  }
+  ASSERT_TRUE(wait_until(20s, [&] {
+    auto cd = c.describe_controller();
+    auto ps = cd ? find_partition(*cd, topic, moved) : nullptr;
+    return ps && same_members(ps->replicas, target) && ps->leader != old_leader
+           && ps->leader > 0 && ps->online;
+  })) << "the move off node " << old_leader << " did not complete\n" << c.dump();
+  auto produced_before = forwarded("produce");
+  auto fetched_before = forwarded("fetch");
+  settled = false;
+  rounds = 0;
+  double p_last = produced_before, f_last = fetched_before;
+  for (; rounds < 50 && !settled; ++rounds) {
+    auto err = produce(*prod, 300, 2000 + rounds);
+    ASSERT_TRUE(err.empty()) << err << "\n" << c.dump();
+    ASSERT_EQ(read(*cons, 300), 300u) << c.dump();
+    auto p_now = forwarded("produce");
+    auto f_now = forwarded("fetch");
+    settled = rounds > 0 && p_now == p_last && f_now == f_last;
+    p_last = p_now;
+    f_last = f_now;
+    if (!settled)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(settled) << "still relayed " << rounds << " rounds after the move\n"
+                       << c.dump();
+  std::cout << "[cluster] partition " << moved << " moved off node " << old_leader
+            << " to leader " << c.leader_of(topic, moved) << ": "
+            << p_last - produced_before << " produce and " << f_last - fetched_before
+            << " fetch requests relayed until the clients followed (" << rounds
+            << " rounds)\n";
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
 }
 
