@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -204,6 +205,11 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+/// How long a stopped connection waits for a connect attempt in flight
+/// (loopback and LAN connects take milliseconds; a host that drops packets
+/// takes the OS connect timeout, and is not waited for that long).
+constexpr std::chrono::milliseconds stop_wait{2000};
+
 struct waiter {
   caf::typed_response_promise<broker_actor> rp;
   clock::time_point deadline;
@@ -231,6 +237,9 @@ struct connection_state {
   clock::time_point next_attempt{};
   std::thread worker;
   std::shared_ptr<std::atomic<bool>> worker_done;
+  /// Stopped while a connect attempt ran: the actor ends when its result
+  /// arrives, or at this deadline (see the stop handler).
+  std::optional<clock::time_point> stop_at;
 
   ~connection_state() {
     if (!worker.joinable())
@@ -378,6 +387,10 @@ connection_actor::behavior_type connection(connection_pointer self,
       if (id != st.attempt)
         return;
       st.connecting = false;
+      if (st.stop_at) {
+        self->quit(); // stopped meanwhile: the attempt is over, so end now
+        return;
+      }
       if (!hdl) {
         st.last_error = make_error(ec::request_timed_out, "no broker at " + where(st));
         st.last_error_at = where(st);
@@ -400,12 +413,21 @@ connection_actor::behavior_type connection(connection_pointer self,
       if (id != st.attempt)
         return;
       st.connecting = false;
+      if (st.stop_at) {
+        self->quit();
+        return;
+      }
       st.last_error = std::move(err);
       st.last_error_at = where(st);
       next_endpoint(self);
     },
     [self](tick_atom) {
       auto& st = self->state;
+      if (st.stop_at) {
+        if (clock::now() >= *st.stop_at)
+          self->quit(); // still blocked in connect: left to finish alone
+        return;
+      }
       expire_waiters(self);
       if (!st.broker && !st.connecting && clock::now() >= st.next_attempt)
         start_attempt(self);
@@ -416,6 +438,18 @@ connection_actor::behavior_type connection(connection_pointer self,
         w.rp.deliver(make_error(ec::request_timed_out,
                                 "connection to " + all_endpoints(st) + " stopped"));
       st.waiters.clear();
+      if (st.stop_at)
+        return;
+      if (st.connecting && st.worker_done && !st.worker_done->load()) {
+        // A connect attempt in flight: wait for it (up to stop_wait). A
+        // helper thread left inside remote_actor while the process shuts
+        // down its actor system could finish the connect after the
+        // middleman stopped and keep ~actor_system from returning (seen
+        // with a client's leader link opened just before it ended).
+        st.stop_at = clock::now() + stop_wait;
+        self->delayed_send(self, stop_wait, tick_atom_v);
+        return;
+      }
       self->quit();
     },
   };
