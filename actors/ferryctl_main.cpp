@@ -117,24 +117,51 @@ struct failure {
   throw failure{error_text(err)};
 }
 
+/// True for the errors an admin request is sent again for: the node
+/// answered without doing anything because the Raft leader or a group
+/// coordinator was unknown, unreachable or moving (an election, a node
+/// restarting). Like Kafka's admin client, ferryctl retries those until
+/// --request-timeout runs out.
+bool retry_admin(const caf::error& err) {
+  auto code = code_of(err);
+  return code == ec::not_leader || code == ec::coordinator_not_available;
+}
+
+/// Pause between such retries.
+constexpr milliseconds admin_retry_backoff{250};
+
 template <class Result, class... Ts>
-Result call(context& ctx, Ts&&... xs) {
-  std::optional<Result> out;
-  caf::error err;
-  ctx.self->request(ctx.broker, ctx.timeout, std::forward<Ts>(xs)...)
-    .receive([&](Result& r) { out = std::move(r); }, [&](caf::error& e) { err = std::move(e); });
-  if (err)
-    fail(err);
-  return std::move(*out);
+Result call(context& ctx, const Ts&... xs) {
+  auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
+  for (;;) {
+    std::optional<Result> out;
+    caf::error err;
+    ctx.self->request(ctx.broker, ctx.timeout, xs...)
+      .receive([&](Result& r) { out = std::move(r); },
+               [&](caf::error& e) { err = std::move(e); });
+    if (!err)
+      return std::move(*out);
+    if (!retry_admin(err)
+        || std::chrono::steady_clock::now() + admin_retry_backoff >= deadline)
+      fail(err);
+    std::this_thread::sleep_for(admin_retry_backoff);
+  }
 }
 
 template <class... Ts>
-void call_void(context& ctx, Ts&&... xs) {
-  caf::error err;
-  ctx.self->request(ctx.broker, ctx.timeout, std::forward<Ts>(xs)...)
-    .receive([&]() {}, [&](caf::error& e) { err = std::move(e); });
-  if (err)
-    fail(err);
+void call_void(context& ctx, const Ts&... xs) {
+  auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
+  for (;;) {
+    caf::error err;
+    ctx.self->request(ctx.broker, ctx.timeout, xs...)
+      .receive([&]() {}, [&](caf::error& e) { err = std::move(e); });
+    if (!err)
+      return;
+    if (!retry_admin(err)
+        || std::chrono::steady_clock::now() + admin_retry_backoff >= deadline)
+      fail(err);
+    std::this_thread::sleep_for(admin_retry_backoff);
+  }
 }
 
 void connect(context& ctx) {
@@ -1045,7 +1072,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", opt.json, "print JSON instead of tables");
   app.add_option("--connect-timeout", opt.connect_timeout_ms, "ms to wait for the broker")
     ->capture_default_str();
-  app.add_option("--request-timeout", opt.request_timeout_ms, "ms per request")
+  app.add_option("--request-timeout", opt.request_timeout_ms, "ms per request; admin requests answered not_leader or coordinator_not_available (an election, a restarting node) are sent again until it runs out")
     ->capture_default_str();
 
   std::function<int(context&)> run;
