@@ -333,7 +333,7 @@ TEST(QueueWork, TenThousandRecordsEndProcessedOrDeadLetteredAcrossASigkill) {
     }
   }
   int lost = 0, both = 0, dlq_dups = 0, processed_dups = 0, wrong_dead = 0;
-  std::string examples;
+  std::string examples, dup_examples;
   for (int i = 0; i < total; ++i) {
     auto v = "v" + std::to_string(i);
     auto key = "k" + std::to_string(i % keys);
@@ -347,8 +347,14 @@ TEST(QueueWork, TenThousandRecordsEndProcessedOrDeadLetteredAcrossASigkill) {
     }
     if (acked && in_dlq)
       ++both;
-    if (in_dlq && dead[v] > 1)
+    if (in_dlq && dead[v] > 1) {
       ++dlq_dups;
+      for (auto& m : dlq)
+        if (m.value == v)
+          dup_examples += v + " at " + std::to_string(m.partition.value) + "/"
+                          + std::to_string(m.off.value) + " attempts "
+                          + header(m, "ferry-attempts") + "; ";
+    }
     if (acked && book.acked[v] > 1)
       ++processed_dups;
     if (in_dlq != always_fails(key))
@@ -356,7 +362,8 @@ TEST(QueueWork, TenThousandRecordsEndProcessedOrDeadLetteredAcrossASigkill) {
   }
   EXPECT_EQ(lost, 0) << "lost records: " << examples;
   EXPECT_EQ(both, 0) << "records both processed and dead-lettered";
-  EXPECT_EQ(dlq_dups, 0) << "records written to the DLQ twice";
+  EXPECT_EQ(dlq_dups, 0) << "records written to the DLQ twice: " << dup_examples << "\n"
+                         << broker.output();
   EXPECT_EQ(wrong_dead, 0) << "records of working keys in the DLQ, or failing ones not";
   EXPECT_EQ(dead.size(), static_cast<size_t>(total / keys * 2));
   // At-least-once: duplicates of processing are allowed; report them.
