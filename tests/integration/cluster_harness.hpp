@@ -642,47 +642,15 @@ public:
         port = n.metrics_port;
     if (port == 0)
       return std::nullopt;
-    auto text = http_get_loopback(port, "/metrics");
-    if (!text)
+    auto r = http_get(port, "/metrics");
+    if (r.status != 200)
       return std::nullopt;
-    std::istringstream in{*text};
+    std::istringstream in{r.body};
     for (std::string line; std::getline(in, line);)
       if (line.size() > series.size() + 1 && line.compare(0, series.size(), series) == 0
           && line[series.size()] == ' ')
         return std::stod(line.substr(series.size() + 1));
     return 0.0;
-  }
-
-  /// The body of GET `target` from 127.0.0.1:`port` (HTTP/1.0, 5 s bound),
-  /// nullopt unless the answer is a 200.
-  static std::optional<std::string> http_get_loopback(uint16_t port,
-                                                      const std::string& target) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-      return std::nullopt;
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    std::string out;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      auto req = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-      if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-        char buf[65536];
-        for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
-          out.append(buf, static_cast<size_t>(n));
-      }
-    }
-    ::close(fd);
-    auto body = out.find("\r\n\r\n");
-    if (out.compare(0, 12, "HTTP/1.0 200") != 0 && out.compare(0, 12, "HTTP/1.1 200") != 0)
-      return std::nullopt;
-    if (body == std::string::npos)
-      return std::nullopt;
-    return out.substr(body + 4);
   }
 
   /// The leader of topic-p per the controller's describe (-1 if unknown).
