@@ -130,31 +130,14 @@ bool retry_admin(const caf::error& err) {
 /// Pause between such retries.
 constexpr milliseconds admin_retry_backoff{250};
 
-template <class Result, class... Ts>
-Result call(context& ctx, const Ts&... xs) {
+/// Runs `attempt` (one request; returns its error) until it succeeds,
+/// fails with an error retry_admin() does not cover, or --request-timeout
+/// would run out; fails with the last error.
+template <class Attempt>
+void with_admin_retries(context& ctx, Attempt attempt) {
   auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
   for (;;) {
-    std::optional<Result> out;
-    caf::error err;
-    ctx.self->request(ctx.broker, ctx.timeout, xs...)
-      .receive([&](Result& r) { out = std::move(r); },
-               [&](caf::error& e) { err = std::move(e); });
-    if (!err)
-      return std::move(*out);
-    if (!retry_admin(err)
-        || std::chrono::steady_clock::now() + admin_retry_backoff >= deadline)
-      fail(err);
-    std::this_thread::sleep_for(admin_retry_backoff);
-  }
-}
-
-template <class... Ts>
-void call_void(context& ctx, const Ts&... xs) {
-  auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
-  for (;;) {
-    caf::error err;
-    ctx.self->request(ctx.broker, ctx.timeout, xs...)
-      .receive([&]() {}, [&](caf::error& e) { err = std::move(e); });
+    auto err = attempt();
     if (!err)
       return;
     if (!retry_admin(err)
@@ -162,6 +145,29 @@ void call_void(context& ctx, const Ts&... xs) {
       fail(err);
     std::this_thread::sleep_for(admin_retry_backoff);
   }
+}
+
+template <class Result, class... Ts>
+Result call(context& ctx, const Ts&... xs) {
+  std::optional<Result> out;
+  with_admin_retries(ctx, [&] {
+    caf::error err;
+    ctx.self->request(ctx.broker, ctx.timeout, xs...)
+      .receive([&](Result& r) { out = std::move(r); },
+               [&](caf::error& e) { err = std::move(e); });
+    return err;
+  });
+  return std::move(*out);
+}
+
+template <class... Ts>
+void call_void(context& ctx, const Ts&... xs) {
+  with_admin_retries(ctx, [&] {
+    caf::error err;
+    ctx.self->request(ctx.broker, ctx.timeout, xs...)
+      .receive([&]() {}, [&](caf::error& e) { err = std::move(e); });
+    return err;
+  });
 }
 
 void connect(context& ctx) {
