@@ -227,6 +227,8 @@ caf::expected<std::string> cluster_id(ferry::metadata_store& store) {
 struct options {
   std::string data_dir = "./data";
   std::string host = "127.0.0.1";
+  /// Empty: --host.
+  std::string advertised_host;
   uint16_t port = 9092;
   /// -1: no metrics.
   int metrics_port = 9464;
@@ -263,6 +265,12 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir,-d", opt.data_dir,
                  "data directory (topics, LMDB metadata)");
   app.add_option("--host", opt.host, "address to listen on");
+  app.add_option("--advertised-host", opt.advertised_host,
+                 "address clients and other nodes reach this node at, "
+                 "registered with the cluster and shown by cluster describe "
+                 "(Kafka's advertised.listeners); empty: --host. Needed "
+                 "when --host is 0.0.0.0 or a NAT sits in between: clients "
+                 "send to partition leaders at this address");
   app.add_option("--port,-p", opt.port,
                  "CAF port for clients (0 picks a free one)")
     ->check(CLI::Range(0, 65535));
@@ -385,6 +393,13 @@ int main(int argc, char** argv) {
   }
   ferry::log::info("ferryd {} starting: node {}, data dir {}", ferry_version,
                    opt.node_id, data_dir.string());
+  auto advertised = opt.advertised_host.empty() ? opt.host : opt.advertised_host;
+  if (advertised == "0.0.0.0" || advertised == "::" || advertised == "[::]")
+    ferry::log::warn("advertising the wildcard address {}: clients cannot "
+                     "dial it, so they reach partition leaders only through "
+                     "the node they connect to, and broker-only peers may "
+                     "not find this node; set --advertised-host",
+                     advertised);
   ferry::log::debug("options: host {}, port {}, log level {}, log file \"{}\", "
                     "shutdown timeout {} s, startup timeout {} s",
                     opt.host, opt.port, opt.log_level, opt.log_file,
@@ -477,7 +492,7 @@ int main(int argc, char** argv) {
     nc.data_dir = data_dir;
     nc.store = shared_store;
     nc.cluster_id = *cid;
-    nc.host = opt.host;
+    nc.host = advertised;
     nc.shutdown_timeout = std::chrono::seconds{opt.shutdown_timeout_s};
     nc.metrics = metrics_registry;
     nc.metrics_port = metrics_exposer ? metrics_exposer->port() : 0;

@@ -370,6 +370,36 @@ TEST_F(Cli, TopicDeleteRemovesIt) {
   EXPECT_NE(d.err.find("unknown_topic"), std::string::npos) << d.err;
 }
 
+// --advertised-host is the address the node registers and describe shows
+// (where clients send partition requests); a wildcard one is shown as it
+// is, with a warning at start-up.
+TEST(CliConnection, AdvertisedHostIsWhatDescribeShows) {
+  auto host_of = [](const ferryd_process& d) {
+    auto r = run_command(FERRYCTL_PATH,
+                         {"--broker", d.endpoint(), "--json", "cluster", "describe"}, 30s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    try {
+      return json::parse(r.out).at("nodes").at(0).at("host").get<std::string>();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << ": " << r.out;
+      return std::string{};
+    }
+  };
+  ferryd_process named{{"--advertised-host", "localhost"}};
+  ASSERT_TRUE(named.start()) << named.output();
+  EXPECT_EQ(host_of(named), "localhost");
+  EXPECT_EQ(named.output().find("wildcard"), std::string::npos) << named.output();
+  ferryd_process plain;
+  ASSERT_TRUE(plain.start()) << plain.output();
+  EXPECT_EQ(host_of(plain), "127.0.0.1") << "without the flag: --host";
+  ferryd_process wildcard{{"--advertised-host", "0.0.0.0"}};
+  ASSERT_TRUE(wildcard.start()) << wildcard.output();
+  EXPECT_EQ(host_of(wildcard), "0.0.0.0");
+  EXPECT_NE(wildcard.output().find("advertising the wildcard address 0.0.0.0"),
+            std::string::npos)
+    << wildcard.output();
+}
+
 TEST(CliConnection, BadBrokerAddressFailsWithinTheTimeout) {
   // A closed port: refused at once, retried until --connect-timeout.
   auto start = std::chrono::steady_clock::now();
