@@ -69,28 +69,25 @@ void node_probe::standalone() {
   raft(0, true, 0);
 }
 
-void node_probe::request_failed(std::string_view code) {
+void node_probe::increment(counters& series,
+                           prometheus::Family<prometheus::Counter>& family,
+                           const char* label, std::string_view value) {
   std::lock_guard<std::mutex> guard{mtx_};
-  auto i = errors_.find(code);
-  if (i == errors_.end()) {
-    std::string name{code};
-    auto& c = reg_->acquire(reg_->request_errors_total(),
-                            labels{{"code", name}});
-    i = errors_.emplace(std::move(name), &c).first;
+  auto i = series.find(value);
+  if (i == series.end()) {
+    std::string name{value};
+    auto& c = reg_->acquire(family, labels{{label, name}});
+    i = series.emplace(std::move(name), &c).first;
   }
   i->second->Increment();
 }
 
+void node_probe::request_failed(std::string_view code) {
+  increment(errors_, reg_->request_errors_total(), "code", code);
+}
+
 void node_probe::forwarded(std::string_view kind) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  auto i = forwarded_.find(kind);
-  if (i == forwarded_.end()) {
-    std::string name{kind};
-    auto& c = reg_->acquire(reg_->forwarded_requests_total(),
-                            labels{{"kind", name}});
-    i = forwarded_.emplace(std::move(name), &c).first;
-  }
-  i->second->Increment();
+  increment(forwarded_, reg_->forwarded_requests_total(), "kind", kind);
 }
 
 void node_probe::request_failed(const caf::error& err) {

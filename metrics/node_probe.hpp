@@ -27,6 +27,8 @@
 
 namespace prometheus {
 class Counter;
+template <typename T>
+class Family;
 class Gauge;
 } // namespace prometheus
 
@@ -76,10 +78,17 @@ private:
   prometheus::Gauge* raft_term_;
   prometheus::Gauge* raft_is_leader_;
   prometheus::Gauge* raft_commit_index_;
-  /// request_failed may be called from several actors.
+  /// Counters by one label's value, added on first use.
+  using counters = std::map<std::string, prometheus::Counter*, std::less<>>;
+
+  /// Adds 1 to the series of `family` with label=value in `series`.
+  void increment(counters& series, prometheus::Family<prometheus::Counter>& family,
+                 const char* label, std::string_view value);
+
+  /// request_failed and forwarded may be called from several actors.
   std::mutex mtx_;
-  std::map<std::string, prometheus::Counter*, std::less<>> errors_;
-  std::map<std::string, prometheus::Counter*, std::less<>> forwarded_;
+  counters errors_;
+  counters forwarded_;
 };
 
 } // namespace ferry::metrics
