@@ -36,7 +36,7 @@
 namespace ferry {
 
 /// A partition of a topic, as the assignors see it (the actor-side twin is
-/// ferry::topic_partition in actors/interfaces.hpp).
+/// ferry::topic_partition in actors/protocol/interfaces.hpp).
 struct partition_ref {
   std::string topic;
   partition_id partition{0};

@@ -1,5 +1,7 @@
 #include "broker/consumer_state.hpp"
 
+#include "broker/big_endian.hpp"
+
 #include "broker/dlq_store.hpp"
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
@@ -17,27 +19,6 @@ constexpr uint8_t value_version = 1; // the commit kind
 
 caf::error bad(const std::string& what) {
   return make_error(ec::corrupt_segment, "consumer state record: " + what);
-}
-
-template <class T>
-void put_be(std::string& out, T x) {
-  using U = std::make_unsigned_t<T>;
-  auto u = static_cast<U>(x);
-  for (int i = static_cast<int>(sizeof(T)) - 1; i >= 0; --i)
-    out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-}
-
-template <class T>
-bool get_be(std::string_view& in, T& x) {
-  if (in.size() < sizeof(T))
-    return false;
-  using U = std::make_unsigned_t<T>;
-  U u = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    u = static_cast<U>((u << 8) | static_cast<uint8_t>(in[i]));
-  x = static_cast<T>(u);
-  in.remove_prefix(sizeof(T));
-  return true;
 }
 
 bool get_bytes(std::string_view& in, size_t n, std::string& out) {
@@ -59,14 +40,14 @@ std::string dlq_home_key(std::string_view dlq_topic) {
 std::string encode_offsets_value(const std::vector<committed_offset>& offsets) {
   std::string out;
   out.push_back(static_cast<char>(value_version));
-  put_be(out, static_cast<uint32_t>(offsets.size()));
+  be::append(out, static_cast<uint32_t>(offsets.size()));
   for (auto& o : offsets) {
-    put_be(out, static_cast<uint16_t>(o.topic.size()));
+    be::append(out, static_cast<uint16_t>(o.topic.size()));
     out += o.topic;
-    put_be(out, o.partition.value);
-    put_be(out, o.committed.value);
-    put_be(out, o.commit_timestamp);
-    put_be(out, static_cast<uint32_t>(o.metadata.size()));
+    be::append(out, o.partition.value);
+    be::append(out, o.committed.value);
+    be::append(out, o.commit_timestamp);
+    be::append(out, static_cast<uint32_t>(o.metadata.size()));
     out += o.metadata;
   }
   return out;
@@ -77,7 +58,7 @@ namespace {
 caf::error decode_offsets_body(std::string_view& in,
                                std::vector<committed_offset>& out) {
   uint32_t n = 0;
-  if (!get_be(in, n))
+  if (!be::read(in, n))
     return bad("truncated count");
   for (uint32_t i = 0; i < n; ++i) {
     committed_offset o;
@@ -85,9 +66,9 @@ caf::error decode_offsets_body(std::string_view& in,
     uint32_t meta_len = 0;
     int32_t partition = 0;
     int64_t committed = 0;
-    if (!get_be(in, topic_len) || !get_bytes(in, topic_len, o.topic)
-        || !get_be(in, partition) || !get_be(in, committed)
-        || !get_be(in, o.commit_timestamp) || !get_be(in, meta_len)
+    if (!be::read(in, topic_len) || !get_bytes(in, topic_len, o.topic)
+        || !be::read(in, partition) || !be::read(in, committed)
+        || !be::read(in, o.commit_timestamp) || !be::read(in, meta_len)
         || !get_bytes(in, meta_len, o.metadata))
       return bad("truncated offset");
     o.partition = partition_id{partition};
@@ -98,25 +79,25 @@ caf::error decode_offsets_body(std::string_view& in,
 }
 
 void put_partition(std::string& out, const consumer_state_record& x) {
-  put_be(out, static_cast<uint16_t>(x.topic.size()));
+  be::append(out, static_cast<uint16_t>(x.topic.size()));
   out += x.topic;
-  put_be(out, x.partition.value);
+  be::append(out, x.partition.value);
 }
 
 void put_string16(std::string& out, const std::string& s) {
-  put_be(out, static_cast<uint16_t>(s.size()));
+  be::append(out, static_cast<uint16_t>(s.size()));
   out += s;
 }
 
 bool get_string16(std::string_view& in, std::string& out) {
   uint16_t len = 0;
-  return get_be(in, len) && get_bytes(in, len, out);
+  return be::read(in, len) && get_bytes(in, len, out);
 }
 
 bool get_partition(std::string_view& in, consumer_state_record& x) {
   uint16_t len = 0;
   int32_t p = 0;
-  if (!get_be(in, len) || !get_bytes(in, len, x.topic) || !get_be(in, p))
+  if (!be::read(in, len) || !get_bytes(in, len, x.topic) || !be::read(in, p))
     return false;
   x.partition = partition_id{p};
   return true;
@@ -151,18 +132,18 @@ std::string encode_consumer_state_value(const consumer_state_record& x) {
       break;
     case k::queue_partition: {
       put_partition(out, x);
-      put_be(out, x.changes.committed.value);
+      be::append(out, x.changes.committed.value);
       out.push_back(static_cast<char>(x.changes.full ? 1 : 0));
-      put_be(out, static_cast<uint32_t>(x.changes.upserts.size()));
+      be::append(out, static_cast<uint32_t>(x.changes.upserts.size()));
       for (const auto& r : x.changes.upserts) {
         auto v = queue_state_format::encode_record_value(r);
-        put_be(out, r.off.value);
-        put_be(out, static_cast<uint32_t>(v.size()));
+        be::append(out, r.off.value);
+        be::append(out, static_cast<uint32_t>(v.size()));
         out += v;
       }
-      put_be(out, static_cast<uint32_t>(x.changes.erased.size()));
+      be::append(out, static_cast<uint32_t>(x.changes.erased.size()));
       for (auto off : x.changes.erased)
-        put_be(out, off.value);
+        be::append(out, off.value);
       break;
     }
     case k::queue_dlq_producer:
@@ -174,24 +155,24 @@ std::string encode_consumer_state_value(const consumer_state_record& x) {
       break;
     case k::dlq_mark:
       put_partition(out, x);
-      put_be(out, x.off.value);
-      put_be(out, x.mark.at);
-      put_be(out, x.mark.target_partition.value);
-      put_be(out, x.mark.target_offset.value);
+      be::append(out, x.off.value);
+      be::append(out, x.mark.at);
+      be::append(out, x.mark.target_partition.value);
+      be::append(out, x.mark.target_offset.value);
       out += x.mark.target_topic;
       break;
     case k::dlq_producer:
       put_partition(out, x);
       put_string16(out, x.target_topic);
-      put_be(out, x.target_partition.value);
-      put_be(out, x.producer.pid.value);
-      put_be(out, x.producer.epoch);
-      put_be(out, x.producer.last_offset.value);
-      put_be(out, x.producer.last_seq);
+      be::append(out, x.target_partition.value);
+      be::append(out, x.producer.pid.value);
+      be::append(out, x.producer.epoch);
+      be::append(out, x.producer.last_offset.value);
+      be::append(out, x.producer.last_seq);
       break;
     case k::dlq_erase_below:
       put_partition(out, x);
-      put_be(out, x.off.value);
+      be::append(out, x.off.value);
       break;
     case k::dlq_topic_erase:
       put_string16(out, x.topic);
@@ -228,8 +209,8 @@ decode_consumer_state_value(std::string_view in) {
       int64_t committed = 0;
       uint8_t flags = 0;
       uint32_t n = 0;
-      if (!get_partition(in, x) || !get_be(in, committed)
-          || !get_be(in, flags) || !get_be(in, n))
+      if (!get_partition(in, x) || !be::read(in, committed)
+          || !be::read(in, flags) || !be::read(in, n))
         return bad("truncated queue change set");
       if (flags > 1)
         return bad("queue change set flags " + std::to_string(flags));
@@ -239,7 +220,7 @@ decode_consumer_state_value(std::string_view in) {
         int64_t off = 0;
         uint32_t len = 0;
         std::string v;
-        if (!get_be(in, off) || !get_be(in, len) || !get_bytes(in, len, v))
+        if (!be::read(in, off) || !be::read(in, len) || !get_bytes(in, len, v))
           return bad("truncated queue row");
         queue_record r;
         r.off = offset{off};
@@ -248,11 +229,11 @@ decode_consumer_state_value(std::string_view in) {
                      + describe(err));
         x.changes.upserts.push_back(std::move(r));
       }
-      if (!get_be(in, n))
+      if (!be::read(in, n))
         return bad("truncated erased count");
       for (uint32_t i = 0; i < n; ++i) {
         int64_t off = 0;
-        if (!get_be(in, off))
+        if (!be::read(in, off))
           return bad("truncated erased offset");
         x.changes.erased.push_back(offset{off});
       }
@@ -271,8 +252,8 @@ decode_consumer_state_value(std::string_view in) {
     case k::dlq_mark: {
       int64_t off = 0, target_off = 0;
       int32_t tp = 0;
-      if (!get_partition(in, x) || !get_be(in, off) || !get_be(in, x.mark.at)
-          || !get_be(in, tp) || !get_be(in, target_off) || in.empty())
+      if (!get_partition(in, x) || !be::read(in, off) || !be::read(in, x.mark.at)
+          || !be::read(in, tp) || !be::read(in, target_off) || in.empty())
         return bad("truncated DLQ redrive mark");
       x.off = offset{off};
       x.mark.target_partition = partition_id{tp};
@@ -285,9 +266,9 @@ decode_consumer_state_value(std::string_view in) {
       int32_t tp = 0;
       int64_t pid = 0, last = 0;
       if (!get_partition(in, x) || !get_string16(in, x.target_topic)
-          || !get_be(in, tp) || !get_be(in, pid)
-          || !get_be(in, x.producer.epoch) || !get_be(in, last)
-          || !get_be(in, x.producer.last_seq))
+          || !be::read(in, tp) || !be::read(in, pid)
+          || !be::read(in, x.producer.epoch) || !be::read(in, last)
+          || !be::read(in, x.producer.last_seq))
         return bad("truncated DLQ redrive producer row");
       x.target_partition = partition_id{tp};
       x.producer.pid = producer_id{pid};
@@ -296,7 +277,7 @@ decode_consumer_state_value(std::string_view in) {
     }
     case k::dlq_erase_below: {
       int64_t before = 0;
-      if (!get_partition(in, x) || !get_be(in, before))
+      if (!get_partition(in, x) || !be::read(in, before))
         return bad("truncated DLQ marks erase");
       x.off = offset{before};
       break;

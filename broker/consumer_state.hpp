@@ -15,7 +15,7 @@
 // offsets in the offset_store, queue state in the metadata_store's
 // "queue_state", "queue_groups" and "queue_dlq_producers" rows (the same rows
 // a single node writes directly, see broker/queue_state_store.hpp and
-// actors/queue_coordinator.hpp). Records apply in log order and every apply
+// actors/server/queue_coordinator.hpp). Records apply in log order and every apply
 // overwrites or erases whole rows, so replaying the log (a replica replays
 // all of it at start) ends in the same state. Records are never compacted
 // away in this version (retention is the topic's).

@@ -4,30 +4,32 @@
 // big-endian integers (keys sort by number under LMDB's bytewise order),
 // NUL-free names, and the error for bytes that do not decode.
 
+#include "broker/big_endian.hpp"
 #include "broker/error.hpp"
 
 #include <caf/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
 
 namespace ferry::key_codec {
 
-/// Appends the low `bytes` bytes of `x`, most significant first.
+/// Appends the low `bytes` (1..8) bytes of `x`, most significant first.
 inline void put_be(std::string& out, uint64_t x, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i)
-    out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
+  char buf[8];
+  be::store<uint64_t>(buf, x);
+  out.append(buf + 8 - bytes, static_cast<size_t>(bytes));
 }
 
-/// Reads `bytes` big-endian bytes at `pos`; the caller checks the length.
+/// Reads `bytes` (1..8) big-endian bytes at `pos`; the caller checks the length.
 inline uint64_t get_be(std::string_view in, size_t pos, int bytes) {
-  uint64_t x = 0;
-  for (int i = 0; i < bytes; ++i)
-    x = (x << 8) | static_cast<uint8_t>(in[pos + i]);
-  return x;
+  char buf[8] = {};
+  std::memcpy(buf + 8 - bytes, in.data() + pos, static_cast<size_t>(bytes));
+  return be::load<uint64_t>(buf);
 }
 
 /// A name usable as a NUL-terminated key component.

@@ -1,28 +1,12 @@
 #include "broker/offset_index.hpp"
 
+#include "broker/big_endian.hpp"
 #include "broker/file_system.hpp"
 
 #include <algorithm>
 #include <string>
 
 namespace ferry {
-
-namespace {
-
-uint32_t load_u32(const char* p) {
-  auto u = reinterpret_cast<const unsigned char*>(p);
-  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8)
-         | uint32_t{u[3]};
-}
-
-void store_u32(char* p, uint32_t x) {
-  p[0] = static_cast<char>(x >> 24);
-  p[1] = static_cast<char>(x >> 16);
-  p[2] = static_cast<char>(x >> 8);
-  p[3] = static_cast<char>(x);
-}
-
-} // namespace
 
 offset_index::offset_index(offset base) : base_(base) {
 }
@@ -35,7 +19,7 @@ std::vector<offset_index_entry> offset_index::decode(std::string_view bytes) {
   std::vector<offset_index_entry> result;
   result.reserve(bytes.size() / entry_size);
   for (size_t i = 0; i + entry_size <= bytes.size(); i += entry_size)
-    result.push_back({load_u32(bytes.data() + i), load_u32(bytes.data() + i + 4)});
+    result.push_back({be::load<uint32_t>(bytes.data() + i), be::load<uint32_t>(bytes.data() + i + 4)});
   return result;
 }
 
@@ -104,8 +88,8 @@ caf::error offset_index::write_pending() {
   std::string buf((entries_.size() - persisted_) * entry_size, '\0');
   char* p = buf.data();
   for (size_t i = persisted_; i < entries_.size(); ++i, p += entry_size) {
-    store_u32(p, entries_[i].relative_offset);
-    store_u32(p + 4, entries_[i].position);
+    be::store<uint32_t>(p, entries_[i].relative_offset);
+    be::store<uint32_t>(p + 4, entries_[i].position);
   }
   if (auto err = file_->append(buf)) {
     // Best effort: a partial entry would only cost a rebuild at recovery.

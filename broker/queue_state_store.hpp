@@ -70,7 +70,7 @@ namespace queue_state_format {
 
 inline constexpr std::string_view queue_db = "queue_state";
 /// The group configs and DLQ producer rows (encoded by
-/// actors/queue_coordinator.hpp, queue_group_format).
+/// actors/server/queue_coordinator.hpp, queue_group_format).
 inline constexpr std::string_view groups_db = "queue_groups";
 inline constexpr std::string_view producers_db = "queue_dlq_producers";
 inline constexpr uint8_t position_kind = 0x00;

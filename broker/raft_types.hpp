@@ -1,7 +1,7 @@
 #pragma once
 // The value types of Ferry's Raft (the metadata quorum): log entries, the
 // persistent hard state, snapshots and the one wire message. Plain structs
-// with CAF inspectors, so actors/interfaces.hpp can register them as message
+// with CAF inspectors, so actors/protocol/interfaces.hpp can register them as message
 // types; no CAF runtime here (broker/ stays actor-free).
 //
 // Indexes and terms are uint64_t, starting at 1; index 0 / term 0 mean
@@ -166,7 +166,7 @@ typename Inspector::result_type inspect(Inspector& f, raft_applied& x) {
 
 /// Committed log entries as a voter hands them to an observer (a node that
 /// is not a voter: it pulls the metadata log and applies it, see
-/// actors/raft_node.hpp, raft_observer). Everything here is committed, so
+/// actors/server/raft_node.hpp, raft_observer). Everything here is committed, so
 /// any voter may answer, the leader or a lagging follower alike.
 struct raft_log_chunk {
   /// The answering voter's id, term, known leader (-1 none) and commit

@@ -1,5 +1,6 @@
 #include "broker/segment.hpp"
 
+#include "broker/big_endian.hpp"
 #include "broker/file_system.hpp"
 
 #include <algorithm>
@@ -22,20 +23,6 @@ constexpr size_t max_read_ahead = 16u << 20;
 /// Relative offsets and positions are 32-bit.
 constexpr uint64_t offset_span_limit = uint64_t{UINT32_MAX} + 1;
 
-uint64_t load_u64(const char* p) {
-  auto u = reinterpret_cast<const unsigned char*>(p);
-  uint64_t x = 0;
-  for (int i = 0; i < 8; ++i)
-    x = (x << 8) | u[i];
-  return x;
-}
-
-uint32_t load_u32(const char* p) {
-  auto u = reinterpret_cast<const unsigned char*>(p);
-  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8)
-         | uint32_t{u[3]};
-}
-
 /// Decodes and checks the header fields a scan needs (base offset, length,
 /// magic, last offset delta, max timestamp) from the header_size bytes at
 /// `h`, the batch starting at `pos` of a file of `limit` bytes. No CRC.
@@ -46,7 +33,7 @@ caf::expected<batch_position> peek_header(const char* h, uint64_t pos, uint64_t 
   auto magic = static_cast<int8_t>(h[L::magic]);
   if (magic != L::current_magic)
     return make_error(ec::bad_magic, "magic " + std::to_string(magic));
-  auto len = static_cast<int32_t>(load_u32(h + L::batch_length));
+  auto len = static_cast<int32_t>(be::load<uint32_t>(h + L::batch_length));
   constexpr auto min_len = static_cast<int32_t>(L::header_size - L::log_overhead);
   if (len < min_len || static_cast<uint64_t>(len) + L::log_overhead > max_batch)
     return make_error(ec::length_overflow, "batch_length " + std::to_string(len));
@@ -55,12 +42,12 @@ caf::expected<batch_position> peek_header(const char* h, uint64_t pos, uint64_t 
     return make_error(ec::truncated_batch,
                       "batch of " + std::to_string(b.size) + " bytes, file has "
                         + std::to_string(limit - pos));
-  auto lod = static_cast<int32_t>(load_u32(h + L::last_offset_delta));
+  auto lod = static_cast<int32_t>(be::load<uint32_t>(h + L::last_offset_delta));
   if (lod < 0)
     return make_error(ec::malformed_record, "last_offset_delta " + std::to_string(lod));
-  b.base = offset{static_cast<int64_t>(load_u64(h + L::base_offset))};
+  b.base = offset{static_cast<int64_t>(be::load<uint64_t>(h + L::base_offset))};
   b.last = b.base + lod;
-  b.max_timestamp = static_cast<timestamp_ms>(load_u64(h + L::max_timestamp));
+  b.max_timestamp = static_cast<timestamp_ms>(be::load<uint64_t>(h + L::max_timestamp));
   return b;
 }
 
@@ -355,7 +342,7 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
     auto p = reader.fetch(e.position, L::header_size, 0);
     if (!p)
       return p.error();
-    auto stored = offset{static_cast<int64_t>(load_u64(*p + L::base_offset))};
+    auto stored = offset{static_cast<int64_t>(be::load<uint64_t>(*p + L::base_offset))};
     if (stored != s->index_.offset_of(e)
         || static_cast<int8_t>((*p)[L::magic]) != L::current_magic
         || (!b && !is(b.error(), ec::truncated_batch)))

@@ -1,41 +1,12 @@
 #include "broker/time_index.hpp"
 
+#include "broker/big_endian.hpp"
 #include "broker/file_system.hpp"
 
 #include <algorithm>
 #include <string>
 
 namespace ferry {
-
-namespace {
-
-uint64_t load_u64(const char* p) {
-  auto u = reinterpret_cast<const unsigned char*>(p);
-  uint64_t x = 0;
-  for (int i = 0; i < 8; ++i)
-    x = (x << 8) | u[i];
-  return x;
-}
-
-uint32_t load_u32(const char* p) {
-  auto u = reinterpret_cast<const unsigned char*>(p);
-  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8)
-         | uint32_t{u[3]};
-}
-
-void store_u64(char* p, uint64_t x) {
-  for (int i = 7; i >= 0; --i, x >>= 8)
-    p[i] = static_cast<char>(x);
-}
-
-void store_u32(char* p, uint32_t x) {
-  p[0] = static_cast<char>(x >> 24);
-  p[1] = static_cast<char>(x >> 16);
-  p[2] = static_cast<char>(x >> 8);
-  p[3] = static_cast<char>(x);
-}
-
-} // namespace
 
 time_index::time_index(offset base) : base_(base) {
 }
@@ -45,7 +16,7 @@ time_index::time_index(time_index&&) noexcept = default;
 time_index& time_index::operator=(time_index&&) noexcept = default;
 
 time_index_entry time_index::decode_one(const char* p) {
-  return {static_cast<timestamp_ms>(load_u64(p)), load_u32(p + 8)};
+  return {static_cast<timestamp_ms>(be::load<uint64_t>(p)), be::load<uint32_t>(p + 8)};
 }
 
 std::vector<time_index_entry> time_index::decode(std::string_view bytes) {
@@ -124,8 +95,8 @@ caf::error time_index::write_pending() {
   std::string buf((entries_.size() - persisted_) * entry_size, '\0');
   char* p = buf.data();
   for (size_t i = persisted_; i < entries_.size(); ++i, p += entry_size) {
-    store_u64(p, static_cast<uint64_t>(entries_[i].timestamp));
-    store_u32(p + 8, entries_[i].relative_offset);
+    be::store<uint64_t>(p, static_cast<uint64_t>(entries_[i].timestamp));
+    be::store<uint32_t>(p + 8, entries_[i].relative_offset);
   }
   if (auto err = file_->append(buf)) {
     (void) file_->truncate(persisted_ * entry_size);

@@ -1,6 +1,6 @@
 #include "broker/topic_config.hpp"
 
-#include "actors/interfaces.hpp" // the topic_config struct (a message type)
+#include "broker/messages.hpp" // the topic_config struct (a message type)
 
 #include <algorithm>
 #include <charconv>
@@ -148,8 +148,9 @@ caf::error validate_replication_factor(int16_t rf, int16_t max_supported) {
     if (max_supported <= 1)
       return make_error(ec::policy_violation,
                         "replication factor " + std::to_string(rf)
-                          + " needs replication, which this single-node "
-                            "build does not have yet");
+                          + " needs " + std::to_string(rf)
+                          + " brokers; this node runs alone (start a cluster "
+                            "with ferryd --voters)");
     return make_error(ec::policy_violation,
                       "replication factor " + std::to_string(rf)
                         + " exceeds the " + std::to_string(max_supported)

@@ -1,6 +1,6 @@
 #pragma once
 // Validation of topic names and per-topic settings, and the conversion
-// between topic_config (actors/interfaces.hpp) and Kafka-style key/value
+// between topic_config (actors/protocol/interfaces.hpp) and Kafka-style key/value
 // maps ("retention.ms" -> "604800000"). No actor code: the metadata actors
 // call these before they record anything.
 //
@@ -12,10 +12,10 @@
 //   max.message.bytes    [61 (a batch header), 64 MiB]
 //   min.insync.replicas  [1, replication factor]
 // Partitions are in [1, 10000]; the replication factor is >= 1 and at most
-// what the cluster can place (1 in this single-node build).
+// the number of brokers that can hold replicas (1 for a node alone).
 //
 // topic_config itself is a message type and so is defined in
-// actors/interfaces.hpp; this header only declares it, keeping the typed
+// actors/protocol/interfaces.hpp; this header only declares it, keeping the typed
 // actor headers out of broker/ users. Callers include interfaces.hpp.
 
 #include "broker/error.hpp"
@@ -54,7 +54,7 @@ caf::error validate_topic_name(std::string_view name);
 caf::error validate_partition_count(int32_t n);
 
 /// ec::invalid_config for rf < 1; ec::policy_violation for rf greater than
-/// `max_supported` (the replicas the cluster can place; 1 until replication).
+/// `max_supported` (the brokers that can hold replicas; 1 for a node alone).
 caf::error validate_replication_factor(int16_t rf, int16_t max_supported = 1);
 
 /// Checks every field of `cfg` (partitions, replication factor, each key's

@@ -5,6 +5,8 @@
 //
 // Readers never read past `end`; they report failure instead of throwing.
 
+#include "broker/big_endian.hpp" // ferry::be, used with the varints everywhere
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -115,38 +117,3 @@ inline status get_varlong(const char** p, const char* end, int64_t* out) {
 
 } // namespace ferry::varint
 
-namespace ferry::be {
-
-/// Big-endian fixed-width loads and stores. Callers guarantee the bytes exist.
-template <class T>
-inline T load(const char* p) {
-  using U = std::make_unsigned_t<T>;
-  U u;
-  std::memcpy(&u, p, sizeof(U));
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  if constexpr (sizeof(U) == 2)
-    u = __builtin_bswap16(u);
-  else if constexpr (sizeof(U) == 4)
-    u = __builtin_bswap32(u);
-  else if constexpr (sizeof(U) == 8)
-    u = __builtin_bswap64(u);
-#endif
-  return static_cast<T>(u);
-}
-
-template <class T>
-inline void store(char* p, T v) {
-  using U = std::make_unsigned_t<T>;
-  U u = static_cast<U>(v);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  if constexpr (sizeof(U) == 2)
-    u = __builtin_bswap16(u);
-  else if constexpr (sizeof(U) == 4)
-    u = __builtin_bswap32(u);
-  else if constexpr (sizeof(U) == 8)
-    u = __builtin_bswap64(u);
-#endif
-  std::memcpy(p, &u, sizeof(U));
-}
-
-} // namespace ferry::be

@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # tools used by tests, demos and benchmark comparisons
   curl fio xvfb python3 prometheus
+  python3-kafka python3-lz4 python3-zstandard  # tests/tools/make_kafka_vectors.py
 )
 
 missing=()

@@ -1,6 +1,6 @@
 #pragma once
 // Plain values the console's models and views work on. The client object
-// (ferry_client) builds them from broker replies; nothing here knows CAF or
+// (console_client) builds them from broker replies; nothing here knows CAF or
 // the network, so models are tested with hand-made values.
 
 #include <QByteArray>

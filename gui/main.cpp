@@ -6,7 +6,7 @@
 // into DIR and exits (0 on success). Set QT_QPA_PLATFORM=offscreen to run
 // it without a display.
 
-#include "gui/ferry_client.hpp"
+#include "gui/console_client.hpp"
 #include "gui/main_window.hpp"
 #include "gui/metrics_sampler.hpp"
 
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   parser.addOption(wait);
   parser.process(app);
 
-  ferry::console::ferry_client client;
+  ferry::console::console_client client;
   ferry::console::metrics_sampler sampler;
   auto address = parser.value(broker);
   QUrl metrics_url;

@@ -1,6 +1,6 @@
 #include "gui/main_window.hpp"
 
-#include "gui/ferry_client.hpp"
+#include "gui/console_client.hpp"
 #include "gui/metrics_sampler.hpp"
 #include "gui/views.hpp"
 
@@ -47,7 +47,7 @@ void remember_cluster(const QString& address) {
 
 } // namespace
 
-main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl metrics_url,
+main_window::main_window(console_client* client, metrics_sampler* metrics, QUrl metrics_url,
                          QWidget* parent)
   : QMainWindow(parent),
     client_(client),
@@ -101,7 +101,7 @@ main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl me
   connect(address_->lineEdit(), &QLineEdit::returnPressed, this,
           [this] { connect_to(address_->currentText()); });
   connect(timer_, &QTimer::timeout, this, &main_window::refresh);
-  connect(client_, &ferry_client::connection_changed, this,
+  connect(client_, &console_client::connection_changed, this,
           [this](bool up, const QString& detail) {
             state_->setText(detail);
             state_->setStyleSheet(up ? QString{} : QStringLiteral("color: #c02020"));
@@ -117,7 +117,7 @@ main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl me
               mark_unreachable();
             }
           });
-  connect(client_, &ferry_client::cluster_updated, this, [this](const cluster_snapshot& snap) {
+  connect(client_, &console_client::cluster_updated, this, [this](const cluster_snapshot& snap) {
     last_snapshot_ = snap;
     show_snapshot(snap);
     browser_->set_topics(snap.topics);
@@ -137,22 +137,22 @@ main_window::main_window(ferry_client* client, metrics_sampler* metrics, QUrl me
         }
     }
   });
-  connect(client_, &ferry_client::groups_updated, groups_, &groups_view::show_groups);
-  connect(client_, &ferry_client::dlqs_updated, dlq_, &dlq_view::show_dlqs);
-  connect(client_, &ferry_client::done, this, [this](const QString& what) {
+  connect(client_, &console_client::groups_updated, groups_, &groups_view::show_groups);
+  connect(client_, &console_client::dlqs_updated, dlq_, &dlq_view::show_dlqs);
+  connect(client_, &console_client::done, this, [this](const QString& what) {
     log(what, false);
     refresh();
   });
-  connect(client_, &ferry_client::browse_finished, this,
+  connect(client_, &console_client::browse_finished, this,
           [this](qint64 scanned, qint64, bool, const QString& error) {
             if (!error.isEmpty())
               log(QStringLiteral("message read failed after %1 records: %2").arg(scanned).arg(error),
                   true);
           });
-  connect(client_, &ferry_client::produced, this, [this](const QString& t, int p, qint64 o) {
+  connect(client_, &console_client::produced, this, [this](const QString& t, int p, qint64 o) {
     log(QStringLiteral("produced to %1[%2] at offset %3").arg(t).arg(p).arg(o), false);
   });
-  connect(client_, &ferry_client::failed, this, [this](const QString& what, const QString& err) {
+  connect(client_, &console_client::failed, this, [this](const QString& what, const QString& err) {
     log(QStringLiteral("%1 failed: %2").arg(what, err), true);
   });
   connect(metrics_, &metrics_sampler::failed, this,

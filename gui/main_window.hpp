@@ -26,7 +26,7 @@ class browser_view;
 class charts_view;
 class cluster_view;
 class dlq_view;
-class ferry_client;
+class console_client;
 class groups_view;
 class metrics_sampler;
 class topics_view;
@@ -35,7 +35,7 @@ class main_window : public QMainWindow {
   Q_OBJECT
 public:
   /// `metrics_url` empty: taken from the connected node's metrics port.
-  main_window(ferry_client* client, metrics_sampler* metrics, QUrl metrics_url = {},
+  main_window(console_client* client, metrics_sampler* metrics, QUrl metrics_url = {},
               QWidget* parent = nullptr);
 
   /// Connects to "HOST:PORT"; once connected, it is remembered among the
@@ -70,7 +70,7 @@ private:
   /// The connection is lost: the node we talk to and the partitions it
   /// leads are shown as down / offline until it answers again.
   void mark_unreachable();
-  ferry_client* client_;
+  console_client* client_;
   metrics_sampler* metrics_;
   bool metrics_fixed_;
   QComboBox* address_;

@@ -1,7 +1,7 @@
 #include "gui/views.hpp"
 
 #include "gui/charts.hpp"
-#include "gui/ferry_client.hpp"
+#include "gui/console_client.hpp"
 #include "gui/metrics_sampler.hpp"
 
 #include <QComboBox>
@@ -103,7 +103,7 @@ confirm_fn default_confirm() {
 
 // -- cluster ---------------------------------------------------------------------
 
-cluster_view::cluster_view(ferry_client*, QWidget* parent)
+cluster_view::cluster_view(console_client*, QWidget* parent)
   : QWidget(parent),
     summary_(new QLabel(QStringLiteral("not connected"), this)),
     nodes_(make_nodes_model(this)),
@@ -144,7 +144,7 @@ void cluster_view::show_snapshot(const cluster_snapshot& snap) {
 
 // -- topics ----------------------------------------------------------------------
 
-topics_view::topics_view(ferry_client* client, metrics_sampler* metrics, QWidget* parent)
+topics_view::topics_view(console_client* client, metrics_sampler* metrics, QWidget* parent)
   : QWidget(parent),
     client_(client),
     metrics_(metrics),
@@ -320,7 +320,7 @@ void topics_view::alter_config() {
 
 // -- groups ----------------------------------------------------------------------
 
-groups_view::groups_view(ferry_client* client, metrics_sampler* metrics, QWidget* parent)
+groups_view::groups_view(console_client* client, metrics_sampler* metrics, QWidget* parent)
   : QWidget(parent),
     client_(client),
     metrics_(metrics),
@@ -444,7 +444,7 @@ void groups_view::update_charts() {
 
 // -- message browser -------------------------------------------------------------
 
-browser_view::browser_view(ferry_client* client, QWidget* parent)
+browser_view::browser_view(console_client* client, QWidget* parent)
   : QWidget(parent), client_(client), messages_(make_messages_model(this)) {
   auto* lay = new QVBoxLayout(this);
   auto* where = new QHBoxLayout;
@@ -540,7 +540,7 @@ browser_view::browser_view(ferry_client* client, QWidget* parent)
   lay->addWidget(split, 1);
 
   connect(read_, &QPushButton::clicked, this, &browser_view::read);
-  connect(cancel_, &QPushButton::clicked, client_, &ferry_client::cancel_browse);
+  connect(cancel_, &QPushButton::clicked, client_, &console_client::cancel_browse);
   connect(produce, &QPushButton::clicked, this, [this] { produce_dialog(nullptr); });
   connect(reproduce, &QPushButton::clicked, this, [this] {
     auto* m = messages_->row_at(selected_row(table_));
@@ -554,7 +554,7 @@ browser_view::browser_view(ferry_client* client, QWidget* parent)
   connect(format_, &QComboBox::currentIndexChanged, this, [this] { show_selected(); });
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           [this] { show_selected(); });
-  connect(client_, &ferry_client::browse_matches, this, [this](const QList<message_row>& rows) {
+  connect(client_, &console_client::browse_matches, this, [this](const QList<message_row>& rows) {
     if (!busy_)
       return;
     bool first = messages_->rowCount() == 0;
@@ -564,12 +564,12 @@ browser_view::browser_view(ferry_client* client, QWidget* parent)
     if (first)
       table_->resizeColumnsToContents();
   });
-  connect(client_, &ferry_client::browse_progress, this, [this](qint64 scanned, qint64 total) {
+  connect(client_, &console_client::browse_progress, this, [this](qint64 scanned, qint64 total) {
     progress_->setRange(0, static_cast<int>(std::min<qint64>(total, INT32_MAX)));
     progress_->setValue(static_cast<int>(std::min<qint64>(scanned, INT32_MAX)));
     status_->setText(QStringLiteral("scanned %1 of %2, %3 match").arg(scanned).arg(total).arg(messages_->rowCount()));
   });
-  connect(client_, &ferry_client::browse_finished, this,
+  connect(client_, &console_client::browse_finished, this,
           [this](qint64 scanned, qint64 matched, bool cancelled, const QString& error) {
             busy_ = false;
             read_->setEnabled(true);
@@ -590,7 +590,7 @@ browser_view::browser_view(ferry_client* client, QWidget* parent)
               progress_->setValue(1);
             }
           });
-  connect(client_, &ferry_client::produced, this, [this](const QString& t, int p, qint64 o) {
+  connect(client_, &console_client::produced, this, [this](const QString& t, int p, qint64 o) {
     status_->setText(QStringLiteral("produced to %1[%2] at offset %3").arg(t).arg(p).arg(o));
   });
 }
@@ -753,7 +753,7 @@ void browser_view::produce_dialog(const message_row* base) {
 
 // -- DLQ inspector ---------------------------------------------------------------
 
-dlq_view::dlq_view(ferry_client* client, QWidget* parent)
+dlq_view::dlq_view(console_client* client, QWidget* parent)
   : QWidget(parent),
     client_(client),
     dlqs_(make_dlqs_model(this)),
@@ -853,11 +853,11 @@ dlq_view::dlq_view(ferry_client* client, QWidget* parent)
     client_->cancel_redrive();
     status_->setText(QStringLiteral("stopping the redrive after the current chunk…"));
   });
-  connect(client_, &ferry_client::failed, this, [this](const QString& what, const QString&) {
+  connect(client_, &console_client::failed, this, [this](const QString& what, const QString&) {
     if (what.startsWith(QStringLiteral("dlq redrive")))
       stop_->setEnabled(false);
   });
-  connect(client_, &ferry_client::dlq_records, this,
+  connect(client_, &console_client::dlq_records, this,
           [this](const QString& topic, const QList<dlq_record_row>& rows, qint64 scanned,
                  bool end) {
             if (topic != selected_dlq())
@@ -872,12 +872,12 @@ dlq_view::dlq_view(ferry_client* client, QWidget* parent)
                                .arg(scanned)
                                .arg(end ? QString{} : QStringLiteral(" (more: narrow the filter)")));
           });
-  connect(client_, &ferry_client::redrive_progress, this, [this](qint64 n, qint64 skipped) {
+  connect(client_, &console_client::redrive_progress, this, [this](qint64 n, qint64 skipped) {
     status_->setText(QStringLiteral("redriving: %1 redriven, %2 skipped (already redriven)")
                        .arg(n)
                        .arg(skipped));
   });
-  connect(client_, &ferry_client::done, this, [this](const QString& what) {
+  connect(client_, &console_client::done, this, [this](const QString& what) {
     if (what.startsWith(QStringLiteral("redrove")))
       stop_->setEnabled(false);
     if (what.contains(QStringLiteral("redrove")) || what.contains(QStringLiteral("purged"))) {

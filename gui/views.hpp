@@ -1,5 +1,5 @@
 #pragma once
-// The console's main views. Each view connects a ferry_client's signals to
+// The console's main views. Each view connects a console_client's signals to
 // its models and asks the client for data; none talks to the network
 // itself. `confirm` decides yes/no questions (a QMessageBox by default;
 // tests replace it).
@@ -26,7 +26,7 @@ QT_END_NAMESPACE
 
 namespace ferry::console {
 
-class ferry_client;
+class console_client;
 class line_chart;
 class metrics_sampler;
 
@@ -38,7 +38,7 @@ confirm_fn default_confirm();
 class cluster_view : public QWidget {
   Q_OBJECT
 public:
-  explicit cluster_view(ferry_client* client, QWidget* parent = nullptr);
+  explicit cluster_view(console_client* client, QWidget* parent = nullptr);
   void show_snapshot(const cluster_snapshot& snap);
   table_model<node_row>* nodes() const { return nodes_; }
   table_model<partition_issue>* issues() const { return issues_; }
@@ -53,7 +53,7 @@ private:
 class topics_view : public QWidget {
   Q_OBJECT
 public:
-  topics_view(ferry_client* client, metrics_sampler* metrics, QWidget* parent = nullptr);
+  topics_view(console_client* client, metrics_sampler* metrics, QWidget* parent = nullptr);
   void show_topics(const QList<topic_row>& topics);
   void select_topic(const QString& name);
   QString selected_topic() const;
@@ -66,7 +66,7 @@ private:
   void create_topic();
   void delete_topic();
   void alter_config();
-  ferry_client* client_;
+  console_client* client_;
   metrics_sampler* metrics_;
   table_model<topic_row>* topics_;
   table_model<partition_row>* partitions_;
@@ -78,7 +78,7 @@ private:
 class groups_view : public QWidget {
   Q_OBJECT
 public:
-  groups_view(ferry_client* client, metrics_sampler* metrics, QWidget* parent = nullptr);
+  groups_view(console_client* client, metrics_sampler* metrics, QWidget* parent = nullptr);
   void show_groups(const QList<group_row>& groups);
   void select_group(const QString& name);
   table_model<group_summary>* groups() const { return groups_; }
@@ -87,7 +87,7 @@ public:
 private:
   void show_selected();
   void update_charts();
-  ferry_client* client_;
+  console_client* client_;
   metrics_sampler* metrics_;
   table_model<group_summary>* groups_;
   table_model<group_partition_row>* lag_;
@@ -101,7 +101,7 @@ private:
 class browser_view : public QWidget {
   Q_OBJECT
 public:
-  explicit browser_view(ferry_client* client, QWidget* parent = nullptr);
+  explicit browser_view(console_client* client, QWidget* parent = nullptr);
   void set_topics(const QList<topic_row>& topics);
   /// Starts reading with the current settings.
   void read();
@@ -115,7 +115,7 @@ public:
 private:
   void show_selected();
   void produce_dialog(const message_row* base);
-  ferry_client* client_;
+  console_client* client_;
   table_model<message_row>* messages_;
   QComboBox* topic_;
   QSpinBox* partition_;
@@ -140,7 +140,7 @@ private:
 class dlq_view : public QWidget {
   Q_OBJECT
 public:
-  explicit dlq_view(ferry_client* client, QWidget* parent = nullptr);
+  explicit dlq_view(console_client* client, QWidget* parent = nullptr);
   void show_dlqs(const QList<dlq_row>& dlqs);
   void select_dlq(const QString& topic);
   QString selected_dlq() const;
@@ -163,7 +163,7 @@ private:
   void show_record();
   void redrive(redrive_selection sel, const QString& what);
   void redrive_range();
-  ferry_client* client_;
+  console_client* client_;
   table_model<dlq_row>* dlqs_;
   table_model<error_count>* errors_;
   table_model<dlq_record_row>* records_;

@@ -8,7 +8,7 @@
 // counted per topic by the partition probes, where records are appended and
 // read; the node must not count them again.
 //
-// Single node (no Raft yet): call standalone(), which reports term 0 (no
+// A node without --voters (local metadata, no Raft): call standalone(), which reports term 0 (no
 // election ever ran; cluster describe also says raft_term 0), is_leader 1
 // (the node is the controller of its cluster of one) and commit index 0.
 //

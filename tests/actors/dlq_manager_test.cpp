@@ -6,11 +6,11 @@
 // __consumer_state records first, and a second manager over a store that
 // applied them skips what the first one redrove.
 
-#include "actors/dlq_manager.hpp"
+#include "actors/server/dlq_manager.hpp"
 
-#include "actors/interfaces.hpp"
-#include "actors/node.hpp"
-#include "actors/queue_coordinator.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/node.hpp"
+#include "actors/server/queue_coordinator.hpp"
 #include "broker/consumer_state.hpp"
 #include "broker/dlq_store.hpp"
 #include "broker/lease_table.hpp"

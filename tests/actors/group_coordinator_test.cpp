@@ -2,8 +2,8 @@
 // (virtual time), with a real offset store in a temp dir and a fake broker
 // answering list offsets. Also the offset store's encoding.
 
-#include "actors/group_coordinator.hpp"
-#include "actors/interfaces.hpp"
+#include "actors/server/group_coordinator.hpp"
+#include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"

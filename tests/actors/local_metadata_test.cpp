@@ -5,10 +5,10 @@
 // replica crash and restart, the restart limit, shutdown and data deletion.
 // (The node tests live here until tests/CMakeLists.txt lists a node_test.)
 
-#include "actors/local_metadata.hpp"
+#include "actors/server/local_metadata.hpp"
 
-#include "actors/interfaces.hpp"
-#include "actors/node.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/node.hpp"
 #include "broker/record_batch.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"

@@ -6,9 +6,9 @@
 // shrink and expand, follower restarts. Each test has its own temporary
 // directory.
 
-#include "actors/partition_replica.hpp"
+#include "actors/server/partition_replica.hpp"
 
-#include "actors/interfaces.hpp"
+#include "actors/protocol/interfaces.hpp"
 #include "broker/file_system.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"

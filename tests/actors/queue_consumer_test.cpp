@@ -4,9 +4,9 @@
 // on a config clash), parked receives and acks while disconnected, the
 // reconnect and the leave on stop are checked without a network.
 
-#include "actors/queue_consumer.hpp"
+#include "actors/client/queue_consumer.hpp"
 
-#include "actors/interfaces.hpp"
+#include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
 
 #include <caf/all.hpp>

@@ -4,10 +4,10 @@
 // queue state lives in a real LMDB store in a temp dir. One test runs the
 // same flow through a real node (replicas on disk).
 
-#include "actors/queue_coordinator.hpp"
+#include "actors/server/queue_coordinator.hpp"
 
-#include "actors/interfaces.hpp"
-#include "actors/node.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/node.hpp"
 #include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
 #include "broker/offset_store.hpp"

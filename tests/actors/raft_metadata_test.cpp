@@ -1,13 +1,13 @@
-// raft_metadata (actors/raft_metadata.hpp) on CAF's deterministic test
+// raft_metadata (actors/server/raft_metadata.hpp) on CAF's deterministic test
 // coordinator with virtual time: three raft nodes, each over its own LMDB
 // environment, each with a metadata_state_machine and a raft_metadata actor.
 // Raft messages go through one network actor that only queues them; the test
 // delivers them and can isolate a node.
 
-#include "actors/raft_metadata.hpp"
+#include "actors/server/raft_metadata.hpp"
 
-#include "actors/interfaces.hpp"
-#include "actors/raft_node.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/raft_node.hpp"
 #include "broker/error.hpp"
 #include "broker/lmdb.hpp"
 #include "broker/logging.hpp"

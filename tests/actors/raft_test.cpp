@@ -1,4 +1,4 @@
-// Raft nodes (actors/raft_node.hpp) on CAF's deterministic test coordinator
+// Raft nodes (actors/server/raft_node.hpp) on CAF's deterministic test coordinator
 // with virtual time, each over its own LMDB environment. Every node's peers
 // are one network actor that only queues messages; the test delivers them,
 // and can drop, duplicate, reorder and partition. Invariants are checked
@@ -14,9 +14,9 @@
 // seed n; RAFT_STATS=1 prints per-seed terms, applied entries and the most
 // messages in flight).
 
-#include "actors/raft_node.hpp"
+#include "actors/server/raft_node.hpp"
 
-#include "actors/interfaces.hpp"
+#include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
 #include "broker/key_codec.hpp"
 #include "broker/lmdb.hpp"
@@ -457,7 +457,7 @@ public:
     }
   }
 
-  /// Spawns an observer (a non-voter, actors/raft_node.hpp) with id `id`
+  /// Spawns an observer (a non-voter, actors/server/raft_node.hpp) with id `id`
   /// that fetches straight from the voters' actors (not through the
   /// network: observers take no part in the Raft traffic).
   raft_actor add_observer(int32_t id, std::shared_ptr<test_machine> m) {

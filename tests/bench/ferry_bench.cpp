@@ -20,10 +20,10 @@
 // up to --send-batch; every message's latency still runs from its own
 // intended send time.
 
-#include "actors/client_connection.hpp"
-#include "actors/consumer.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/producer.hpp"
+#include "actors/client/client_connection.hpp"
+#include "actors/client/consumer.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/client/producer.hpp"
 #include "broker/error.hpp"
 
 #include <caf/actor_system.hpp>

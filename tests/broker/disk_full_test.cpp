@@ -1,6 +1,7 @@
 // A full disk and failing syncs, through fault_injecting_file_system: the log
 // refuses the write with a clear error and never corrupts itself.
 
+#include "tests/temp_dir.hpp"
 #include "broker/file_system.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/record_batch.hpp"
@@ -17,17 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string tmpl = "/tmp/ferry-disk-full-test-XXXXXX";
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::temp_dir;
 
 std::string make_batch(int n, size_t value_size = 50) {
   std::vector<record> recs;
@@ -77,7 +68,7 @@ protected:
   fault_injecting_file_system ffs{&default_file_system()};
 
   std::unique_ptr<partition_log> open_log(file_system* fsys) {
-    auto log = partition_log::open(dir.path, cfg, &ckpt, fsys);
+    auto log = partition_log::open(dir.path(), cfg, &ckpt, fsys);
     EXPECT_TRUE(log) << describe(log.error());
     return log ? std::move(*log) : nullptr;
   }
@@ -86,7 +77,7 @@ protected:
 } // namespace
 
 TEST_F(disk_full_test, fault_layer_writes_what_fits_then_fails) {
-  auto f = ffs.open(dir.path / "f", open_mode::create);
+  auto f = ffs.open(dir.path() / "f", open_mode::create);
   ASSERT_TRUE(f);
   auto& file = **f;
   ffs.set_space_left(10);
@@ -95,9 +86,9 @@ TEST_F(disk_full_test, fault_layer_writes_what_fits_then_fails) {
   EXPECT_TRUE(is(err, ec::disk_full)) << describe(err);
   EXPECT_NE(describe(err).find("No space left on device"), std::string::npos);
   EXPECT_EQ(file.size(), 10u);
-  EXPECT_EQ(fs::file_size(dir.path / "f"), 10u);
+  EXPECT_EQ(fs::file_size(dir.path() / "f"), 10u);
   EXPECT_TRUE(is(file.append("y"), ec::disk_full));
-  EXPECT_EQ(fs::file_size(dir.path / "f"), 10u);
+  EXPECT_EQ(fs::file_size(dir.path() / "f"), 10u);
   ffs.set_space_left(std::nullopt);
   EXPECT_FALSE(file.append("abc"));
   EXPECT_EQ(file.size(), 13u);
@@ -107,10 +98,10 @@ TEST_F(disk_full_test, fault_layer_writes_what_fits_then_fails) {
   EXPECT_FALSE(file.sync());
   EXPECT_EQ(ffs.syncs(), 2u);
   ffs.fail_creates(true);
-  auto g = ffs.open(dir.path / "g", open_mode::create);
+  auto g = ffs.open(dir.path() / "g", open_mode::create);
   ASSERT_FALSE(g);
   EXPECT_TRUE(is(g.error(), ec::disk_full));
-  EXPECT_TRUE(ffs.open(dir.path / "f", open_mode::create)); // exists: fine
+  EXPECT_TRUE(ffs.open(dir.path() / "f", open_mode::create)); // exists: fine
   char buf[13];
   auto got = file.read_at(0, std::span<char>{buf, sizeof(buf)});
   ASSERT_TRUE(got);
@@ -119,13 +110,13 @@ TEST_F(disk_full_test, fault_layer_writes_what_fits_then_fails) {
 
 TEST_F(disk_full_test, posix_layer_maps_errors) {
   posix_file_system pfs;
-  auto missing = pfs.open(dir.path / "nope", open_mode::existing);
+  auto missing = pfs.open(dir.path() / "nope", open_mode::existing);
   ASSERT_FALSE(missing);
   EXPECT_TRUE(is(missing.error(), ec::not_found));
-  auto bad = pfs.open(dir.path / "no-dir" / "f", open_mode::create);
+  auto bad = pfs.open(dir.path() / "no-dir" / "f", open_mode::create);
   ASSERT_FALSE(bad);
-  EXPECT_FALSE(pfs.remove(dir.path / "nope"));
-  auto names = pfs.list_dir(dir.path);
+  EXPECT_FALSE(pfs.remove(dir.path() / "nope"));
+  auto names = pfs.list_dir(dir.path());
   ASSERT_TRUE(names);
   EXPECT_TRUE(names->empty());
 }
@@ -138,7 +129,7 @@ TEST_F(disk_full_test, enospc_mid_append_leaves_the_log_unchanged) {
     ASSERT_TRUE(append(*log, make_batch(3)));
   ASSERT_TRUE(log->flush());
   auto before = read_all(*log);
-  auto size = log_files_size(dir.path);
+  auto size = log_files_size(dir.path());
   auto end = log->log_end();
   ffs.set_space_left(37); // the next batch gets 37 bytes in, then ENOSPC
   auto r = append(*log, make_batch(4, 200));
@@ -148,11 +139,11 @@ TEST_F(disk_full_test, enospc_mid_append_leaves_the_log_unchanged) {
     << describe(r.error());
   EXPECT_EQ(log->log_end(), end);
   EXPECT_EQ(log->size_bytes(), size);
-  EXPECT_EQ(log_files_size(dir.path), size); // no partial bytes left
+  EXPECT_EQ(log_files_size(dir.path()), size); // no partial bytes left
   EXPECT_EQ(read_all(*log), before);
   // Still full: refused again, same state.
   EXPECT_FALSE(append(*log, make_batch(1)));
-  EXPECT_EQ(log_files_size(dir.path), size);
+  EXPECT_EQ(log_files_size(dir.path()), size);
   // Flushing what is there still works.
   EXPECT_TRUE(log->flush());
   // Space returns: appends continue at the same offset.
@@ -183,7 +174,7 @@ TEST_F(disk_full_test, enospc_creating_the_next_segment_leaves_the_log_unchanged
   EXPECT_TRUE(is(r.error(), ec::disk_full)) << describe(r.error());
   EXPECT_EQ(log->log_end(), offset{2});
   EXPECT_EQ(log->segment_count(), 1u);
-  EXPECT_FALSE(fs::exists(dir.path / "00000000000000000002.log"));
+  EXPECT_FALSE(fs::exists(dir.path() / "00000000000000000002.log"));
   EXPECT_EQ(read_all(*log), before);
   ffs.fail_creates(false);
   auto info = append(*log, make_batch(3));
@@ -208,7 +199,7 @@ TEST_F(disk_full_test, enospc_writing_the_closing_index_entry_on_roll) {
   EXPECT_TRUE(is(r.error(), ec::disk_full)) << describe(r.error());
   EXPECT_EQ(log->log_end(), offset{2});
   EXPECT_EQ(log->segment_count(), 1u);
-  EXPECT_EQ(fs::file_size(dir.path / "00000000000000000000.timeindex") % 12, 0u);
+  EXPECT_EQ(fs::file_size(dir.path() / "00000000000000000000.timeindex") % 12, 0u);
   ffs.set_space_left(std::nullopt);
   ASSERT_TRUE(append(*log, make_batch(3)));
   EXPECT_EQ(log->segment_count(), 2u);
@@ -230,7 +221,7 @@ TEST_F(disk_full_test, enospc_in_the_first_write_to_a_new_segment) {
   ASSERT_FALSE(r);
   EXPECT_TRUE(is(r.error(), ec::disk_full));
   EXPECT_EQ(log->log_end(), offset{2});
-  EXPECT_EQ(fs::file_size(dir.path / "00000000000000000002.log"), 0u);
+  EXPECT_EQ(fs::file_size(dir.path() / "00000000000000000002.log"), 0u);
   EXPECT_EQ(read_all(*log), before);
   ffs.set_space_left(std::nullopt);
   auto info = append(*log, make_batch(3));
@@ -282,7 +273,7 @@ TEST_F(disk_full_test, index_write_failure_does_not_fail_flush) {
   auto d = log->flush();
   ASSERT_TRUE(d) << describe(d.error());
   EXPECT_EQ(*d, offset{20});
-  EXPECT_EQ(fs::file_size(dir.path / "00000000000000000000.index"), 0u);
+  EXPECT_EQ(fs::file_size(dir.path() / "00000000000000000000.index"), 0u);
   auto before = read_all(*log);
   log.reset();
   ffs.set_space_left(std::nullopt);
@@ -322,7 +313,7 @@ TEST_F(disk_full_test, enospc_in_append_replicated_leaves_the_log_unchanged) {
   // The leader: an ordinary log elsewhere.
   temp_dir ldir;
   memory_checkpoint lckpt;
-  auto leader = partition_log::open(ldir.path, cfg, &lckpt);
+  auto leader = partition_log::open(ldir.path(), cfg, &lckpt);
   ASSERT_TRUE(leader);
   for (int i = 0; i < 12; ++i)
     ASSERT_TRUE(append(**leader, make_batch(2)));
@@ -334,7 +325,7 @@ TEST_F(disk_full_test, enospc_in_append_replicated_leaves_the_log_unchanged) {
   ASSERT_TRUE(log);
   ASSERT_TRUE(log->append_replicated(first->data));
   auto segments = log->segment_count();
-  auto size = log_files_size(dir.path);
+  auto size = log_files_size(dir.path());
   auto before = read_all(*log);
   // Room for a bit more than one segment of the chunk: a roll happens, then
   // the disk fills.
@@ -344,7 +335,7 @@ TEST_F(disk_full_test, enospc_in_append_replicated_leaves_the_log_unchanged) {
   EXPECT_TRUE(is(r.error(), ec::disk_full)) << describe(r.error());
   EXPECT_EQ(log->log_end(), first->next_offset);
   EXPECT_EQ(log->segment_count(), segments);
-  EXPECT_EQ(log_files_size(dir.path), size);
+  EXPECT_EQ(log_files_size(dir.path()), size);
   EXPECT_EQ(read_all(*log), before);
   ffs.set_space_left(std::nullopt);
   auto info = log->append_replicated(rest->data);

@@ -1,8 +1,9 @@
 // Kafka compatibility: batches written by an independent implementation
-// (python-kafka, see /work/shared/testdata/README.md) must decode to exactly
-// the records that went into them, and uncompressed ones must re-encode to
-// the same bytes.
+// (kafka-python, see testdata/README.md; made by
+// tests/tools/make_kafka_vectors.py) must decode to exactly the records that
+// went into them, and uncompressed ones must re-encode to the same bytes.
 
+#include "broker/compression.hpp"
 #include "broker/record_batch.hpp"
 
 #include <gtest/gtest.h>
@@ -57,6 +58,14 @@ std::vector<std::string> case_names() {
   std::vector<std::string> names;
   for (auto& c : cases())
     names.push_back(c.at("name").get<std::string>());
+  return names;
+}
+
+std::vector<std::string> compressed_case_names() {
+  std::vector<std::string> names;
+  for (auto& c : cases())
+    if (c.at("compression") != "none")
+      names.push_back(c.at("name").get<std::string>());
   return names;
 }
 
@@ -185,15 +194,6 @@ batch_meta meta_of(const json& c) {
   return ::testing::AssertionSuccess();
 }
 
-// Fixture defects: cases whose batch is not compressed the way their
-// "compression" field says. The "zstd" case's batch has attributes 0x0000
-// (python-kafka 2.0.2 wrote it uncompressed), so it proves nothing about zstd
-// interop; codec_test's ZstdFrameWithoutContentSize covers Kafka-style zstd
-// frames instead. Asserted exactly, so a corrected file fails here until the
-// entry is removed.
-const std::map<std::string, compression> codec_in_batch_differs{
-  {"zstd", compression::none}};
-
 class KafkaCompat : public ::testing::TestWithParam<std::string> {
 protected:
   const json& c() const { return find_case(GetParam()); }
@@ -213,10 +213,7 @@ TEST_P(KafkaCompat, DecodesToExactRecordsAndHeader) {
   EXPECT_EQ(h.base_offset, meta.base_offset);
   EXPECT_EQ(h.partition_leader_epoch, meta.partition_leader_epoch);
   EXPECT_EQ(h.magic, 2);
-  auto defect = codec_in_batch_differs.find(GetParam());
-  EXPECT_EQ(h.codec(), defect == codec_in_batch_differs.end() ? meta.codec
-                                                              : defect->second)
-    << "declared codec " << tc.at("compression");
+  EXPECT_EQ(h.codec(), meta.codec) << "declared codec " << tc.at("compression");
   EXPECT_EQ(h.ts_type(), meta.ts_type);
   EXPECT_EQ(h.transactional(), meta.transactional);
   EXPECT_EQ(h.producer_id, meta.producer_id);
@@ -230,6 +227,31 @@ TEST_P(KafkaCompat, DecodesToExactRecordsAndHeader) {
     max_ts = std::max(max_ts, r.timestamp);
   EXPECT_EQ(h.max_timestamp, max_ts);
   EXPECT_EQ(h.total_size(), bytes.size());
+}
+
+// A compressed case's records section really is compressed with its codec:
+// smaller than the plain records, and Ferry's decompressor turns it into
+// exactly the records section Ferry writes uncompressed.
+class KafkaCompatCompressed : public KafkaCompat {};
+
+TEST_P(KafkaCompatCompressed, SectionDecompressesToPlainRecords) {
+  const json& tc = c();
+  ASSERT_FALSE(tc.is_null()) << GetParam();
+  auto meta = meta_of(tc);
+  ASSERT_NE(meta.codec, compression::none);
+  auto bytes = unhex(tc.at("batch_hex").get<std::string>());
+  ASSERT_GT(bytes.size(), batch_layout::header_size);
+  auto section = std::string_view{bytes}.substr(batch_layout::header_size);
+  auto plain_meta = meta;
+  plain_meta.codec = compression::none;
+  auto plain = encode_batch(plain_meta, expected_records(tc));
+  ASSERT_TRUE(plain) << describe(plain.error());
+  auto want = std::string_view{*plain}.substr(batch_layout::header_size);
+  EXPECT_LT(section.size(), want.size()) << "not compressed";
+  std::string got;
+  auto err = decompress(meta.codec, section, got, default_max_batch_bytes);
+  ASSERT_FALSE(err) << describe(err);
+  EXPECT_EQ(tohex(got), tohex(want));
 }
 
 TEST_P(KafkaCompat, EncodesToSameBytesOrSameRecords) {
@@ -251,6 +273,9 @@ TEST_P(KafkaCompat, EncodesToSameBytesOrSameRecords) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, KafkaCompat, ::testing::ValuesIn(case_names()),
+                         [](const auto& info) { return test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Cases, KafkaCompatCompressed,
+                         ::testing::ValuesIn(compressed_case_names()),
                          [](const auto& info) { return test_name(info.param); });
 
 TEST(KafkaCompatData, FileLoadsWithEveryKindOfCase) {

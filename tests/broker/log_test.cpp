@@ -1,6 +1,7 @@
 // partition_log behaviour: appends, reads, rolls, time lookups, truncation,
 // retention, reopen, group commit, epochs, replication appends.
 
+#include "tests/temp_dir.hpp"
 #include "broker/file_system.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/record_batch.hpp"
@@ -19,18 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh directory under /tmp, removed with everything in it at the end.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string tmpl = "/tmp/ferry-log-test-XXXXXX";
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::temp_dir;
 
 /// A clock the test moves by hand.
 struct manual_clock {
@@ -110,7 +100,7 @@ protected:
   log_config cfg;
 
   std::unique_ptr<partition_log> open_log(file_system* fsys = nullptr) {
-    auto log = partition_log::open(dir.path, cfg, &ckpt, fsys, clock.fn());
+    auto log = partition_log::open(dir.path(), cfg, &ckpt, fsys, clock.fn());
     EXPECT_TRUE(log) << describe(log.error());
     return log ? std::move(*log) : nullptr;
   }
@@ -176,7 +166,7 @@ TEST_F(log_test, append_and_read_across_segment_rolls) {
   }
   EXPECT_EQ(log->size_bytes(), [&] {
     uint64_t n = 0;
-    for (auto& e : fs::directory_iterator(dir.path))
+    for (auto& e : fs::directory_iterator(dir.path()))
       if (e.path().extension() == ".log")
         n += fs::file_size(e.path());
     return n;
@@ -328,7 +318,7 @@ TEST_F(log_test, rolls_by_age_of_first_append_with_injected_clock) {
   clock.now += 500;
   ASSERT_TRUE(append(*log, make_batch(1, 1)));
   EXPECT_EQ(log->segment_count(), 2u);
-  EXPECT_TRUE(fs::exists(dir.path / "00000000000000000002.log"));
+  EXPECT_TRUE(fs::exists(dir.path() / "00000000000000000002.log"));
   EXPECT_EQ(offsets_in(read_all(*log, offset{0})), (std::vector<int64_t>{0, 1, 2, 3}));
 }
 
@@ -341,7 +331,7 @@ TEST_F(log_test, roll_of_an_empty_segment_is_a_no_op) {
   ASSERT_FALSE(log->roll());
   ASSERT_FALSE(log->roll());
   EXPECT_EQ(log->segment_count(), 2u);
-  EXPECT_TRUE(fs::exists(dir.path / "00000000000000000002.log"));
+  EXPECT_TRUE(fs::exists(dir.path() / "00000000000000000002.log"));
 }
 
 TEST_F(log_test, truncate_mid_segment_removes_whole_batches_and_append_continues) {
@@ -396,7 +386,7 @@ TEST_F(log_test, truncate_across_segments_deletes_later_segments) {
   EXPECT_EQ(*end, offset{12});
   EXPECT_LT(log->segment_count(), before);
   size_t log_files = 0;
-  for (auto& e : fs::directory_iterator(dir.path))
+  for (auto& e : fs::directory_iterator(dir.path()))
     log_files += e.path().extension() == ".log";
   EXPECT_EQ(log_files, log->segment_count());
   std::vector<int64_t> expected;
@@ -431,7 +421,7 @@ TEST_F(log_test, truncate_to_a_segment_base_removes_that_segment) {
   ASSERT_TRUE(end);
   EXPECT_EQ(*end, offset{4});
   EXPECT_EQ(log->segment_count(), 2u);
-  EXPECT_FALSE(fs::exists(dir.path / "00000000000000000004.log"));
+  EXPECT_FALSE(fs::exists(dir.path() / "00000000000000000004.log"));
   auto info = append(*log, make_batch(1, 1));
   ASSERT_TRUE(info);
   EXPECT_EQ(info->base_offset, offset{4});
@@ -484,8 +474,8 @@ TEST_F(log_test, retention_by_size_deletes_oldest_segments_and_advances_log_star
   EXPECT_EQ(log->segment_count(), segments - rep->segments_deleted);
   EXPECT_GT(log->log_start(), offset{0});
   EXPECT_EQ(rep->new_log_start, log->log_start());
-  EXPECT_FALSE(fs::exists(dir.path / "00000000000000000000.log"));
-  EXPECT_FALSE(fs::exists(dir.path / "00000000000000000000.index"));
+  EXPECT_FALSE(fs::exists(dir.path() / "00000000000000000000.log"));
+  EXPECT_FALSE(fs::exists(dir.path() / "00000000000000000000.index"));
   auto r = log->read(log->log_start() - 1, 100, log->log_end());
   ASSERT_FALSE(r);
   EXPECT_TRUE(is(r.error(), ec::offset_out_of_range));
@@ -557,8 +547,8 @@ TEST_F(log_test, advance_log_start_deletes_segments_below_it) {
   ASSERT_FALSE(log->advance_log_start(offset{7}));
   EXPECT_EQ(log->log_start(), offset{7});
   EXPECT_EQ(log->segment_count(), 2u);
-  EXPECT_FALSE(fs::exists(dir.path / "00000000000000000003.log"));
-  EXPECT_TRUE(fs::exists(dir.path / "00000000000000000006.log"));
+  EXPECT_FALSE(fs::exists(dir.path() / "00000000000000000003.log"));
+  EXPECT_TRUE(fs::exists(dir.path() / "00000000000000000006.log"));
   auto r = log->read(offset{6}, 100, offset{100});
   EXPECT_FALSE(r);
   r = log->read(offset{7}, 100, offset{100});
@@ -675,7 +665,7 @@ TEST_F(log_test, flush_makes_appends_durable_with_one_fdatasync) {
   EXPECT_EQ(ffs.syncs_of(".log"), 1u);
   EXPECT_EQ(ffs.syncs_of(".index"), 0u);
   EXPECT_EQ(ffs.syncs_of(".timeindex"), 0u);
-  EXPECT_GT(fs::file_size(dir.path / "00000000000000000000.index"), 0u);
+  EXPECT_GT(fs::file_size(dir.path() / "00000000000000000000.index"), 0u);
   // Nothing new: no sync.
   ASSERT_TRUE(log->flush());
   EXPECT_EQ(ffs.syncs_of(".log"), 1u);
@@ -787,7 +777,7 @@ TEST_F(log_test, append_replicated_keeps_leader_offsets) {
     ASSERT_TRUE(append(*leader, make_batch(3, 100 + i, 30)));
   temp_dir fdir;
   memory_checkpoint fckpt;
-  auto follower = partition_log::open(fdir.path, cfg, &fckpt, nullptr, clock.fn());
+  auto follower = partition_log::open(fdir.path(), cfg, &fckpt, nullptr, clock.fn());
   ASSERT_TRUE(follower);
   auto& f = **follower;
   // Copy in chunks, as fetches would.
@@ -861,8 +851,8 @@ TEST_F(log_test, index_files_follow_the_documented_format) {
     ASSERT_TRUE(append(*log, make_batch(4, 1000 + 10 * i, 20)));
   ASSERT_FALSE(log->roll());
   auto read_file = [&](const char* name) {
-    std::string s(fs::file_size(dir.path / name), '\0');
-    FILE* f = std::fopen((dir.path / name).c_str(), "rb");
+    std::string s(fs::file_size(dir.path() / name), '\0');
+    FILE* f = std::fopen((dir.path() / name).c_str(), "rb");
     EXPECT_EQ(std::fread(s.data(), 1, s.size(), f), s.size());
     std::fclose(f);
     return s;

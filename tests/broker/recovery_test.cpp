@@ -2,6 +2,7 @@
 // missing and damaged indexes, stray files, checkpoints out of step, and the
 // cost of opening a log of many segments.
 
+#include "tests/temp_dir.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/record_batch.hpp"
 
@@ -23,17 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string tmpl = "/tmp/ferry-recovery-test-XXXXXX";
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::temp_dir;
 
 std::string make_batch(int n, timestamp_ms ts0, size_t value_size = 20) {
   std::vector<record> recs;
@@ -108,7 +99,7 @@ protected:
   }
 
   std::unique_ptr<partition_log> open_log() {
-    return open_at(dir.path, ckpt);
+    return open_at(dir.path(), ckpt);
   }
 
   /// Writes `n` batches of 1..4 records, closes the log, returns its content.
@@ -128,7 +119,7 @@ protected:
   fs::path seg(const char* suffix, int64_t base = 0) const {
     char name[32];
     std::snprintf(name, sizeof(name), "%020lld", static_cast<long long>(base));
-    return dir.path / (std::string{name} + suffix);
+    return dir.path() / (std::string{name} + suffix);
   }
 };
 
@@ -152,23 +143,23 @@ TEST_F(recovery_test, torn_tail_at_every_byte_of_the_last_batch_is_cut) {
   for (auto cut = last_start; cut < full.size(); ++cut) {
     SCOPED_TRACE("cut at " + std::to_string(cut));
     temp_dir copy;
-    fs::copy(dir.path, copy.path, fs::copy_options::recursive);
-    fs::resize_file(copy.path / log_file.filename(), cut);
+    fs::copy(dir.path(), copy.path(), fs::copy_options::recursive);
+    fs::resize_file(copy.path() / log_file.filename(), cut);
     memory_checkpoint c = ckpt;
-    auto log = open_at(copy.path, c);
+    auto log = open_at(copy.path(), c);
     ASSERT_TRUE(log);
     EXPECT_EQ(log->log_end(), last_base);
     EXPECT_EQ(log->recovery().bytes_truncated, cut - last_start);
     EXPECT_EQ(log->recovery().reason.empty(), cut == last_start);
     EXPECT_EQ(log->recovery().indexes_rebuilt, 0u);
-    EXPECT_EQ(fs::file_size(copy.path / log_file.filename()), last_start);
+    EXPECT_EQ(fs::file_size(copy.path() / log_file.filename()), last_start);
     ASSERT_EQ(read_all(*log), complete);
     // And the log goes on from there.
     auto info = append(*log, make_batch(2, 1));
     ASSERT_TRUE(info);
     EXPECT_EQ(info->base_offset, last_base);
     ASSERT_FALSE(log->close());
-    log = open_at(copy.path, c);
+    log = open_at(copy.path(), c);
     ASSERT_TRUE(log);
     EXPECT_EQ(log->recovery().bytes_truncated, 0u);
     EXPECT_EQ(log->log_end(), last_base + 2);
@@ -188,15 +179,15 @@ TEST_F(recovery_test, random_garbage_after_the_last_batch_is_cut) {
     if (seed == 2)
       garbage = content.substr(0, 40); // the start of a valid-looking header
     temp_dir copy;
-    fs::copy(dir.path, copy.path, fs::copy_options::recursive);
-    append_bytes(copy.path / seg(".log").filename(), garbage);
+    fs::copy(dir.path(), copy.path(), fs::copy_options::recursive);
+    append_bytes(copy.path() / seg(".log").filename(), garbage);
     memory_checkpoint c = ckpt;
-    auto log = open_at(copy.path, c);
+    auto log = open_at(copy.path(), c);
     ASSERT_TRUE(log);
     EXPECT_EQ(log->recovery().bytes_truncated, garbage.size());
     EXPECT_NE(log->recovery().reason, "");
     EXPECT_EQ(read_all(*log), content);
-    EXPECT_EQ(fs::file_size(copy.path / seg(".log").filename()), content.size());
+    EXPECT_EQ(fs::file_size(copy.path() / seg(".log").filename()), content.size());
   }
 }
 
@@ -270,7 +261,7 @@ TEST_F(recovery_test, deleted_indexes_are_rebuilt_identically) {
   cfg.index_interval_bytes = 150;
   auto content = write_log(40);
   std::map<fs::path, std::string> originals;
-  for (auto& e : fs::directory_iterator(dir.path))
+  for (auto& e : fs::directory_iterator(dir.path()))
     if (e.path().extension() != ".log")
       originals[e.path()] = file_bytes(e.path());
   std::vector<std::string> per_offset;
@@ -340,7 +331,7 @@ TEST_F(recovery_test, unsorted_index_of_a_closed_segment_is_rebuilt_on_first_use
   write_bytes(seg(".index"), damaged);
   // A size that is not whole entries is caught by the cheap check at open.
   std::vector<fs::path> indexes;
-  for (auto& e : fs::directory_iterator(dir.path))
+  for (auto& e : fs::directory_iterator(dir.path()))
     if (e.path().extension() == ".timeindex")
       indexes.push_back(e.path());
   std::sort(indexes.begin(), indexes.end());
@@ -415,12 +406,12 @@ TEST_F(recovery_test, stray_index_files_without_a_log_are_removed) {
   write_log(3);
   write_bytes(seg(".index", 500), "12345678");
   write_bytes(seg(".timeindex", 500), "");
-  write_bytes(dir.path / "README", "not a segment");
+  write_bytes(dir.path() / "README", "not a segment");
   auto log = open_log();
   ASSERT_TRUE(log);
   EXPECT_FALSE(fs::exists(seg(".index", 500)));
   EXPECT_FALSE(fs::exists(seg(".timeindex", 500)));
-  EXPECT_TRUE(fs::exists(dir.path / "README"));
+  EXPECT_TRUE(fs::exists(dir.path() / "README"));
   EXPECT_EQ(log->segment_count(), 1u);
 }
 

@@ -3,7 +3,7 @@
 
 #include "broker/topic_config.hpp"
 
-#include "actors/interfaces.hpp"
+#include "actors/protocol/interfaces.hpp"
 
 #include <gtest/gtest.h>
 
@@ -74,9 +74,9 @@ TEST(TopicConfig, ReplicationFactorAboveOneIsAPolicyViolation) {
   EXPECT_TRUE(is(validate_replication_factor(0), ec::invalid_config));
   auto err = validate_replication_factor(3);
   ASSERT_TRUE(is(err, ec::policy_violation));
-  EXPECT_NE(context_of(err).find("replication factor 3 needs replication, "
-                                 "which this single-node build does not "
-                                 "have yet"),
+  EXPECT_NE(context_of(err).find("replication factor 3 needs 3 brokers; this "
+                                 "node runs alone (start a cluster with "
+                                 "ferryd --voters)"),
             std::string::npos)
     << context_of(err);
   // A cluster that can place three replicas accepts it.

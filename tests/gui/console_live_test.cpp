@@ -4,8 +4,8 @@
 // redrives it. QT_QPA_PLATFORM=offscreen (set by ctest).
 
 // CAF and the harness before Qt: Qt's `emit`/`signals` macros break CAF headers.
-#include "actors/client_connection.hpp"
-#include "actors/interfaces.hpp"
+#include "actors/client/client_connection.hpp"
+#include "actors/protocol/interfaces.hpp"
 #include "tests/integration/process.hpp"
 
 #include <caf/actor_system.hpp>
@@ -13,7 +13,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "gui/ferry_client.hpp"
+#include "gui/console_client.hpp"
 #include "gui/main_window.hpp"
 #include "gui/metrics_sampler.hpp"
 #include "gui/views.hpp"
@@ -67,7 +67,7 @@ const topic_row* find_topic(table_model<topic_row>* m, const QString& name) {
 
 /// A console window connected to `endpoint`, refreshing every 300 ms.
 struct console {
-  ferry_client client;
+  console_client client;
   metrics_sampler sampler;
   main_window win;
   explicit console(const std::string& endpoint, uint16_t metrics_port)
@@ -265,11 +265,11 @@ void console_live_test::topics_view_lists_topic_created_by_ferryctl() {
   req.payload_contains = "TWO";
   QList<message_row> got;
   bool finished = false;
-  QObject::connect(&c.client, &ferry_client::browse_matches,
+  QObject::connect(&c.client, &console_client::browse_matches,
                    [&](const QList<message_row>& rows) { got.append(rows); });
   qint64 scanned = -1;
   QString browse_error;
-  QObject::connect(&c.client, &ferry_client::browse_finished,
+  QObject::connect(&c.client, &console_client::browse_finished,
                    [&](qint64 n, qint64, bool, const QString& err) {
                      scanned = n;
                      browse_error = err;
@@ -293,7 +293,7 @@ void console_live_test::topics_view_lists_topic_created_by_ferryctl() {
   QVERIFY2(browse_error.isEmpty(), qPrintable(browse_error));
   QCOMPARE(scanned, 0);
   QVERIFY(got.isEmpty());
-  QObject::disconnect(&c.client, &ferry_client::browse_finished, nullptr, nullptr);
+  QObject::disconnect(&c.client, &console_client::browse_finished, nullptr, nullptr);
 
   // Produce from the console, with a header, to an explicit partition.
   message_row m;
@@ -305,7 +305,7 @@ void console_live_test::topics_view_lists_topic_created_by_ferryctl() {
   m.headers = {{"trace", "console"}};
   int produced_partition = -1;
   qint64 produced_offset = -1;
-  QObject::connect(&c.client, &ferry_client::produced, [&](const QString&, int p, qint64 o) {
+  QObject::connect(&c.client, &console_client::produced, [&](const QString&, int p, qint64 o) {
     produced_partition = p;
     produced_offset = o;
   });
@@ -462,7 +462,7 @@ void console_live_test::recent_clusters_are_remembered() {
   QVERIFY2(d.start(), d.output().c_str());
   const auto live = QString::fromStdString(d.endpoint());
   {
-    ferry_client client;
+    console_client client;
     client.set_request_timeout_ms(1000);
     metrics_sampler sampler;
     main_window w(&client, &sampler, QUrl(QStringLiteral("http://127.0.0.1:1/metrics")));
@@ -494,7 +494,7 @@ void console_live_test::recent_clusters_are_remembered() {
   for (int i = 0; i < 12; ++i)
     earlier << QStringLiteral("127.0.0.1:%1").arg(100 + i);
   QSettings().setValue("recent_clusters", earlier);
-  ferry_client client;
+  console_client client;
   metrics_sampler sampler;
   main_window w(&client, &sampler, QUrl(QStringLiteral("http://127.0.0.1:1/metrics")));
   w.set_refresh_interval_ms(60000);
@@ -758,7 +758,7 @@ void console_live_test::browser_cancel_stops_long_filtered_scan() {
   for (int attempt = 0; attempt < 3 && !cancelled; ++attempt) {
     bool clicked = false;
     bool finished = false;
-    auto conn1 = QObject::connect(&c.client, &ferry_client::browse_progress, b,
+    auto conn1 = QObject::connect(&c.client, &console_client::browse_progress, b,
                                   [&](qint64 scanned, qint64 of) {
                                     if (clicked || scanned <= 0)
                                       return;
@@ -767,7 +767,7 @@ void console_live_test::browser_cancel_stops_long_filtered_scan() {
                                     clicked = true;
                                     cancel->click(); // runs after the view's own slot
                                   });
-    auto conn2 = QObject::connect(&c.client, &ferry_client::browse_finished, b,
+    auto conn2 = QObject::connect(&c.client, &console_client::browse_finished, b,
                                   [&](qint64 scanned, qint64, bool was_cancelled, const QString&) {
                                     finished = true;
                                     cancelled = was_cancelled;
@@ -969,7 +969,7 @@ void console_live_test::dlq_groups_filters_and_redrives_a_range_rate_limited() {
   auto* stop = child<QPushButton>(dlq, "stop_redrive");
   QVERIFY(!stop->isEnabled());
   bool stop_clicked = false;
-  auto conn = QObject::connect(&c.client, &ferry_client::redrive_progress, dlq,
+  auto conn = QObject::connect(&c.client, &console_client::redrive_progress, dlq,
                                [&](qint64 n, qint64) {
                                  if (n >= 1 && !stop_clicked && stop->isEnabled()) {
                                    stop_clicked = true;

@@ -4,7 +4,7 @@
 // all actors), so a failed assertion cannot leave a test hanging on a live
 // producer or consumer.
 
-#include "actors/client_connection.hpp"
+#include "actors/client/client_connection.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>

@@ -16,7 +16,7 @@
 
 #include "cluster_harness.hpp"
 
-#include "actors/dlq_manager.hpp"
+#include "actors/server/dlq_manager.hpp"
 #include "broker/consumer_state.hpp"
 #include "broker/lease_table.hpp"
 #include "broker/partitioner.hpp"

@@ -25,7 +25,7 @@
 
 #include "cluster_harness.hpp"
 
-#include "actors/consumer.hpp"
+#include "actors/client/consumer.hpp"
 #include "broker/consumer_state.hpp"
 #include "broker/partitioner.hpp"
 

@@ -43,9 +43,9 @@
 #include "link_proxy.hpp"
 #include "process.hpp"
 
-#include "actors/client_connection.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/producer.hpp"
+#include "actors/client/client_connection.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/client/producer.hpp"
 #include "broker/error.hpp"
 #include "broker/partition_checkpoint.hpp"
 #include "broker/partition_log.hpp"

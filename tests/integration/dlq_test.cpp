@@ -7,8 +7,8 @@
 
 #include "tests/integration/process.hpp"
 
-#include "actors/client_connection.hpp"
-#include "actors/interfaces.hpp"
+#include "actors/client/client_connection.hpp"
+#include "actors/protocol/interfaces.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

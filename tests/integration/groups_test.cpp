@@ -19,10 +19,10 @@
 #include "client_system.hpp"
 #include "process.hpp"
 
-#include "actors/client_connection.hpp"
-#include "actors/consumer.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/producer.hpp"
+#include "actors/client/client_connection.hpp"
+#include "actors/client/consumer.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/client/producer.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -26,12 +26,12 @@
 #include "client_system.hpp"
 #include "process.hpp"
 
-#include "actors/client_connection.hpp"
-#include "actors/consumer.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/producer.hpp"
-#include "actors/queue_consumer.hpp"
-#include "actors/stream_dlq.hpp"
+#include "actors/client/client_connection.hpp"
+#include "actors/client/consumer.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/client/producer.hpp"
+#include "actors/client/queue_consumer.hpp"
+#include "actors/client/stream_dlq.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

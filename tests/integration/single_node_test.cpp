@@ -4,7 +4,7 @@
 
 #include "tests/integration/process.hpp"
 
-#include "actors/interfaces.hpp"
+#include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
 #include "broker/record_batch.hpp"
 

@@ -10,9 +10,9 @@
 #include "metrics/node_probe.hpp"
 #include "metrics/partition_probe.hpp"
 
-#include "actors/group_coordinator.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/partition_replica.hpp"
+#include "actors/server/group_coordinator.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/partition_replica.hpp"
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"

@@ -1,0 +1,115 @@
+#pragma once
+// http_gateway: the node's HTTP API (Boost.Beast), translated to requests to
+// the node's broker_actor in the same process. JSON in and out
+// (actors/http/http_json.hpp has the JSON shapes, encodings and the status map).
+//
+//   POST   /v1/topics                                  create -> 201
+//   GET    /v1/topics                                  list
+//   GET    /v1/topics/{topic}                          describe (live partitions)
+//   PATCH  /v1/topics/{topic}                          {"config","partitions"}
+//   DELETE /v1/topics/{topic}
+//   POST   /v1/topics/{topic}/messages                 produce (?acks=&partition=)
+//   GET    /v1/topics/{topic}/partitions/{p}/messages  fetch, long poll
+//          ?offset=N|earliest|latest&limit=&maxWaitMs=&maxBytes=&encoding=
+//   GET    /v1/groups                                  list
+//   GET    /v1/groups/{group}                          describe (members, lag)
+//   DELETE /v1/groups/{group}                          only while empty
+//   POST   /v1/groups/{group}/offsets                  standalone commit
+//   POST   /v1/groups/{group}/reset                    reset offsets
+//   POST   /v1/groups/{group}/queue/{topic}/receive    queue mode: lease records
+//          {"member","max","visibilityMs","waitMs"} (long poll) ?encoding=
+//   POST   /v1/groups/{group}/queue/{topic}/ack|nack|reject|extend
+//          {"member","partition","offset","leaseId","delayMs","extendMs","error"}
+//   GET    /v1/cluster
+//   DELETE /v1/cluster/nodes/{id}                      remove a broker-only node
+//          (202: its replicas move away, then it leaves; see GET /v1/cluster)
+//   GET    /healthz
+// Errors: {"error":{"code","message"}}; the code is a ferry ec name. An
+// unknown path is 404 not_found, a known path with another method 405
+// invalid_request with an Allow header, a body over max_body_bytes 413
+// message_too_large, a malformed request line or header 400.
+//
+// Threads and lifetime: one io_context run by `threads` threads; one strand
+// per connection. A request never blocks a thread: it spawns a throw-away
+// CAF actor that asks the broker (request(...).then(...)) and posts the
+// result to the connection's strand, where the reply is rendered and
+// written. So a long poll costs a parked fetch in the partition replica and
+// a socket, not a thread. stop() (or the destructor) closes the listener and
+// every connection and joins the threads; replies that arrive later are
+// dropped. Construct and stop from one thread; stop before the actor system
+// ends.
+
+#include "actors/protocol/interfaces.hpp"
+
+#include <caf/expected.hpp>
+#include <caf/fwd.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ferry {
+
+struct http_gateway_config {
+  /// Address and port to listen on; port 0 picks a free one.
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  /// Threads running the io_context (accept, parse, write; never waiting).
+  int threads = 2;
+  /// Largest request body (413 above). A 1 MiB value in base64 plus JSON
+  /// fits the default.
+  size_t max_body_bytes = (2u << 20) + (64u << 10);
+  /// Largest request header block (431 above).
+  uint32_t max_header_bytes = 16u << 10;
+  /// Timeout of every broker request except long-poll fetches.
+  std::chrono::milliseconds request_timeout{30000};
+  /// Upper bound of a fetch's maxWaitMs.
+  std::chrono::milliseconds max_wait{60000};
+  /// A fetch's broker request times out after maxWaitMs plus this.
+  std::chrono::milliseconds long_poll_margin{10000};
+  /// A keep-alive connection with no request for this long is closed.
+  std::chrono::milliseconds idle_timeout{60000};
+  /// Reading one request and writing one reply each get at most this long.
+  std::chrono::milliseconds io_timeout{30000};
+  /// Default and maximum of a fetch's `limit`.
+  int32_t default_limit = 100;
+  int32_t max_limit = 10000;
+  /// Default of a fetch's maxBytes (the maximum is 64 MiB).
+  int32_t default_max_bytes = 1 << 20;
+  /// How long a topic's partition count is reused for keyed produce.
+  std::chrono::milliseconds metadata_ttl{2000};
+};
+
+/// The HTTP server of one node. Not copyable; see the file comment.
+class http_gateway {
+public:
+  /// Binds and listens (connections wait in the backlog until serve()).
+  /// Errors: ec::io_error naming the address (port taken, bad address).
+  static caf::expected<std::unique_ptr<http_gateway>>
+  listen(http_gateway_config cfg);
+
+  ~http_gateway();
+
+  http_gateway(const http_gateway&) = delete;
+  http_gateway& operator=(const http_gateway&) = delete;
+
+  /// Starts the threads and accepting. `sys` must outlive stop(); `broker`
+  /// is the node's front door. Call once.
+  void serve(caf::actor_system& sys, broker_actor broker);
+
+  /// The port actually bound (useful with port 0).
+  uint16_t port() const;
+
+  /// Stops accepting, closes every connection, joins the threads.
+  /// Idempotent.
+  void stop();
+
+private:
+  struct impl;
+  explicit http_gateway(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;
+};
+
+} // namespace ferry

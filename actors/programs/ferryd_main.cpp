@@ -1,0 +1,664 @@
+// ferryd: one Ferry broker node.
+//
+//   ferryd [--data-dir DIR] [--host H] [--port P] [--metrics-port M]
+//          [--http-port A] [--node-id N] [--config FILE] [--log-level L]
+//          [--log-file F] ...
+//
+// The node's broker_actor is published on H:P (CAF port, default 9092; 0
+// picks a free port). Prometheus metrics are served at
+// http://H:M/metrics (default 9464; 0 picks a free port; -1 disables them);
+// the metrics port is opened first, so a taken one fails before recovery.
+// The HTTP API (actors/http/http_gateway.hpp) listens on H:A (default 8080; 0
+// picks a free port; -1 disables it); it is bound before recovery too and
+// serves once the node is published.
+// Once the stored topics are recovered and the port is open, ferryd prints
+// to stdout and flushes:
+//
+//   listening on HOST:PORT
+//   metrics on HOST:METRICS_PORT      (only with metrics enabled)
+//   http on HOST:HTTP_PORT            (only with the HTTP API enabled)
+//
+// Tests and scripts wait for those lines to learn the ports. Logs go to
+// stderr.
+// SIGTERM or SIGINT: the node stops every partition replica (flush,
+// checkpoint, close), then ferryd exits 0. A second signal exits at once
+// (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
+// Exit codes: 0 clean shutdown, 1 runtime failure (port taken, data dir in
+// use or unusable, metrics port taken), CLI11's codes (>= 100) for bad
+// options.
+
+#include "actors/http/http_gateway.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/node.hpp"
+#include "broker/error.hpp"
+#include "broker/logging.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/raft_core.hpp"
+#include "metrics/exposer.hpp"
+#include "metrics/metrics.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <algorithm>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+
+namespace {
+
+constexpr const char* ferry_version = "0.1.0";
+
+// -- signals: the handler only writes a byte to a self-pipe -------------------
+
+int signal_pipe[2] = {-1, -1};
+std::atomic<int> last_signal{0};
+
+extern "C" void on_signal(int sig) {
+  auto saved = errno;
+  last_signal.store(sig);
+  char c = 's';
+  auto n = ::write(signal_pipe[1], &c, 1);
+  (void) n;
+  errno = saved;
+}
+
+bool install_signal_handlers() {
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    return false;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (::sigaction(SIGTERM, &sa, nullptr) != 0
+      || ::sigaction(SIGINT, &sa, nullptr) != 0)
+    return false;
+  ::signal(SIGPIPE, SIG_IGN);
+  return true;
+}
+
+/// Waits for a byte on the self-pipe: 's' (signal) or 'd' (node down).
+/// Returns 0 on timeout.
+char wait_event(std::chrono::milliseconds timeout) {
+  pollfd pfd{signal_pipe[0], POLLIN, 0};
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return 0;
+    auto r = ::poll(&pfd, 1, static_cast<int>(left.count()));
+    if (r > 0) {
+      char c = 0;
+      if (::read(signal_pipe[0], &c, 1) == 1)
+        return c;
+    }
+  }
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "a signal";
+  }
+}
+
+// -- metrics -------------------------------------------------------------------
+
+/// Opens and closes a connection to host:port (best effort, never blocks):
+/// wakes civetweb's listener, which otherwise notices a stop only at the end
+/// of its 2 s poll quantum.
+void poke(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  auto target = host == "0.0.0.0" ? std::string{"127.0.0.1"}
+                : host == "::"    ? std::string{"::1"}
+                                  : host;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints,
+                    &res)
+      != 0)
+    return;
+  for (auto* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family,
+                      ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                      ai->ai_protocol);
+    if (fd < 0)
+      continue;
+    auto r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    (void) r;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+}
+
+/// Destroys the exposer, poking its listener until it is gone (see poke()).
+void stop_exposer(std::unique_ptr<ferry::metrics::exposer> ex,
+                  const std::string& host) {
+  using namespace std::chrono_literals;
+  auto port = ex->port();
+  std::atomic<bool> done{false};
+  std::thread waker{[&] {
+    while (!done.load()) {
+      poke(host, port);
+      std::this_thread::sleep_for(50ms);
+    }
+  }};
+  ex.reset();
+  done = true;
+  waker.join();
+}
+
+// -- the data dir --------------------------------------------------------------
+
+/// Holds an exclusive flock on <data-dir>/ferryd.lock for the process's
+/// lifetime, so two ferryds never share a data dir.
+bool lock_data_dir(const std::filesystem::path& dir, std::string& why) {
+  auto path = dir / "ferryd.lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    why = "cannot open " + path.string() + ": " + std::strerror(errno);
+    return false;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {0};
+    auto n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' '))
+      pid.pop_back();
+    why = "data dir " + dir.string() + " is in use by another ferryd (pid "
+          + pid + ")";
+    ::close(fd);
+    return false;
+  }
+  auto text = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    auto n = ::pwrite(fd, text.data(), text.size(), 0);
+    (void) n;
+  }
+  // fd stays open (and locked) until the process exits.
+  return true;
+}
+
+/// The cluster id of this data dir, created on first start.
+caf::expected<std::string> cluster_id(ferry::metadata_store& store) {
+  constexpr const char* db = "cluster.node";
+  constexpr const char* key = "cluster_id";
+  auto id = store.get(db, key);
+  if (id)
+    return *id;
+  if (!ferry::is(id.error(), ferry::ec::not_found))
+    return std::move(id.error());
+  std::random_device rd;
+  std::string out;
+  static constexpr char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    auto b = rd() & 0xff;
+    out += hex[b >> 4];
+    out += hex[b & 0xf];
+  }
+  if (auto err = store.put(db, key, out))
+    return err;
+  return out;
+}
+
+struct options {
+  std::string data_dir = "./data";
+  std::string host = "127.0.0.1";
+  /// Empty: --host.
+  std::string advertised_host;
+  uint16_t port = 9092;
+  /// -1: no metrics.
+  int metrics_port = 9464;
+  /// -1: no HTTP API.
+  int http_port = 8080;
+  int32_t node_id = 0;
+  std::string voters;
+  std::string log_level = "info";
+  std::string log_file;
+  int shutdown_timeout_s = 30;
+  int startup_timeout_s = 600;
+  int status_timeout_ms = 2000;
+  /// replica.lag.time.max.ms (cluster mode).
+  int64_t replica_lag_max_ms = 10000;
+  /// How long a produce may wait for its acks.
+  int64_t produce_ack_timeout_ms = 20000;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace std::chrono_literals;
+  options opt;
+  CLI::App app{"ferryd: one Ferry broker node (a cluster of one without "
+               "peers).\nPrints \"listening on HOST:PORT\" (then \"metrics "
+               "on HOST:METRICS_PORT\" unless metrics are off) to stdout once "
+               "ready; SIGTERM/SIGINT shut it down cleanly.",
+               "ferryd"};
+  app.option_defaults()->always_capture_default();
+  app.set_config("--config", "",
+                 "read options from an INI or TOML file, keys as the long "
+                 "option names (data-dir = \"/var/lib/ferry\"); command-line "
+                 "options win");
+  app.add_option("--data-dir,-d", opt.data_dir,
+                 "data directory (topics, LMDB metadata)");
+  app.add_option("--host", opt.host, "address to listen on");
+  app.add_option("--advertised-host", opt.advertised_host,
+                 "address clients and other nodes reach this node at, "
+                 "registered with the cluster and shown by cluster describe "
+                 "(Kafka's advertised.listeners); empty: --host. Needed "
+                 "when --host is 0.0.0.0 or a NAT sits in between: clients "
+                 "send to partition leaders at this address");
+  app.add_option("--port,-p", opt.port,
+                 "CAF port for clients (0 picks a free one)")
+    ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-port", opt.metrics_port,
+                 "HTTP port of the Prometheus metrics (/metrics) on --host "
+                 "(0 picks a free one, -1 disables metrics)")
+    ->check(CLI::Range(-1, 65535));
+  app.add_option("--http-port", opt.http_port,
+                 "port of the HTTP API (/v1/...) on --host (0 picks a free "
+                 "one, -1 disables it)")
+    ->check(CLI::Range(-1, 65535));
+  auto* node_id_opt = app.add_option("--node-id", opt.node_id, "this node's id")
+    ->check(CLI::NonNegativeNumber);
+  auto* port_opt = app.get_option("--port");
+  app.add_option("--voters", opt.voters,
+                 "cluster mode: every voter of the Raft metadata quorum as "
+                 "id@host:port (its CAF port), comma-separated, e.g. "
+                 "1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103; this "
+                 "node's entry gives its --port unless set. A --node-id not "
+                 "in the list starts a broker-only node (not a voter: it "
+                 "follows the metadata log, registers and hosts replicas). "
+                 "Empty: a single node with local metadata");
+  app.add_option("--log-level", opt.log_level,
+                 "trace, debug, info, warn, error, critical or off")
+    ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning",
+                           "error", "critical", "off"},
+                          CLI::ignore_case));
+  app.add_option("--log-file", opt.log_file,
+                 "also append log lines to this file");
+  app.add_option("--shutdown-timeout", opt.shutdown_timeout_s,
+                 "seconds a clean shutdown may take before ferryd gives up")
+    ->check(CLI::Range(1, 3600));
+  app.add_option("--startup-timeout", opt.startup_timeout_s,
+                 "seconds log recovery may take before the port opens")
+    ->check(CLI::Range(1, 86400));
+  app.add_option("--replica-lag-max-ms", opt.replica_lag_max_ms,
+                 "cluster mode (replica.lag.time.max.ms): a follower not "
+                 "caught up with its leader for this long leaves the ISR, "
+                 "so acks=all stops waiting for it; it rejoins once caught "
+                 "up")
+    ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--produce-ack-timeout-ms", opt.produce_ack_timeout_ms,
+                 "a produce still waiting for its acks after this long (acks=all: "
+                 "the in-sync replicas; acks=1: the flush) is answered "
+                 "request_timed_out, a retriable error; the batch stays in the "
+                 "log and may still commit")
+    ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  bool show_version = false;
+  app.add_flag("--version", show_version, "print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (show_version) {
+    std::printf("ferryd %s\n", ferry_version);
+    return 0;
+  }
+  std::vector<ferry::raft_voter> voters;
+  if (!opt.voters.empty()) {
+    auto parsed = ferry::parse_voters(opt.voters);
+    if (!parsed) {
+      std::fprintf(stderr, "ferryd: --voters: %s\n",
+                   ferry::describe(parsed.error()).c_str());
+      return 2;
+    }
+    voters = std::move(*parsed);
+    auto me = std::find_if(voters.begin(), voters.end(), [&](auto& v) {
+      return v.id == opt.node_id;
+    });
+    if (node_id_opt->count() == 0) {
+      std::fprintf(stderr, "ferryd: --voters needs --node-id (one of the "
+                           "voters, or another id for a broker-only node)\n");
+      return 2;
+    }
+    if (me == voters.end()) {
+      // A broker-only node: it follows the voters' metadata log and hosts
+      // replicas, but does not vote. Its endpoint is --host/--port (0: a
+      // free port, registered once published).
+    } else if (port_opt->count() == 0)
+      opt.port = me->port;
+    else if (opt.port != me->port) {
+      std::fprintf(stderr,
+                   "ferryd: --port %u differs from this node's voter entry "
+                   "%s:%u\n",
+                   static_cast<unsigned>(opt.port), me->host.c_str(),
+                   static_cast<unsigned>(me->port));
+      return 2;
+    }
+  }
+  ferry::log::options lo;
+  lo.min_level = ferry::log::parse_level(opt.log_level)
+                   .value_or(ferry::log::level::info);
+  lo.file = opt.log_file;
+  if (auto err = ferry::log::init(lo); !err.empty())
+    ferry::log::warn("{}", err);
+  if (!install_signal_handlers()) {
+    ferry::log::critical("cannot install signal handlers: {}",
+                         std::strerror(errno));
+    return 1;
+  }
+  namespace fs = std::filesystem;
+  fs::path data_dir = opt.data_dir;
+  {
+    std::error_code ec;
+    fs::create_directories(data_dir, ec);
+    if (ec) {
+      ferry::log::critical("cannot create data dir {}: {}", data_dir.string(),
+                           ec.message());
+      return 1;
+    }
+    auto abs = fs::absolute(data_dir, ec);
+    if (!ec)
+      data_dir = abs.lexically_normal();
+  }
+  std::string why;
+  if (!lock_data_dir(data_dir, why)) {
+    ferry::log::critical("{}", why);
+    return 1;
+  }
+  ferry::log::info("ferryd {} starting: node {}, data dir {}", ferry_version,
+                   opt.node_id, data_dir.string());
+  auto advertised = opt.advertised_host.empty() ? opt.host : opt.advertised_host;
+  if (advertised == "0.0.0.0" || advertised == "::" || advertised == "[::]")
+    ferry::log::warn("advertising the wildcard address {}: clients cannot "
+                     "dial it, so they reach partition leaders only through "
+                     "the node they connect to, and broker-only peers may "
+                     "not find this node; set --advertised-host",
+                     advertised);
+  ferry::log::debug("options: host {}, port {}, log level {}, log file \"{}\", "
+                    "shutdown timeout {} s, startup timeout {} s",
+                    opt.host, opt.port, opt.log_level, opt.log_file,
+                    opt.shutdown_timeout_s, opt.startup_timeout_s);
+  auto store = ferry::metadata_store::open(data_dir / "meta");
+  if (!store) {
+    ferry::log::critical("cannot open the metadata store in {}: {}",
+                         (data_dir / "meta").string(), store.error());
+    return 1;
+  }
+  std::shared_ptr<ferry::metadata_store> shared_store{std::move(*store)};
+  auto cid = cluster_id(*shared_store);
+  if (!cid) {
+    ferry::log::critical("cannot read the cluster id: {}", cid.error());
+    return 1;
+  }
+  // Metrics first: a taken port fails before any recovery work.
+  std::shared_ptr<ferry::metrics::registry> metrics_registry;
+  std::unique_ptr<ferry::metrics::exposer> metrics_exposer;
+  if (opt.metrics_port >= 0) {
+    metrics_registry = std::make_shared<ferry::metrics::registry>();
+    auto host = opt.host.find(':') != std::string::npos
+                  ? "[" + opt.host + "]" // IPv6
+                  : opt.host;
+    auto ex = ferry::metrics::exposer::start(
+      host + ":" + std::to_string(opt.metrics_port), metrics_registry);
+    if (!ex) {
+      auto msg = ferry::describe(ex.error());
+      ferry::log::critical("cannot serve metrics on {}:{}: {}", opt.host,
+                           opt.metrics_port, msg);
+      std::fprintf(stderr, "ferryd: cannot serve metrics on %s:%d: %s\n",
+                   opt.host.c_str(), opt.metrics_port, msg.c_str());
+      ferry::log::flush();
+      return 1;
+    }
+    metrics_exposer = std::move(*ex);
+  }
+  // The HTTP API binds now (a taken port fails before recovery) and serves
+  // once the node is published. It must end before the actor system.
+  std::unique_ptr<ferry::http_gateway> http;
+  if (opt.http_port >= 0) {
+    ferry::http_gateway_config hc;
+    hc.host = opt.host;
+    hc.port = static_cast<uint16_t>(opt.http_port);
+    auto gw = ferry::http_gateway::listen(std::move(hc));
+    if (!gw) {
+      auto msg = ferry::describe(gw.error());
+      ferry::log::critical("cannot serve the HTTP API: {}", msg);
+      std::fprintf(stderr, "ferryd: cannot serve the HTTP API: %s\n",
+                   msg.c_str());
+      ferry::log::flush();
+      return 1;
+    }
+    http = std::move(*gw);
+  }
+  // Destroying the exposer can take up to 2 s (civetweb): it runs on its
+  // own thread while the node shuts down, and is joined at the end.
+  std::thread metrics_stopper;
+  auto stop_metrics = [&] {
+    if (metrics_exposer && !metrics_stopper.joinable())
+      metrics_stopper = std::thread{
+        [ex = std::move(metrics_exposer), host = opt.host]() mutable {
+          stop_exposer(std::move(ex), host);
+        }};
+  };
+  int exit_code = 0;
+  {
+    caf::actor_system_config cfg;
+    ferry::register_types(cfg);
+    cfg.load<caf::io::middleman>();
+    // Without heartbeats a silent peer is never noticed (see STACK.md).
+    cfg.set("middleman.heartbeat-interval", caf::timespan{1s});
+    cfg.set("middleman.connection-timeout", caf::timespan{3s});
+    // CAF's scheduler defaults to at least 4 workers, each polling 500 times
+    // 50 us apart before it sleeps: on 2 cores that idle polling took ~40%
+    // of the broker's CPU under produce load. Replicas run on their own
+    // threads (dedicated_thread below), so workers only route and
+    // coordinate: one per core, and no 50 us sleep-and-poll phase at all
+    // (after the short spinning phase a worker waits on its condition
+    // variable and is woken when work is enqueued to it). Each of those
+    // sleeps was a context switch: with 10 of them, a 3-node cluster at 30k
+    // msgs/s made ~110k context switches/s on 2 cores and its p99 suffered.
+    cfg.set("scheduler.max-threads",
+            static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    cfg.set("work-stealing.moderate-poll-attempts", 0);
+    caf::actor_system sys{cfg};
+    ferry::node_config nc;
+    nc.node_id = opt.node_id;
+    nc.voters = voters;
+    nc.data_dir = data_dir;
+    nc.store = shared_store;
+    nc.cluster_id = *cid;
+    nc.host = advertised;
+    nc.shutdown_timeout = std::chrono::seconds{opt.shutdown_timeout_s};
+    nc.metrics = metrics_registry;
+    nc.metrics_port = metrics_exposer ? metrics_exposer->port() : 0;
+    nc.http_port = http ? http->port() : 0;
+    // Each replica fsyncs on its own thread, not on a scheduler worker.
+    nc.replica_defaults.dedicated_thread = true;
+    nc.replica_defaults.replica_lag_max =
+      std::chrono::milliseconds{opt.replica_lag_max_ms};
+    nc.replica_defaults.ack_timeout =
+      std::chrono::milliseconds{opt.produce_ack_timeout_ms};
+    auto port_slot = nc.port;
+    auto node = sys.spawn(ferry::node, std::move(nc));
+    node->attach_functor([](const caf::error&) {
+      char c = 'd';
+      auto n = ::write(signal_pipe[1], &c, 1);
+      (void) n;
+    });
+    auto stop_node = [&](std::chrono::seconds timeout) {
+      stop_metrics();
+      if (http)
+        http->stop();
+      caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+      auto deadline = std::chrono::steady_clock::now() + timeout;
+      for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+        auto ev = wait_event(std::max(left, 1ms));
+        if (ev == 'd')
+          return true;
+        if (ev == 's') {
+          ferry::log::warn("second {}: exiting without waiting",
+                           signal_name(last_signal.load()));
+          ferry::log::flush();
+          std::_Exit(1);
+        }
+        if (ev == 0)
+          return false;
+      }
+    };
+    // Wait until the recovered topics are served: a cluster describe asks
+    // every replica for its status, which it answers once its log is open.
+    // In a cluster the node serves once its metadata caught up with the
+    // quorum, which needs the port open for the peers: no wait there.
+    if (voters.empty()) {
+      caf::scoped_actor self{sys};
+      bool ok = false;
+      self
+        ->request(node, std::chrono::seconds{opt.startup_timeout_s},
+                  ferry::cluster_atom_v)
+        .receive(
+          [&](const ferry::cluster_description& cd) {
+            ok = true;
+            size_t parts = 0, online = 0;
+            for (auto& t : cd.topics)
+              for (auto& p : t.partitions) {
+                ++parts;
+                if (p.online)
+                  ++online;
+              }
+            ferry::log::info("recovered {} topics, {} of {} partitions online",
+                             cd.topics.size(), online, parts);
+          },
+          [&](const caf::error& err) {
+            ferry::log::critical("startup failed: {}", sys.render(err));
+          });
+      if (!ok) {
+        stop_node(std::chrono::seconds{opt.shutdown_timeout_s});
+        exit_code = 1;
+      }
+    }
+    if (exit_code == 0) {
+      auto actual = sys.middleman().publish(node, opt.port, opt.host.c_str(),
+                                            true);
+      if (!actual) {
+        ferry::log::critical("cannot listen on {}:{}: {}", opt.host, opt.port,
+                             sys.render(actual.error()));
+        std::fprintf(stderr, "ferryd: cannot listen on %s:%u: %s\n",
+                     opt.host.c_str(), static_cast<unsigned>(opt.port),
+                     sys.render(actual.error()).c_str());
+        stop_node(std::chrono::seconds{opt.shutdown_timeout_s});
+        exit_code = 1;
+      } else {
+        port_slot->store(*actual);
+        ferry::log::info("ferryd {} serving on {}:{} (cluster {})",
+                         ferry_version, opt.host, *actual, *cid);
+        // The stable line tests and scripts wait for.
+        std::printf("listening on %s:%u\n", opt.host.c_str(),
+                    static_cast<unsigned>(*actual));
+        if (metrics_exposer) {
+          ferry::log::info("metrics at http://{}:{}/metrics", opt.host,
+                           metrics_exposer->port());
+          std::printf("metrics on %s:%u\n", opt.host.c_str(),
+                      static_cast<unsigned>(metrics_exposer->port()));
+        }
+        if (http) {
+          http->serve(sys, node);
+          ferry::log::info("HTTP API at http://{}:{}/v1", opt.host,
+                           http->port());
+          std::printf("http on %s:%u\n", opt.host.c_str(),
+                      static_cast<unsigned>(http->port()));
+        }
+        std::fflush(stdout);
+        char ev = 0;
+        while ((ev = wait_event(1h)) == 0) {
+          // keep waiting
+        }
+        if (ev == 's') {
+          ferry::log::info("received {}, shutting down",
+                           signal_name(last_signal.load()));
+          if (!stop_node(std::chrono::seconds{opt.shutdown_timeout_s} + 5s)) {
+            ferry::log::critical("shutdown did not finish in time");
+            ferry::log::flush();
+            std::_Exit(1);
+          }
+        } else {
+          ferry::log::critical("the node terminated unexpectedly");
+          exit_code = 1;
+        }
+      }
+    }
+    // The actor system waits for every actor; the node has stopped its
+    // children, so this is quick. A watchdog keeps it bounded anyway. After
+    // a clean node shutdown every replica is flushed and closed and every
+    // LMDB write committed, so a straggler (once: a replica held by a
+    // message left in the BASP broker's mailbox, see below) only costs the
+    // wait: exit with the clean status after a short grace and say so,
+    // instead of failing the stop.
+    auto grace = exit_code == 0 ? std::min(opt.shutdown_timeout_s, 10)
+                                : opt.shutdown_timeout_s;
+    std::thread watchdog{[grace, code = exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds{grace});
+      if (code == 0)
+        ferry::log::warn("actor system did not stop within {} s after the "
+                         "node's clean shutdown; exiting",
+                         grace);
+      else
+        ferry::log::critical("actor system did not stop in time");
+      ferry::log::flush();
+      std::_Exit(code);
+    }};
+    watchdog.detach();
+    http.reset(); // before the actor system: it holds the node's handle
+    node = nullptr;
+    // The node ended after the down messages of its replicas (see
+    // replica_closed in actors/server/node.cpp): a request the BASP broker answers
+    // (through the middleman actor) is queued behind them. Once it is
+    // answered, no left-over message in the broker's mailbox (CAF 0.17 keeps
+    // it when the middleman stops) holds a replica and its thread.
+    {
+      caf::scoped_actor self{sys};
+      self
+        ->request(sys.middleman().actor_handle(), std::chrono::seconds{grace},
+                  caf::get_atom_v, sys.node())
+        .receive([](const caf::node_id&, const std::string&, uint16_t) {},
+                 [&](const caf::error& err) {
+                   ferry::log::warn("middleman did not answer: {}",
+                                    sys.render(err));
+                 });
+    }
+  }
+  stop_metrics();
+  if (metrics_stopper.joinable())
+    metrics_stopper.join();
+  metrics_registry.reset();
+  shared_store.reset();
+  ferry::log::info("ferryd stopped");
+  ferry::log::flush();
+  return exit_code;
+}

@@ -1,0 +1,378 @@
+#pragma once
+// node: the broker_actor of one ferryd process, the actor published on the
+// node's CAF port. It supervises the rest of the node and routes requests.
+//
+// Children (all monitored):
+// - the metadata actor: spawned here (local_metadata over the node's store)
+//   unless node_config::metadata names one; the node subscribes to it and
+//   reacts to each (update_atom, topics): it spawns a partition replica per
+//   hosted partition (data in <data-dir>/topics/<topic>-<partition>), stops
+//   the replicas of deleted topics with data deletion, and sends config
+//   changes to the replicas and the topic list to every group coordinator.
+// - partition replicas: a crashed replica is logged and restarted after a
+//   backoff (restart_backoff, doubling); after max_restarts crashes within
+//   restart_window it stays offline (describe shows online=false, produce
+//   and fetch get ec::not_leader) until the next restart of the node.
+// - group coordinators: one per group, spawned on first use and for every
+//   group in the offset store at start.
+// - queue coordinators (queue-mode groups): one per queue group, spawned on
+//   create (config stored in "queue_groups") or first receive (defaults),
+//   and for every stored queue group at start (in a cluster: where the
+//   group lives, see "Groups:" below); they get the topic list like the
+//   group coordinators. Stream requests (join, sync, ...) naming a queue
+//   group get invalid_request; group list, describe and delete cover both.
+// - the DLQ manager (actors/server/dlq_manager.hpp): spawned on the first DLQ
+//   request, gets the topic lists, ended on shutdown; the DLQ requests are
+//   relayed to it. (purge_atom, topic_partition, offset) goes to the
+//   partition's replica.
+//
+// Routing: produce, fetch and list-offsets go to the partition's replica by
+// delegation (the replica answers the client directly: no extra hop);
+// unknown topic -> ec::unknown_topic, partition out of range ->
+// ec::unknown_partition, a partition not hosted or offline -> ec::not_leader.
+// Topic admin goes to the metadata actor; create answers once the new
+// replicas exist and answered a status request (or create_timeout passed).
+// Describe asks every replica for its status with status_timeout; one that
+// does not answer shows online=false and the rest still shows.
+//
+// Requests that arrive before the first metadata snapshot are held and served
+// once it is in (so a fresh process never answers unknown_topic wrongly).
+//
+// Timers: the node sends itself (update_atom, {}) with delayed_send; an update
+// whose sender is the node itself means "re-check" (restart crashed replicas,
+// expire waits) and never replaces the topic list.
+//
+// Metrics (with node_config::metrics): the node owns a metrics::node_probe
+// (standalone Raft values on a node without --voters; the data dir's disk sampled at
+// start and every disk_sample_interval by a small helper actor that watches
+// the node), gives every replica it spawns a fresh partition_probe and every
+// coordinator a fresh group_probe (so a restarted child never shares series
+// state with its predecessor). Failed client requests count in
+// ferry_request_errors_total: errors the node answers itself (unknown
+// topic, bad partition, empty group name, ...) here; admin and group
+// requests are relayed with request().then instead of delegation so their
+// errors are counted here too (one more hop, negligible at their rates);
+// produce, fetch and list-offsets keep delegating (no extra hop on the data
+// path) and the replica counts its own errors through the node_probe it is
+// given (partition_replica_config::node_probe).
+//
+// Cluster (node_config::voters set): the node spawns this node's Raft
+// quorum member (actors/server/raft_node.hpp, LMDB state in the node's store) and
+// raft_metadata over it as its metadata actor, and keeps a client link
+// (actors/client/client_connection.hpp: reconnects with backoff) to every other
+// voter's node. Raft messages travel node to node: (raft_atom, msg) to the
+// peer's broker, which hands it to its own quorum member.
+// - Broker-only nodes: a node whose id is not among the voters spawns a
+//   raft_observer (actors/server/raft_node.hpp) instead: it pulls the committed
+//   metadata log from the voters' nodes ((fetch_atom, raft_atom, index),
+//   which a voter's node hands to its quorum member), applies it to its own
+//   metadata_state_machine, and answers not_leader to writes, which the node
+//   forwards to the Raft leader's node like any not_leader write. It never
+//   votes or counts in a majority (the voters are fixed: --voters).
+// - Links to brokers: every node also links to each registered broker that
+//   is not a voter (opened on the cluster tick when it registers, reopened
+//   when its endpoint changed, closed when it left the cluster), so
+//   forwarding, follower fetches and describes reach broker-only nodes.
+// - Readiness: replicas start, and requests are served, once the applied
+//   metadata caught up (a leader is known and the applied index reached the
+//   commit index in two probes one tick apart), so a restarted node never
+//   acts on its old view.
+// - Registration: once a leader is known and the port is open, the node
+//   registers itself (endpoints) through the metadata; again whenever the
+//   metadata shows it fenced.
+// - Links: a link that connected counts as up (the peer is "alive" in
+//   cluster describe, Raft and routing get its broker) only once the peer
+//   answered a probe ((connect_atom, own id) -> its id) within
+//   peer_probe_timeout; until then, and while it keeps failing (probed again
+//   every cluster tick), the peer is down. A half-open link - the peer's
+//   bytes reach this node, this node's do not reach the peer - still
+//   completes CAF's connect (the server speaks first) and would otherwise
+//   flap up and down every few seconds. down_since keeps the start of an
+//   outage across such flaps.
+// - Controller (the node whose quorum member leads): fences a voter or a
+//   registered broker that has not been up (linked and probed) for
+//   fence_after (one never
+//   seen: controller_grace after taking over or after the link to it was
+//   opened); raft_metadata then moves leaderships and ISRs. It completes
+//   every replica move whose target is in the ISR: the moves of ferryctl
+//   partition reassign and those raft_metadata starts to empty a broker
+//   being removed (ferryctl cluster remove-node: (delete_atom, broker_atom,
+//   id), relayed to the metadata), which leaves the cluster once no
+//   partition names it.
+// - Roles: every hosted replica gets its assignment and the leader node's
+//   broker (update_atom) whenever either changes; replicas' ISR changes
+//   come here and go to the metadata.
+// - Groups: the controller creates __consumer_state (state_partitions,
+//   RF min(3, brokers that can hold replicas), retention.ms and
+//   retention.bytes -1: kept whole, not compacted yet); a stream group is
+//   coordinated by the node leading
+//   its partition there, other nodes forward its requests; commits are
+//   produced there with acks=all, and every replica of it applies the
+//   records to its node's offset store (broker/consumer_state.hpp), so a
+//   new coordinator starts from every acknowledged commit. Queue-mode
+//   groups live at the same node: their config (create, alter, delete:
+//   produced by that node), queue state, leases and DLQ producer rows
+//   (produced by the queue coordinator before it answers) go through the
+//   same partition, and every replica applies them to its node's
+//   "queue_groups", "queue_state" and "queue_dlq_producers" rows; the node
+//   reads a group's config from its store when it is not in memory. On
+//   every metadata change the node ends its stream and queue coordinators
+//   of groups whose partition is led elsewhere now (so a later return of
+//   the leadership starts them fresh from the replicated state) and starts
+//   a queue coordinator for each stored queue group whose partition it
+//   leads, so a queue group goes on with its committed positions, attempts,
+//   open leases and config when its coordinator's node dies. A
+//   __consumer_state produce from an actor of this node is never forwarded
+//   (not_leader unless this node leads the partition): a coordinator whose
+//   group moved cannot write after its successor.
+// - DLQ operations: show, redrive and purge of a DLQ topic are served by the
+//   DLQ manager of the topic's home, the node leading the __consumer_state
+//   partition of dlq_home_key(topic) (a NUL-prefixed key no group can
+//   have); other nodes forward them there like group requests (a forwarded
+//   one is never forwarded again; coordinator_not_available without a
+//   leader). The manager produces its redrive producer rows, marks and mark
+//   erases there (kinds 7-10) before it relies on them, and every replica
+//   applies them to its node's dlq_store rows (actors/server/dlq_manager.hpp), so
+//   a new home skips what the old one redrove. `dlq list` works at any
+//   node: the local list, with each DLQ's entry taken from its home's list
+//   (asked once per home node).
+// - Routing: produce, consumer fetch and list offsets for a partition led
+//   by another node are forwarded to that node's broker (request/answer, so
+//   clients may talk to any node); a request forwarded by a peer is never
+//   forwarded again (not_leader instead). Follower fetches are only served
+//   locally. Metadata writes answered not_leader by the local quorum member
+//   are forwarded once to the Raft leader's node. Describe asks each
+//   partition's leader node for its live status, and shows each node at the
+//   endpoint it registered (its voter entry until it registered: a voter
+//   entry is this node's route to that node, which may be a proxy).
+//
+// Shutdown: an exit message (e.g. anon_send_exit(node, user_shutdown) from
+// ferryd on SIGTERM) makes the node stop every replica with (stop_atom,
+// false) (flush, checkpoint, close), end the coordinators and the metadata
+// actor it spawned, and quit once all replicas answered or shutdown_timeout
+// passed. Watch it with a monitor to know when the data is safe.
+
+#include "actors/client/client_connection.hpp"
+#include "actors/server/dlq_manager.hpp"
+#include "actors/server/group_coordinator.hpp"
+#include "actors/server/queue_coordinator.hpp"
+#include "actors/protocol/interfaces.hpp"
+#include "actors/server/partition_replica.hpp"
+#include "broker/raft_core.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_clock.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+
+class metadata_store;
+class metadata_state_machine;
+class offset_store;
+
+namespace metrics {
+class registry;
+class node_probe;
+} // namespace metrics
+
+struct node_config {
+  /// This node's id (leader of every partition in a cluster of one).
+  int32_t node_id = 0;
+  /// Root of this node's data: meta/ (LMDB, opened by the caller) and
+  /// topics/<topic>-<partition>/ (one directory per replica).
+  std::filesystem::path data_dir = "data";
+  /// The node's store (ferryd opens it on <data-dir>/meta). Required: the
+  /// metadata, the replicas' checkpoints and the group offsets live there.
+  std::shared_ptr<metadata_store> store;
+  /// Where topics live. Null: the node spawns local_metadata over `store`
+  /// (no voters) or the Raft quorum member (voters).
+  metadata_actor metadata;
+  /// The Raft voters (--voters), this node included unless it is a
+  /// broker-only node. Empty: a cluster of one with local metadata. See
+  /// "Cluster" in the file comment.
+  std::vector<raft_voter> voters;
+  /// Raft timing: tick length, election timeout and heartbeat in ticks.
+  caf::timespan raft_tick = std::chrono::milliseconds{50};
+  uint32_t election_ticks = 10;
+  uint32_t heartbeat_ticks = 2;
+  /// The controller fences a broker whose link has been down this long.
+  std::chrono::milliseconds fence_after{500};
+  /// A peer link that connected counts as up once the peer answered a probe
+  /// within this time (see "Links" in the file comment).
+  std::chrono::milliseconds peer_probe_timeout{1000};
+  /// A new controller waits this long for brokers it has not seen yet.
+  std::chrono::milliseconds controller_grace{3000};
+  /// Period of the cluster timer (registration, readiness, controller).
+  std::chrono::milliseconds cluster_tick{200};
+  /// Partitions of __consumer_state (created by the controller; the group
+  /// coordinator is the leader of partition_for_key(group)).
+  int32_t state_partitions = 8;
+  /// Cluster id shown by cluster describe.
+  std::string cluster_id;
+  /// Advertised endpoint for cluster describe. The port is shared because it
+  /// is known only after the node was spawned and published (--port 0).
+  std::string host = "127.0.0.1";
+  std::shared_ptr<std::atomic<uint16_t>> port
+    = std::make_shared<std::atomic<uint16_t>>(0);
+  uint16_t http_port = 0;
+  uint16_t metrics_port = 0;
+  /// The node's metrics (ferryd serves it with a metrics::exposer); null:
+  /// no metrics. Probes from replica_defaults / group_defaults are ignored:
+  /// the node creates one per spawned replica and coordinator.
+  std::shared_ptr<metrics::registry> metrics;
+  /// How often the data dir's disk is sampled (ferry_disk_*_bytes).
+  std::chrono::milliseconds disk_sample_interval{10000};
+  /// Settings of every replica the node spawns; topic, partition, dir,
+  /// topic_cfg, node_id, epoch and store are filled in per partition.
+  partition_replica_config replica_defaults;
+  /// Settings of every group coordinator; group, offsets, broker and topics
+  /// are filled in per group.
+  group_config group_defaults;
+  /// Settings of every queue coordinator; group, settings, store, broker,
+  /// topics, topics_known and probe are filled in per group.
+  queue_coordinator_config queue_defaults;
+  /// Describe and cluster describe wait this long for each replica.
+  std::chrono::milliseconds status_timeout{2000};
+  /// Create waits at most this long for the new replicas to answer.
+  std::chrono::milliseconds create_timeout{10000};
+  /// Shutdown waits at most this long for the replicas to close.
+  std::chrono::milliseconds shutdown_timeout{20000};
+  /// First delay before restarting a crashed replica (doubles per crash).
+  std::chrono::milliseconds restart_backoff{200};
+  /// A replica crashing more often than this within restart_window stays
+  /// offline.
+  int max_restarts = 5;
+  std::chrono::milliseconds restart_window{60000};
+};
+
+/// One hosted partition replica as the node tracks it.
+struct hosted_replica {
+  partition_actor handle;  ///< null while offline or waiting for a restart
+  topic_config config;     ///< the config it was last given
+  leader_epoch epoch{0};
+  /// The assignment and leader handle it was last given.
+  partition_assignment assignment;
+  caf::actor leader_handle;
+  /// Recent crash times, for the restart limit.
+  std::vector<caf::actor_clock::time_point> crashes;
+  /// When a crashed replica may be spawned again.
+  caf::actor_clock::time_point restart_at{};
+  /// Crashed too often: not restarted any more.
+  bool given_up = false;
+};
+
+/// A create request waiting for its replicas.
+struct create_waiter {
+  topic_metadata topic;
+  caf::typed_response_promise<topic_metadata> promise;
+  caf::actor_clock::time_point deadline;
+};
+
+struct node_state {
+  node_config cfg;
+  /// The latest topic list from the metadata actor, by name.
+  std::map<std::string, topic_metadata> topics;
+  /// True once the first topic list arrived.
+  bool ready = false;
+  /// Requests that arrived before `ready`, replayed in order.
+  std::vector<std::function<void()>> deferred;
+  /// Replicas hosted here, by (topic, partition).
+  std::map<topic_partition, hosted_replica> replicas;
+  /// Replicas told to stop with data deletion that have not answered yet;
+  /// a topic re-created meanwhile waits for them.
+  std::map<topic_partition, partition_actor> stopping;
+  /// Group coordinators by group.
+  std::map<std::string, group_coordinator_actor> groups;
+  /// Queue-mode coordinators by group, and their stored configs (a name is
+  /// either a stream group or a queue group).
+  std::map<std::string, queue_coordinator_actor> queue_groups;
+  std::map<std::string, queue_group_config> queue_configs;
+  /// DLQ operations (list, show, redrive, purge); spawned on first use,
+  /// gets the topic lists like the coordinators.
+  dlq_manager_actor dlq;
+  std::shared_ptr<offset_store> offsets;
+  std::vector<create_waiter> create_waiters;
+  /// Whether the metadata actor is ours (ended on shutdown).
+  bool own_metadata = false;
+  /// Shutdown in progress: replicas still closing.
+  bool shutting_down = false;
+  size_t replicas_closing = 0;
+  caf::error exit_reason;
+  /// A re-check (update_atom to self) is already scheduled for this time.
+  caf::actor_clock::time_point recheck_at{};
+  /// Node-wide metrics (disk, Raft, request errors); null without metrics.
+  std::shared_ptr<metrics::node_probe> probe;
+  /// Samples the disk into `probe` periodically; ended on shutdown.
+  caf::actor disk_sampler;
+
+  // -- cluster (voters set) ---------------------------------------------------
+  /// This node's quorum member and the replicated metadata it applies.
+  raft_actor raft;
+  std::shared_ptr<metadata_state_machine> machine;
+  /// Its latest role, term and leader.
+  raft_status raft_st;
+  /// Links to the other voters and the brokers they lead to while up
+  /// (connected and the peer answered a probe).
+  std::map<int32_t, connection_actor> links;
+  std::map<int32_t, broker_actor> peers;
+  /// Connected links whose peer has not answered a probe yet, the probes in
+  /// flight, and the peers already reported as not answering.
+  std::map<int32_t, broker_actor> unconfirmed;
+  std::set<int32_t> probing;
+  std::set<int32_t> unanswered;
+  /// Since when a peer has not been up (controller: fence after
+  /// fence_after); the start of the outage, kept across flapping.
+  std::map<int32_t, caf::actor_clock::time_point> down_since;
+  /// Peers that were up (probed) at least once since their link opened:
+  /// only their outages count from down_since; a peer never up yet gets
+  /// controller_grace (a node starting with its peers must not fence them
+  /// for the connect failures before they listen).
+  std::set<int32_t> seen_up;
+  /// The endpoint each link connects to and when it was opened (a broker
+  /// never seen gets controller_grace from then).
+  std::map<int32_t, std::pair<std::string, uint16_t>> link_endpoints;
+  std::map<int32_t, caf::actor_clock::time_point> linked_at;
+  /// Each link's listener (linked to the node; unlinked before a close).
+  std::map<int32_t, caf::actor> link_listeners;
+  /// When this node last became the controller.
+  caf::actor_clock::time_point controller_since{};
+  /// Fences proposed and not answered yet.
+  std::set<int32_t> fencing;
+  /// This incarnation is registered (and not fenced since).
+  bool registered = false;
+  bool registering = false;
+  /// The controller is creating __consumer_state.
+  bool creating_state_topic = false;
+  /// Replica moves the controller is completing.
+  std::set<topic_partition> completing;
+  /// The applied metadata caught up with the quorum: replicas start only
+  /// then (a restarted node must not act on an old view).
+  bool cluster_ready = false;
+  uint64_t ready_probe_applied = 0;
+  int ready_probes = 0;
+
+  static inline const char* name = "node";
+};
+
+/// The broker node. @pre cfg.store != nullptr
+broker_actor::behavior_type
+node(broker_actor::stateful_pointer<node_state> self, node_config cfg);
+
+/// The directory of a replica: <data-dir>/topics/<topic>-<partition>.
+std::filesystem::path replica_dir(const std::filesystem::path& data_dir,
+                                  const std::string& topic, partition_id p);
+
+} // namespace ferry

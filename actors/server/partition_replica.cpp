@@ -1,0 +1,1298 @@
+#include "actors/server/partition_replica.hpp"
+
+#include "broker/error.hpp"
+#include "broker/logging.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/record_batch.hpp"
+#include "broker/topic_config.hpp"
+#include "metrics/node_probe.hpp"
+#include "metrics/partition_probe.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/system_messages.hpp>
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <system_error>
+#include <utility>
+
+namespace ferry {
+
+namespace {
+
+using replica_ptr = partition_actor::stateful_pointer<partition_replica_state>;
+using steady_clock = std::chrono::steady_clock;
+
+std::string name_of(const partition_replica_state& st) {
+  return st.cfg.topic + "/" + std::to_string(st.cfg.partition.value);
+}
+
+caf::error not_leader_error(const partition_replica_state& st) {
+  return make_error(ec::not_leader,
+                    "node " + std::to_string(st.cfg.node_id)
+                      + " follows partition " + name_of(st)
+                      + " (leader=" + std::to_string(st.assignment.leader)
+                      + ")");
+}
+
+bool in_isr(const partition_replica_state& st, int32_t id) {
+  return std::find(st.isr.begin(), st.isr.end(), id) != st.isr.end();
+}
+
+// -- metrics ------------------------------------------------------------------
+
+// Records of fetched data at or after `from` (the first batch may start
+// before it).
+uint64_t records_from(std::string_view data, offset from) {
+  uint64_t n = 0;
+  while (!data.empty()) {
+    auto h = parse_batch_header(data, std::numeric_limits<int32_t>::max());
+    if (!h)
+      break;
+    auto first = std::max(h->base_offset, from);
+    if (h->last_offset() >= first)
+      n += std::min<uint64_t>(static_cast<uint64_t>(h->records_count),
+                              static_cast<uint64_t>(h->last_offset() - first)
+                                + 1);
+    data.remove_prefix(h->total_size());
+  }
+  return n;
+}
+
+// Consumer traffic only (see the header).
+void observe_fetch(const partition_replica_state& st, const fetch_request& req,
+                   const fetch_response& resp,
+                   steady_clock::time_point arrived) {
+  if (!st.cfg.probe || req.replica_id != -1)
+    return;
+  st.cfg.probe->fetched(records_from(resp.data, req.from), resp.data.size(),
+                        steady_clock::now() - arrived);
+}
+
+void observe_produce(const partition_replica_state& st, uint64_t records,
+                     uint64_t bytes, steady_clock::time_point arrived) {
+  if (st.cfg.probe)
+    st.cfg.probe->produced(records, bytes, steady_clock::now() - arrived);
+}
+
+// An error answered to a client request (see cfg.node_probe).
+void count_failure(const partition_replica_state& st, const caf::error& err) {
+  if (st.cfg.node_probe && err)
+    st.cfg.node_probe->request_failed(err);
+}
+
+// Fetch errors count for consumers only, like fetch traffic.
+void count_fetch_failure(const partition_replica_state& st,
+                         const fetch_request& req, const caf::error& err) {
+  if (req.replica_id == -1)
+    count_failure(st, err);
+}
+
+// Counts `res` if it is an error answered right away.
+template <class T>
+caf::result<T> counted(const partition_replica_state& st, caf::result<T> res) {
+  if (res.flag == caf::rt_error)
+    count_failure(st, res.err);
+  return res;
+}
+
+void report_log(const partition_replica_state& st) {
+  if (st.cfg.probe && st.log)
+    st.cfg.probe->log_state(st.log->log_start(), st.log->log_end(),
+                            st.log->high_watermark(), st.log->size_bytes());
+}
+
+// -- group commit and the high watermark ----------------------------------------
+
+// Flushing before every ack is the default; any other policy lets acks and
+// the HW run ahead of the disk (as Kafka does without flush.messages=1).
+bool durable_acks(const partition_replica_state& st) {
+  return st.cfg.flush.messages == 1;
+}
+
+offset leader_position(const partition_replica_state& st) {
+  return durable_acks(st) ? st.log->durable_end() : st.log->log_end();
+}
+
+// min.insync.replicas in effect (never more than there are replicas).
+size_t min_isr(const partition_replica_state& st) {
+  return std::min<size_t>(
+    static_cast<size_t>(effective_min_insync(st.cfg.topic_cfg)),
+    std::max<size_t>(st.assignment.replicas.size(), 1));
+}
+
+bool covered(const partition_replica_state& st, offset last, acks_mode acks) {
+  if (acks == acks_mode::leader)
+    return last < st.positions.at(st.cfg.node_id);
+  return last < st.log->high_watermark();
+}
+
+void schedule_commit(replica_ptr self) {
+  auto& st = self->state;
+  if (st.commit_scheduled)
+    return;
+  st.commit_scheduled = true;
+  self->send(self, flush_atom_v);
+}
+
+// Serves a fetch from what is readable now.
+caf::expected<fetch_response> read_fetch(const partition_replica_state& st,
+                                         const fetch_request& req) {
+  auto start = st.log->log_start();
+  auto end = st.log->log_end();
+  if (req.from < start || req.from > end)
+    return make_error(ec::offset_out_of_range,
+                      "fetch offset " + std::to_string(req.from.value)
+                        + " is outside the log [" + std::to_string(start.value)
+                        + ", " + std::to_string(end.value) + "] of "
+                        + name_of(st));
+  auto hw = st.log->high_watermark();
+  // Followers (replica_id >= 0) copy the whole log; consumers stop at the HW.
+  auto upto = req.replica_id >= 0 ? end : hw;
+  fetch_response resp;
+  resp.next_offset = req.from;
+  resp.high_watermark = hw;
+  resp.log_start = start;
+  resp.log_end = end;
+  if (req.from < upto) {
+    auto rd = st.log->read(req.from, static_cast<size_t>(req.max_bytes), upto);
+    if (!rd)
+      return std::move(rd.error());
+    resp.data = std::move(rd->data);
+    resp.next_offset = rd->next_offset;
+  }
+  return resp;
+}
+
+// Answers parked fetch `w` with `resp` (its data, or the error reading it)
+// and counts it.
+void answer_waiter(partition_replica_state& st,
+                   partition_replica_state::fetch_waiter& w,
+                   caf::expected<fetch_response>&& resp) {
+  if (resp) {
+    observe_fetch(st, w.request, *resp, w.arrived);
+    w.promise.deliver(std::move(*resp));
+  } else {
+    count_fetch_failure(st, w.request, resp.error());
+    w.promise.deliver(std::move(resp.error()));
+  }
+}
+
+// Answers parked fetches that now have min_bytes (or all of them); with
+// `followers_only` only those of followers (their reads end at the log end,
+// not the HW).
+void wake_waiters(replica_ptr self, bool all, bool followers_only = false) {
+  auto& st = self->state;
+  for (auto i = st.waiters.begin(); i != st.waiters.end();) {
+    auto& w = i->second;
+    if (followers_only && w.request.replica_id < 0) {
+      ++i;
+      continue;
+    }
+    auto resp = read_fetch(st, w.request);
+    if (resp && !all
+        && resp->data.size()
+             < static_cast<size_t>(std::max(w.request.min_bytes, 0))) {
+      ++i;
+      continue;
+    }
+    answer_waiter(st, w, std::move(resp));
+    i = st.waiters.erase(i);
+  }
+}
+
+// Moves the leader's position and the HW, answers the produces they cover.
+void advance(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.leader) {
+    // A follower's HW comes from its leader (follower_apply).
+    report_log(st);
+    return;
+  }
+  auto old_hw = st.log->high_watermark();
+  auto old_position = st.positions[st.cfg.node_id];
+  st.positions[st.cfg.node_id] = leader_position(st);
+  bool grew = st.positions[st.cfg.node_id] > old_position;
+  auto hw = st.log->log_end();
+  for (auto id : st.isr) {
+    auto i = st.positions.find(id);
+    hw = std::min(hw, i == st.positions.end() ? offset{0} : i->second);
+  }
+  if (hw > old_hw)
+    st.log->set_high_watermark(hw);
+  for (auto i = st.pending.begin(); i != st.pending.end();) {
+    if (!covered(st, i->last, i->acks)) {
+      ++i;
+      continue;
+    }
+    if (i->promise.pending()) {
+      if (i->acks == acks_mode::all && st.isr.size() < min_isr(st)) {
+        // The ISR shrank below min.insync.replicas after the append (Kafka's
+        // NOT_ENOUGH_REPLICAS_AFTER_APPEND): fewer copies than promised.
+        auto err = make_error(ec::not_enough_replicas,
+                              "appended to " + name_of(st)
+                                + " but the ISR shrank to "
+                                + std::to_string(st.isr.size())
+                                + " members, min.insync.replicas is "
+                                + std::to_string(min_isr(st)));
+        count_failure(st, err);
+        i->promise.deliver(std::move(err));
+      } else {
+        i->response.log_start = st.log->log_start();
+        observe_produce(st, i->records, i->bytes, i->arrived);
+        i->promise.deliver(i->response);
+      }
+    }
+    st.pending_bytes -= i->bytes;
+    i = st.pending.erase(i);
+  }
+  if (st.log->high_watermark() > old_hw && !st.waiters.empty())
+    wake_waiters(self, false);
+  else if (grew && !st.waiters.empty())
+    wake_waiters(self, false, true); // followers read up to the log end
+  report_log(st);
+}
+
+void fail_pending(partition_replica_state& st, const caf::error& err) {
+  for (auto& p : st.pending)
+    if (p.promise.pending()) {
+      count_failure(st, err);
+      p.promise.deliver(err);
+    }
+  st.pending.clear();
+  st.pending_bytes = 0;
+}
+
+void fence(replica_ptr self, caf::error err) {
+  auto& st = self->state;
+  log::error("partition {}: flush failed, replica fenced until restart: {}",
+             name_of(st), err);
+  st.fenced = err;
+  fail_pending(st, err);
+  for (auto& [id, w] : st.waiters) {
+    count_fetch_failure(st, w.request, err);
+    w.promise.deliver(err);
+  }
+  st.waiters.clear();
+}
+
+// A flush that takes longer than this is logged (a slow disk shows in every
+// acks=all latency).
+constexpr auto slow_flush = std::chrono::milliseconds{100};
+
+caf::expected<offset> flush_log(partition_replica_state& st) {
+  auto t0 = steady_clock::now();
+  auto r = st.log->flush();
+  auto took = steady_clock::now() - t0;
+  if (st.cfg.probe)
+    st.cfg.probe->flushed(took);
+  if (took >= slow_flush)
+    log::warn("partition {}: flush took {} ms", name_of(st),
+              std::chrono::duration_cast<std::chrono::milliseconds>(took)
+                .count());
+  return r;
+}
+
+// The group commit: one flush for everything appended since the last one.
+void commit(replica_ptr self) {
+  auto& st = self->state;
+  if (st.fenced || !st.log)
+    return;
+  ++st.stats.commits;
+  bool need = durable_acks(st) ? st.log->durable_end() < st.log->log_end()
+                               : st.log->flush_due();
+  if (need) {
+    ++st.stats.log_flushes;
+    if (auto r = flush_log(st); !r) {
+      fence(self, std::move(r.error()));
+      return;
+    }
+  }
+  advance(self);
+}
+
+// -- checkpoints and snapshots ---------------------------------------------------
+
+caf::expected<std::string> snapshot_key(const partition_replica_state& st) {
+  return metadata_format::encode_partition_key(st.cfg.topic, st.cfg.partition);
+}
+
+void save_snapshot(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.store || !st.log)
+    return;
+  auto end = st.log->durable_end();
+  if (end == st.snapshot_end)
+    return;
+  auto key = snapshot_key(st);
+  if (!key) {
+    log::warn("partition {}: no producer snapshot: {}", name_of(st), key.error());
+    return;
+  }
+  if (auto err = st.cfg.store->put(producer_snapshots_db, *key,
+                                   st.producers.encode_snapshot(end))) {
+    log::warn("partition {}: producer snapshot failed: {}", name_of(st), err);
+    return;
+  }
+  st.snapshot_end = end;
+  st.last_snapshot = self->clock().now();
+  ++st.stats.snapshots;
+}
+
+void save_checkpoint(partition_replica_state& st) {
+  if (!st.log || st.log->high_watermark() == st.checkpointed_hw)
+    return;
+  if (auto err = st.log->checkpoint()) {
+    log::warn("partition {}: checkpoint failed: {}", name_of(st), err);
+    return;
+  }
+  st.checkpointed_hw = st.log->high_watermark();
+}
+
+// Loads the last snapshot (if any) and replays the log after it.
+caf::error load_producers(partition_replica_state& st) {
+  if (st.cfg.store) {
+    if (auto key = snapshot_key(st)) {
+      auto bytes = st.cfg.store->get(producer_snapshots_db, *key);
+      if (bytes) {
+        if (auto snap = producer_state::decode_snapshot(*bytes)) {
+          st.producers = std::move(*snap);
+          st.snapshot_end = st.producers.end();
+        } else {
+          log::warn("partition {}: ignoring producer snapshot: {}",
+                    name_of(st), snap.error());
+        }
+      } else if (!is(bytes.error(), ec::not_found)) {
+        log::warn("partition {}: cannot read producer snapshot: {}",
+                  name_of(st), bytes.error());
+      }
+    }
+  }
+  return st.producers.rebuild(*st.log);
+}
+
+// Flushes, answers what can be answered, saves state and closes the log.
+void shut_down(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.log)
+    return;
+  if (!st.fenced) {
+    st.commit_scheduled = false;
+    commit(self);
+  }
+  if (!st.fenced) {
+    wake_waiters(self, true);
+    save_snapshot(self);
+  }
+  // Retriable for clients: the partition lives on elsewhere (a replica
+  // moved away, a node stopping); the producer retries at the new leader
+  // (idempotence keeps a write that did land from landing twice).
+  fail_pending(st, make_error(ec::not_leader,
+                              "partition " + name_of(st)
+                                + " is shutting down on this node (leader=-1)"));
+  if (auto err = st.log->close())
+    log::warn("partition {}: close failed: {}", name_of(st), err);
+  st.log.reset();
+}
+
+// -- replication ------------------------------------------------------------------
+
+// The epoch of the last batch in the log (-1: empty), read from the log.
+int32_t read_last_batch_epoch(const partition_replica_state& st) {
+  if (st.log->log_end() <= st.log->log_start())
+    return -1;
+  auto rd = st.log->read(st.log->log_end() - 1, 1, st.log->log_end());
+  if (!rd || rd->data.empty())
+    return -1;
+  auto h = parse_batch_header(rd->data, std::numeric_limits<int32_t>::max());
+  return h ? h->partition_leader_epoch : -1;
+}
+
+// Leader: the divergence answer for a follower whose last batch's epoch
+// ends earlier here (or is unknown here); nothing when its log matches.
+std::optional<fetch_response> divergence(const partition_replica_state& st,
+                                         const fetch_request& req) {
+  if (req.last_fetched_epoch < 0)
+    return std::nullopt;
+  const auto& ep = st.log->epochs();
+  fetch_response r;
+  r.next_offset = req.from;
+  r.high_watermark = st.log->high_watermark();
+  r.log_start = st.log->log_start();
+  r.log_end = st.log->log_end();
+  // The largest epoch here that is not newer than the follower's.
+  auto it = std::upper_bound(ep.begin(), ep.end(), req.last_fetched_epoch,
+                             [](int32_t e, const epoch_entry& x) {
+                               return e < x.epoch.value;
+                             });
+  if (it == ep.begin()) {
+    // Every epoch here is newer: nothing of the follower's is known here.
+    r.diverging_epoch = -1;
+    r.diverging_end = std::min(req.from, ep.empty() ? st.log->log_start()
+                                                    : ep.front().start_offset);
+    return r;
+  }
+  auto found = std::prev(it);
+  auto end = it == ep.end() ? st.log->log_end() : it->start_offset;
+  if (found->epoch.value == req.last_fetched_epoch && req.from <= end)
+    return std::nullopt;
+  r.diverging_epoch = found->epoch.value;
+  r.diverging_end = std::min(end, req.from);
+  return r;
+}
+
+// Leader: sends an ISR change to the controller (one at a time).
+void propose_isr(replica_ptr self, std::vector<int32_t> isr) {
+  auto& st = self->state;
+  if (!st.cfg.controller || st.isr_change_pending || !st.leader
+      || self->clock().now() < st.isr_retry_at)
+    return;
+  st.isr_change_pending = true;
+  isr_change ch;
+  ch.topic = st.cfg.topic;
+  ch.partition = st.cfg.partition;
+  ch.leader = st.cfg.node_id;
+  ch.epoch = st.assignment.epoch;
+  ch.isr = isr;
+  log::info("partition {}: proposing ISR of {} members (now {})", name_of(st),
+            isr.size(), st.isr.size());
+  auto epoch = st.assignment.epoch;
+  self
+    ->request(caf::actor_cast<broker_actor>(st.cfg.controller),
+              std::chrono::seconds{10}, alter_atom_v, isr_atom_v,
+              std::move(ch))
+    .then(
+      [self, epoch](const partition_assignment& pa) {
+        auto& st = self->state;
+        st.isr_change_pending = false;
+        st.isr_refusal.clear();
+        // The node brings the same change with the topic list; taking it now
+        // saves a round and is safe: it is committed.
+        if (st.leader && pa.epoch == epoch && pa.leader == st.cfg.node_id
+            && st.assignment.epoch == epoch) {
+          st.assignment.isr = pa.isr;
+          st.isr = pa.isr;
+          if (st.cfg.probe)
+            st.cfg.probe->replication(st.isr.size(),
+                                      st.assignment.replicas.size());
+          advance(self);
+        }
+      },
+      [self](caf::error& err) {
+        auto& st = self->state;
+        st.isr_change_pending = false;
+        st.isr_retry_at = self->clock().now() + st.cfg.isr_retry_backoff;
+        auto text = describe(err);
+        if (text == st.isr_refusal) {
+          log::debug("partition {}: ISR change refused again: {}",
+                     name_of(st), text);
+          return;
+        }
+        st.isr_refusal = std::move(text);
+        log::warn("partition {}: ISR change refused: {} (no new proposal "
+                  "for {} ms)",
+                  name_of(st), st.isr_refusal,
+                  st.cfg.isr_retry_backoff.count());
+      });
+}
+
+// Leader: a follower fetched from `from` (its durable end).
+void follower_fetched(replica_ptr self, int32_t id, offset from) {
+  auto& st = self->state;
+  if (std::find(st.assignment.replicas.begin(), st.assignment.replicas.end(),
+                id)
+      == st.assignment.replicas.end())
+    return; // not a replica of this partition: a reader, not a follower
+  auto end = st.log->log_end();
+  auto now = self->clock().now();
+  st.positions[id] = std::min(from, end);
+  // Kafka's rule: caught up now when at the end; else caught up as of the
+  // previous fetch when this one reaches the end that fetch saw.
+  if (from >= end) {
+    st.caught_up[id] = now;
+  } else if (auto prev = st.last_fetch_end.find(id);
+             prev != st.last_fetch_end.end() && from >= prev->second) {
+    st.caught_up[id] = std::max(st.caught_up[id], st.last_fetch_time[id]);
+  }
+  st.last_fetch_end[id] = end;
+  st.last_fetch_time[id] = now;
+  advance(self);
+  // A follower back at the HW (and in the current epoch) rejoins the ISR.
+  const auto& ep = st.log->epochs();
+  auto epoch_start = ep.empty() ? offset{0} : ep.back().start_offset;
+  if (!in_isr(st, id) && from >= st.log->high_watermark()
+      && from >= epoch_start) {
+    auto isr = st.isr;
+    isr.push_back(id);
+    propose_isr(self, std::move(isr));
+  }
+}
+
+// Leader (tick): followers not caught up for replica_lag_max leave the ISR.
+void check_isr_lag(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.leader || !st.cfg.controller || st.isr_change_pending)
+    return;
+  auto now = self->clock().now();
+  std::vector<int32_t> keep;
+  for (auto id : st.isr) {
+    auto i = st.caught_up.find(id);
+    if (id == st.cfg.node_id || i == st.caught_up.end()
+        || now - i->second <= st.cfg.replica_lag_max
+        || st.positions[id] >= st.log->log_end())
+      keep.push_back(id);
+    else
+      log::warn("partition {}: follower {} not caught up for {} ms: "
+                "leaving the ISR",
+                name_of(st), id,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                  now - i->second)
+                  .count());
+  }
+  if (keep.size() < st.isr.size())
+    propose_isr(self, std::move(keep));
+}
+
+void follower_fetch(replica_ptr self);
+
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (auto id : ids)
+    out += (out.empty() ? "" : ",") + std::to_string(id);
+  return out;
+}
+
+// Leader (tick): produces still waiting for their acks after ack_timeout
+// are answered request_timed_out. Their entries stay until the HW covers
+// them (or the replica steps down): pending_bytes still counts their bytes.
+void fail_overdue_produces(replica_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  for (auto& p : st.pending) {
+    if (!p.promise.pending() || p.deadline > now)
+      continue;
+    auto err = make_error(ec::request_timed_out,
+                          "appended to " + name_of(st) + " but not "
+                            + (p.acks == acks_mode::all
+                                 ? "replicated to the ISR (" + ids_text(st.isr) + ")"
+                                 : std::string{"flushed"})
+                            + " within "
+                            + std::to_string(st.cfg.ack_timeout.count())
+                            + " ms (offsets up to " + std::to_string(p.last.value)
+                            + "); it may still commit");
+    count_failure(st, err);
+    p.promise.deliver(std::move(err));
+  }
+}
+
+// Follower: applies a fetch answer; an error means "retry after a pause".
+caf::error follower_apply(replica_ptr self, fetch_response& r) {
+  auto& st = self->state;
+  if (r.diverging_epoch >= 0 || r.diverging_end >= offset{0}) {
+    // Our end of the diverging epoch: where our next newer epoch starts.
+    auto own_end = st.log->log_end();
+    for (auto& e : st.log->epochs())
+      if (e.epoch.value > r.diverging_epoch) {
+        own_end = e.start_offset;
+        break;
+      }
+    auto target = std::max(std::min(r.diverging_end, own_end),
+                           st.log->log_start());
+    if (target >= st.log->log_end())
+      // Nothing to cut, yet the leader sees a divergence (our epoch
+      // history lost entries?): fetch again after the backoff, not at once.
+      return make_error(ec::fenced_leader_epoch,
+                        "leader reports a divergence at "
+                          + std::to_string(r.diverging_end.value)
+                          + " but the log ends at "
+                          + std::to_string(st.log->log_end().value));
+    auto old_end = st.log->log_end();
+    auto cut = st.log->truncate_to(target);
+    if (!cut)
+      return std::move(cut.error());
+    log::warn("partition {}: log diverged from leader {} (epoch {}): "
+              "truncated from {} to {}",
+              name_of(st), st.assignment.leader, r.diverging_epoch, old_end,
+              *cut);
+    st.producers = producer_state{};
+    if (auto err = st.producers.rebuild(*st.log))
+      return err;
+    st.snapshot_end = offset{-1};
+    st.last_batch_epoch = read_last_batch_epoch(st);
+    report_log(st);
+    return caf::none;
+  }
+  if (r.data.empty() && r.log_start > st.log->log_end()) {
+    log::warn("partition {}: leader's log starts at {}, beyond this log's "
+              "end {}: starting over there",
+              name_of(st), r.log_start, st.log->log_end());
+    if (auto err = st.log->truncate_fully_and_start_at(r.log_start))
+      return err;
+    st.producers = producer_state{};
+    st.snapshot_end = offset{-1};
+    st.last_batch_epoch = -1;
+    report_log(st);
+    return caf::none;
+  }
+  std::string_view data = r.data;
+  bool appended = false;
+  std::vector<std::string_view> fresh; // appended batches, for the hook
+  while (!data.empty()) {
+    auto h = parse_batch_header(data, std::numeric_limits<int32_t>::max());
+    if (!h)
+      return std::move(h.error());
+    auto size = h->total_size();
+    if (size > data.size())
+      break; // a cut-off last batch: fetched again next time
+    auto batch = data.substr(0, size);
+    data.remove_prefix(size);
+    if (h->last_offset() < st.log->log_end())
+      continue; // held already (the first batch may start before `from`)
+    const auto& ep = st.log->epochs();
+    if (ep.empty() || h->partition_leader_epoch > ep.back().epoch.value)
+      if (auto err = st.log->add_epoch(leader_epoch{h->partition_leader_epoch}))
+        return err;
+    auto info = st.log->append_replicated(batch);
+    if (!info)
+      return std::move(info.error());
+    st.producers.record(*h);
+    st.last_batch_epoch = h->partition_leader_epoch;
+    ++st.stats.appends;
+    appended = true;
+    if (st.cfg.on_replicated)
+      fresh.push_back(batch);
+  }
+  if (appended) {
+    ++st.stats.log_flushes;
+    if (auto flushed = flush_log(st); !flushed) {
+      fence(self, flushed.error());
+      return std::move(flushed.error());
+    }
+    for (auto b : fresh)
+      if (auto err = st.cfg.on_replicated(b))
+        log::warn("partition {}: applying replicated data failed: {}",
+                  name_of(st), err);
+  }
+  auto hw = std::min(r.high_watermark, st.log->log_end());
+  if (hw > st.log->high_watermark())
+    st.log->set_high_watermark(hw);
+  report_log(st);
+  return caf::none;
+}
+
+// Follower: one fetch from the leader; the answer triggers the next one.
+void follower_fetch(replica_ptr self) {
+  auto& st = self->state;
+  if (st.leader || st.fenced || !st.log || !st.leader_broker
+      || st.fetch_in_flight)
+    return;
+  fetch_request req;
+  req.topic = st.cfg.topic;
+  req.partition = st.cfg.partition;
+  req.from = st.log->log_end();
+  req.max_bytes = static_cast<int32_t>(
+    std::max<uint32_t>(st.log_cfg.max_batch_bytes, 1u << 20));
+  req.min_bytes = 1;
+  req.max_wait_ms = static_cast<int32_t>(st.cfg.follower_fetch_wait.count());
+  req.replica_id = st.cfg.node_id;
+  req.leader_epoch = st.assignment.epoch.value;
+  req.last_fetched_epoch = st.last_batch_epoch;
+  auto gen = st.fetch_gen;
+  st.fetch_in_flight = true;
+  st.fetch_sent = self->clock().now();
+  // No CAF request timeout: setting and cancelling one per fetch woke CAF's
+  // clock thread twice per fetch. check_fetch_stall (on tick) gives up on a
+  // fetch unanswered for fetch_stall_after instead.
+  self
+    ->request(caf::actor_cast<broker_actor>(st.leader_broker), caf::infinite,
+              fetch_atom_v, std::move(req))
+    .then(
+      [self, gen](fetch_response& r) {
+        auto& st = self->state;
+        if (gen != st.fetch_gen || st.leader || !st.log)
+          return; // a stale answer: the role changed meanwhile
+        st.fetch_in_flight = false;
+        if (auto err = follower_apply(self, r)) {
+          log::warn("partition {}: cannot apply data from leader {}: {}",
+                    name_of(st), st.assignment.leader, err);
+          self->delayed_send(self, st.cfg.follower_retry_backoff,
+                             fetch_atom_v, gen);
+          return;
+        }
+        follower_fetch(self);
+      },
+      [self, gen](caf::error& err) {
+        auto& st = self->state;
+        if (gen != st.fetch_gen)
+          return;
+        st.fetch_in_flight = false;
+        log::debug("partition {}: fetch from leader {} failed: {}",
+                   name_of(st), st.assignment.leader, err);
+        self->delayed_send(self, st.cfg.follower_retry_backoff, fetch_atom_v,
+                           gen);
+      });
+}
+
+// Long enough for the longest legitimate answer (a parked fetch) plus a
+// slow link.
+caf::timespan fetch_stall_after(const partition_replica_config& c) {
+  return c.follower_fetch_wait + std::chrono::seconds{10};
+}
+
+// Follower (tick): a fetch unanswered for fetch_stall_after (lost with a
+// dying link, say) is given up: its answer, should it still come, is
+// dropped (fetch_gen), and a new fetch goes out.
+void check_fetch_stall(replica_ptr self) {
+  auto& st = self->state;
+  if (st.leader || !st.fetch_in_flight)
+    return;
+  auto waited = self->clock().now() - st.fetch_sent;
+  if (waited < fetch_stall_after(st.cfg))
+    return;
+  log::warn("partition {}: fetch from leader {} unanswered for {} ms: "
+            "fetching again",
+            name_of(st), st.assignment.leader,
+            std::chrono::duration_cast<std::chrono::milliseconds>(waited)
+              .count());
+  ++st.fetch_gen;
+  st.fetch_in_flight = false;
+  follower_fetch(self);
+}
+
+// Takes the role the assignment gives this node.
+void set_role(replica_ptr self, const partition_assignment& pa,
+              caf::actor leader_broker) {
+  auto& st = self->state;
+  bool was_leader = st.leader;
+  auto old = st.assignment;
+  st.assignment = pa;
+  st.isr = pa.isr;
+  bool lead = pa.leader == st.cfg.node_id;
+  bool new_term = old.epoch != pa.epoch || old.leader != pa.leader
+                  || was_leader != lead;
+  if (st.cfg.probe)
+    st.cfg.probe->replication(st.isr.size(),
+                              std::max<size_t>(pa.replicas.size(), 1));
+  if (lead) {
+    st.leader = true;
+    st.leader_broker = nullptr;
+    if (new_term) {
+      ++st.fetch_gen;
+      st.fetch_in_flight = false;
+      const auto& ep = st.log->epochs();
+      if (ep.empty() || ep.back().epoch < pa.epoch)
+        if (auto err = st.log->add_epoch(pa.epoch))
+          log::error("partition {}: cannot record epoch {}: {}", name_of(st),
+                     pa.epoch.value, err);
+      // Follower positions are learned afresh from their fetches; until
+      // then the HW stays where it is.
+      auto now = self->clock().now();
+      auto own = st.positions[st.cfg.node_id];
+      st.positions.clear();
+      st.positions[st.cfg.node_id] = own;
+      st.caught_up.clear();
+      st.last_fetch_end.clear();
+      st.last_fetch_time.clear();
+      for (auto id : pa.replicas)
+        st.caught_up[id] = now;
+      log::info("partition {}: leader in epoch {} (log end {}, HW {})",
+                name_of(st), pa.epoch.value, st.log->log_end(),
+                st.log->high_watermark());
+    }
+    advance(self);
+    return;
+  }
+  st.leader = false;
+  st.leader_broker = std::move(leader_broker);
+  if (was_leader) {
+    // Appended but not committed: the new leader may not have it.
+    fail_pending(st, not_leader_error(st));
+    wake_waiters(self, true);
+  }
+  if (new_term || was_leader)
+    st.last_batch_epoch = read_last_batch_epoch(st);
+  if (new_term || !st.fetch_in_flight) {
+    if (new_term) {
+      ++st.fetch_gen;
+      st.fetch_in_flight = false;
+      log::info("partition {}: follower of node {} in epoch {} (log end {})",
+                name_of(st), pa.leader, pa.epoch.value, st.log->log_end());
+    }
+    follower_fetch(self);
+  }
+}
+
+// -- produce ------------------------------------------------------------------
+
+caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
+  auto& st = self->state;
+  auto arrived = steady_clock::now();
+  if (st.fenced)
+    return st.fenced;
+  if (!st.leader)
+    return not_leader_error(st);
+  if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
+    return make_error(ec::unknown_partition,
+                      req.topic + "/" + std::to_string(req.partition.value)
+                        + " is not served by replica " + name_of(st));
+  auto limit = static_cast<size_t>(st.cfg.topic_cfg.max_message_bytes)
+               + batch_layout::header_size;
+  if (req.batch.size() > limit)
+    return make_error(ec::message_too_large,
+                      "batch of " + std::to_string(req.batch.size())
+                        + " bytes exceeds max.message.bytes "
+                        + std::to_string(st.cfg.topic_cfg.max_message_bytes)
+                        + " (+" + std::to_string(batch_layout::header_size)
+                        + " bytes of batch header) of " + st.cfg.topic);
+  auto hdr = parse_batch_header(req.batch, limit);
+  if (!hdr)
+    return std::move(hdr.error());
+  if (hdr->total_size() != req.batch.size())
+    return make_error(ec::invalid_request,
+                      "a produce carries exactly one batch; "
+                        + std::to_string(req.batch.size() - hdr->total_size())
+                        + " bytes follow it");
+  if (hdr->transactional() || hdr->control())
+    return make_error(ec::policy_violation, "transactions are not supported");
+  if (req.acks == acks_mode::all && st.isr.size() < min_isr(st))
+    return make_error(ec::not_enough_replicas,
+                      "ISR of " + name_of(st) + " has "
+                        + std::to_string(st.isr.size())
+                        + " members, min.insync.replicas is "
+                        + std::to_string(min_isr(st)));
+  // Idempotence before the append, which checks the CRC: a damaged retry of
+  // a remembered batch is answered as the duplicate it claims to be, which
+  // is harmless (nothing is written) and saves a CRC pass on every append.
+  auto chk = st.producers.check(*hdr);
+  if (!chk)
+    return std::move(chk.error());
+  if (chk->kind == sequence_check::duplicate) {
+    ++st.stats.duplicates;
+    produce_response resp{chk->base_offset, chk->last_offset,
+                          st.log->log_start(), true};
+    if (req.acks == acks_mode::none
+        || covered(st, chk->last_offset, req.acks)) {
+      observe_produce(st, 0, 0, arrived);
+      return resp;
+    }
+    // The original is appended but not yet committed: answer with it.
+    st.pending.push_back({chk->last_offset, 0, req.acks, resp, {}, 0, arrived,
+                          self->clock().now() + st.cfg.ack_timeout});
+    auto rp = self->make_response_promise<produce_response>();
+    st.pending.back().promise = rp;
+    return rp;
+  }
+  if (st.pending_bytes > 0
+      && st.pending_bytes + req.batch.size() > st.cfg.max_pending_bytes) {
+    ++st.stats.throttled;
+    return make_error(ec::throttled,
+                      "partition " + name_of(st) + " has "
+                        + std::to_string(st.pending_bytes)
+                        + " bytes waiting for a flush (limit "
+                        + std::to_string(st.cfg.max_pending_bytes) + ")");
+  }
+  set_partition_leader_epoch(req.batch, st.assignment.epoch.value);
+  auto info = st.log->append(req.batch);
+  if (!info)
+    return std::move(info.error());
+  ++st.stats.appends;
+  st.last_batch_epoch = st.assignment.epoch.value;
+  hdr->base_offset = info->base_offset;
+  st.producers.record(*hdr);
+  produce_response resp{info->base_offset, info->last_offset,
+                        st.log->log_start(), false};
+  uint64_t records = info->records;
+  st.pending.push_back({info->last_offset, info->bytes, req.acks, resp, {},
+                        records, arrived, self->clock().now() + st.cfg.ack_timeout});
+  st.pending_bytes += info->bytes;
+  schedule_commit(self);
+  // Followers copy the log end, not only what is flushed: handing them the
+  // batch now lets their write and fdatasync run while ours does (the HW
+  // still waits for this replica's flush, see leader_position). Answering
+  // them only after our flush would put two fsyncs in a row on every
+  // acks=all produce.
+  if (durable_acks(st) && !st.waiters.empty())
+    wake_waiters(self, false, true);
+  if (req.acks == acks_mode::none) {
+    observe_produce(st, records, info->bytes, arrived);
+    return resp;
+  }
+  auto rp = self->make_response_promise<produce_response>();
+  st.pending.back().promise = rp;
+  return rp;
+}
+
+// -- fetch and offsets -----------------------------------------------------------
+
+// Parked fetches share one timer (see expiry_at): armed for `deadline`
+// unless one fires no later.
+void arm_expiry(replica_ptr self, caf::actor_clock::time_point deadline) {
+  auto& st = self->state;
+  if (st.expiry_at && *st.expiry_at <= deadline)
+    return;
+  st.expiry_at = deadline;
+  auto now = self->clock().now();
+  self->delayed_send(self, deadline > now ? deadline - now : caf::timespan{0},
+                     expire_atom_v, uint64_t{0});
+}
+
+// The timer fired: answers the fetches whose wait is over (with what there
+// is, maybe nothing) and re-arms for the next deadline.
+void expire_waiters(replica_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  if (st.expiry_at && *st.expiry_at <= now)
+    st.expiry_at.reset(); // this is the timer that fired (or a later one)
+  std::optional<caf::actor_clock::time_point> next;
+  for (auto i = st.waiters.begin(); i != st.waiters.end();) {
+    auto& w = i->second;
+    if (w.deadline > now) {
+      if (!next || w.deadline < *next)
+        next = w.deadline;
+      ++i;
+      continue;
+    }
+    answer_waiter(st, w, read_fetch(st, w.request));
+    i = st.waiters.erase(i);
+  }
+  if (next)
+    arm_expiry(self, *next);
+}
+
+
+caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
+  auto& st = self->state;
+  auto arrived = steady_clock::now();
+  if (st.fenced)
+    return st.fenced;
+  if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
+    return make_error(ec::unknown_partition,
+                      req.topic + "/" + std::to_string(req.partition.value)
+                        + " is not served by replica " + name_of(st));
+  if (req.max_bytes <= 0)
+    return make_error(ec::invalid_request,
+                      "fetch max_bytes must be positive, got "
+                        + std::to_string(req.max_bytes));
+  if (!st.leader)
+    return not_leader_error(st);
+  if (req.replica_id >= 0) {
+    if (req.leader_epoch >= 0 && req.leader_epoch != st.assignment.epoch.value)
+      return make_error(ec::fenced_leader_epoch,
+                        "follower " + std::to_string(req.replica_id)
+                          + " fetches " + name_of(st) + " in leader epoch "
+                          + std::to_string(req.leader_epoch)
+                          + ", the leader is in epoch "
+                          + std::to_string(st.assignment.epoch.value));
+    if (auto div = divergence(st, req))
+      return std::move(*div);
+    if (req.from < st.log->log_start()) {
+      // Below our log start (retention, purge): the follower starts over
+      // at it (see follower_apply).
+      fetch_response r;
+      r.next_offset = req.from;
+      r.high_watermark = st.log->high_watermark();
+      r.log_start = st.log->log_start();
+      r.log_end = st.log->log_end();
+      return r;
+    }
+    follower_fetched(self, req.replica_id, req.from);
+  }
+  auto resp = read_fetch(st, req);
+  if (!resp)
+    return std::move(resp.error());
+  if (req.max_wait_ms <= 0
+      || resp->data.size() >= static_cast<size_t>(std::max(req.min_bytes, 0))
+      || st.waiters.size() >= st.cfg.max_fetch_waiters) {
+    observe_fetch(st, req, *resp, arrived);
+    return std::move(*resp);
+  }
+  auto wait = std::min(std::chrono::milliseconds{req.max_wait_ms},
+                       st.cfg.max_fetch_wait);
+  auto id = st.next_waiter_id++;
+  auto rp = self->make_response_promise<fetch_response>();
+  auto deadline = self->clock().now() + wait;
+  st.waiters.emplace(id, partition_replica_state::fetch_waiter{req, rp, arrived,
+                                                               deadline});
+  ++st.stats.parked_fetches;
+  arm_expiry(self, deadline);
+  return rp;
+}
+
+caf::result<offset> list_offsets(replica_ptr self,
+                                 const list_offsets_request& req) {
+  auto& st = self->state;
+  if (st.fenced)
+    return st.fenced;
+  if (!st.leader)
+    return not_leader_error(st);
+  if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
+    return make_error(ec::unknown_partition,
+                      req.topic + "/" + std::to_string(req.partition.value)
+                        + " is not served by replica " + name_of(st));
+  auto hw = st.log->high_watermark();
+  if (req.timestamp == -2)
+    return st.log->log_start();
+  if (req.timestamp == -1)
+    return hw;
+  if (req.timestamp < 0)
+    return make_error(ec::invalid_request,
+                      "list offsets timestamp " + std::to_string(req.timestamp)
+                        + ": use -2 (earliest), -1 (latest) or a time in ms");
+  auto found = st.log->offset_for_timestamp(req.timestamp);
+  if (!found)
+    return std::move(found.error());
+  if (!*found || **found >= hw)
+    return hw;
+  return std::max(**found, st.log->log_start());
+}
+
+// -- tick ---------------------------------------------------------------------
+
+void tick(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.log || st.fenced)
+    return;
+  auto ret = st.log->enforce_retention();
+  if (!ret) {
+    log::warn("partition {}: retention failed: {}", name_of(st), ret.error());
+  } else if (ret->segments_deleted > 0) {
+    st.stats.segments_deleted += ret->segments_deleted;
+    log::info("partition {}: retention deleted {} segments ({} bytes), log "
+              "start now {}",
+              name_of(st), ret->segments_deleted, ret->bytes_deleted,
+              ret->new_log_start);
+    // Waiters whose offset fell below the log start hear about it now.
+    if (!st.waiters.empty())
+      wake_waiters(self, false);
+    report_log(st);
+  }
+  if (!st.commit_scheduled && !durable_acks(st) && st.log->flush_due())
+    commit(self);
+  if (st.fenced)
+    return;
+  save_checkpoint(st);
+  if (st.cfg.producer_expiration.count() >= 0) {
+    auto now = st.cfg.clock ? st.cfg.clock() : system_now_ms();
+    st.producers.expire(now, st.cfg.producer_expiration.count());
+  }
+  if (self->clock().now() - st.last_snapshot >= st.cfg.snapshot_interval)
+    save_snapshot(self);
+}
+
+} // namespace
+
+partition_replica_state::~partition_replica_state() {
+  // The exit paths normally closed the log already; this is the last resort
+  // (e.g. the actor system shutting down).
+  for (auto& [id, w] : waiters) {
+    auto err = make_error(ec::log_closed, "partition replica stopped");
+    count_fetch_failure(*this, w.request, err);
+    w.promise.deliver(std::move(err));
+  }
+  fail_pending(*this, make_error(ec::log_closed, "partition replica stopped"));
+  if (log) {
+    if (auto err = log->close())
+      log::warn("partition {}: close failed: {}", name_of(*this), err);
+  }
+}
+
+log_config make_log_config(const topic_config& tc, flush_policy flush) {
+  log_config lc;
+  lc.segment_bytes = static_cast<uint64_t>(std::max<int64_t>(tc.segment_bytes, 1));
+  lc.segment_ms = std::chrono::milliseconds{tc.segment_ms};
+  lc.retention_bytes = tc.retention_bytes;
+  lc.retention_ms = std::chrono::milliseconds{tc.retention_ms};
+  lc.max_batch_bytes = static_cast<uint32_t>(std::max(tc.max_message_bytes, 0))
+                       + static_cast<uint32_t>(batch_layout::header_size);
+  lc.flush = flush;
+  return lc;
+}
+
+partition_actor::behavior_type
+partition_replica(partition_actor::stateful_pointer<partition_replica_state> self,
+                  partition_replica_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.log_cfg = make_log_config(st.cfg.topic_cfg, st.cfg.flush);
+  if (st.cfg.store)
+    st.checkpoint = std::make_unique<lmdb_partition_checkpoint>(
+      *st.cfg.store, st.cfg.topic, st.cfg.partition);
+  else
+    st.checkpoint = std::make_unique<memory_checkpoint>();
+  auto opened = partition_log::open(st.cfg.dir, st.log_cfg, st.checkpoint.get(),
+                                    st.cfg.fs, st.cfg.clock);
+  if (!opened) {
+    log::error("partition {}: cannot open log in {}: {}", name_of(st),
+               st.cfg.dir.string(), opened.error());
+    self->quit(std::move(opened.error()));
+    return partition_actor::behavior_type::make_empty_behavior();
+  }
+  st.log = std::move(*opened);
+  if (const auto& rec = st.log->recovery(); rec.bytes_truncated > 0)
+    log::warn("partition {}: recovery cut {} bytes: {}", name_of(st),
+              rec.bytes_truncated, rec.reason);
+  if (st.cfg.assignment.replicas.empty()) {
+    // A cluster of one.
+    st.cfg.assignment.partition = st.cfg.partition;
+    st.cfg.assignment.leader = st.cfg.node_id;
+    st.cfg.assignment.epoch = st.cfg.epoch;
+    st.cfg.assignment.replicas = {st.cfg.node_id};
+    st.cfg.assignment.isr = {st.cfg.node_id};
+  }
+  st.assignment = st.cfg.assignment;
+  st.leader = st.assignment.leader == st.cfg.node_id;
+  st.leader_broker = st.cfg.leader_broker;
+  const auto& epochs = st.log->epochs();
+  if (st.leader
+      && (epochs.empty() || epochs.back().epoch < st.assignment.epoch)) {
+    if (auto err = st.log->add_epoch(st.assignment.epoch)) {
+      self->quit(std::move(err));
+      return partition_actor::behavior_type::make_empty_behavior();
+    }
+  }
+  st.last_batch_epoch = read_last_batch_epoch(st);
+  if (st.cfg.on_replicated) {
+    // The node's view of this log may have missed what was appended just
+    // before a crash: replay all of it (applying is idempotent).
+    for (auto at = st.log->log_start(); at < st.log->log_end();) {
+      auto rd = st.log->read(at, size_t{1} << 20, st.log->log_end());
+      if (!rd || rd->data.empty())
+        break;
+      if (auto err = st.cfg.on_replicated(rd->data))
+        log::warn("partition {}: replaying into the node failed: {}",
+                  name_of(st), err);
+      at = rd->next_offset;
+    }
+  }
+  if (auto err = load_producers(st)) {
+    log::error("partition {}: cannot rebuild producer state: {}", name_of(st),
+               err);
+    self->quit(std::move(err));
+    return partition_actor::behavior_type::make_empty_behavior();
+  }
+  st.isr = st.assignment.isr;
+  if (st.cfg.probe)
+    st.cfg.probe->replication(st.isr.size(), st.assignment.replicas.size());
+  st.last_snapshot = self->clock().now();
+  st.checkpointed_hw = st.log->high_watermark();
+  if (st.leader) {
+    auto now = self->clock().now();
+    for (auto id : st.assignment.replicas)
+      st.caught_up[id] = now;
+  }
+  // Everything recovered from disk is durable: the HW catches up with it
+  // (in a cluster of one; with followers once they report).
+  advance(self);
+  follower_fetch(self);
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (!msg.reason)
+      return; // a linked actor ended normally: not our business
+    shut_down(self);
+    self->quit(std::move(msg.reason));
+  });
+  if (st.cfg.tick_interval.count() > 0)
+    self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
+  return {
+    [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
+      return counted(self->state, produce(self, req));
+    },
+    [self](fetch_atom, fetch_request& req) -> caf::result<fetch_response> {
+      auto res = fetch(self, req);
+      if (res.flag == caf::rt_error)
+        count_fetch_failure(self->state, req, res.err);
+      return res;
+    },
+    [self](offsets_atom, const list_offsets_request& req) -> caf::result<offset> {
+      return counted(self->state, list_offsets(self, req));
+    },
+    [self](status_atom) -> caf::result<partition_status> {
+      auto& st = self->state;
+      partition_status s;
+      s.partition = st.cfg.partition;
+      s.leader = st.assignment.leader;
+      s.epoch = st.assignment.epoch;
+      s.replicas = st.assignment.replicas;
+      s.isr = st.isr;
+      s.log_start = st.log->log_start();
+      s.log_end = st.log->log_end();
+      s.high_watermark = st.log->high_watermark();
+      s.size_bytes = static_cast<int64_t>(st.log->size_bytes());
+      s.online = !st.fenced;
+      return s;
+    },
+    [self](update_atom, const topic_config& tc) {
+      auto& st = self->state;
+      st.cfg.topic_cfg = tc;
+      st.log_cfg = make_log_config(tc, st.cfg.flush);
+      st.log->set_config(st.log_cfg);
+    },
+    [self](flush_atom) {
+      self->state.commit_scheduled = false;
+      commit(self);
+    },
+    [self](expire_atom, uint64_t) { expire_waiters(self); },
+    [self](tick_atom) {
+      tick(self);
+      check_isr_lag(self);
+      check_fetch_stall(self);
+      if (self->state.leader)
+        fail_overdue_produces(self);
+      auto& st = self->state;
+      if (st.cfg.tick_interval.count() > 0)
+        self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
+    },
+    [self](purge_atom, offset before) -> caf::result<offset> {
+      auto& st = self->state;
+      if (st.fenced)
+        return st.fenced;
+      auto target = std::min(before, st.log->high_watermark());
+      if (auto err = st.log->advance_log_start(target))
+        return err;
+      report_log(st);
+      log::info("partition {}: log start moved to {} (records deleted)",
+                name_of(st), st.log->log_start());
+      return st.log->log_start();
+    },
+    [self](update_atom, const partition_assignment& pa,
+           const caf::actor& leader_broker) {
+      if (self->state.fenced || !self->state.log)
+        return;
+      set_role(self, pa, leader_broker);
+    },
+    [self](fetch_atom, uint64_t gen) {
+      if (gen == self->state.fetch_gen)
+        follower_fetch(self);
+    },
+    [self](stop_atom, bool delete_data) -> caf::result<bool> {
+      auto& st = self->state;
+      shut_down(self);
+      if (delete_data) {
+        std::error_code ec;
+        std::filesystem::remove_all(st.cfg.dir, ec);
+        if (ec)
+          log::warn("partition {}: cannot delete {}: {}", name_of(st),
+                    st.cfg.dir.string(), ec.message());
+        if (st.cfg.store) {
+          metadata_batch batch;
+          batch.erase_partition(st.cfg.topic, st.cfg.partition);
+          if (auto key = snapshot_key(st))
+            batch.erase(producer_snapshots_db, *key);
+          if (auto err = st.cfg.store->write_batch(batch))
+            log::warn("partition {}: cannot erase its metadata: {}",
+                      name_of(st), err);
+        }
+        // The partition is gone: so are its series (if no one else holds
+        // the probe).
+        st.cfg.probe.reset();
+      }
+      auto rp = self->make_response_promise<bool>();
+      rp.deliver(true);
+      self->quit();
+      return rp;
+    },
+  };
+}
+
+} // namespace ferry

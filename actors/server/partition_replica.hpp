@@ -1,0 +1,322 @@
+#pragma once
+// partition_replica: one hosted partition replica, as leader or follower.
+// Owns the partition's log (broker/partition_log.hpp) and its
+// idempotent-producer table (broker/producer_state.hpp), and serves
+// partition_actor.
+//
+// Roles (Kafka's ISR model; the assignment comes from the metadata through
+// the node: cfg.assignment at spawn, then (update_atom, assignment, leader's
+// broker) on every change):
+// - Leader (assignment.leader == node_id): takes produce, consumer fetch and
+//   list offsets. On taking the role for epoch E it records E in the epoch
+//   history at its log end and stamps E into every batch it appends.
+//   Followers fetch with replica_id = their id: the fetch offset is their
+//   position (everything below it is durable on them); the leader keeps
+//   positions and the time each follower was last caught up (fetched from
+//   the leader's log end). HW = min over the ISR's positions (its own is
+//   its durable end). A follower fetch names the epoch of the follower's
+//   last batch; when that epoch ends earlier on the leader (or is unknown to
+//   it), the answer carries diverging_epoch/diverging_end instead of data.
+//   ISR changes are proposed to the controller through cfg.controller
+//   ((alter_atom, isr_atom, isr_change), one at a time): shrink a follower
+//   not caught up for replica_lag_max, expand a follower whose position
+//   reached the HW (and the start of the current epoch). The ISR used for
+//   the HW is the committed one (from the metadata). After a refusal no
+//   change is proposed for isr_retry_backoff (a repeated refusal is logged
+//   once).
+// - Follower: pulls from the leader's broker from its log end (long poll),
+//   appends the batches as they are (offsets, epochs and CRCs kept; a new
+//   epoch in the batches is added to its history), records their producers,
+//   flushes, takes the leader's HW (clamped to its log end), and fetches
+//   again. Told to diverge, it truncates to diverging_end, rebuilds its
+//   producer table, and fetches again. Produce, consumer fetch and list
+//   offsets answer not_leader ("leader=<id>"). A leader that becomes a
+//   follower fails its parked produces with not_leader (they may be
+//   truncated) and answers its parked fetches.
+//
+// Produce path (group commit): a produce is validated (size, header,
+// idempotence), appended to the log (page cache only), and its answer parked
+// as a response promise; the first such append sends the replica ONE
+// flush_atom. Every produce already in the mailbox is appended before that
+// message arrives, so one log flush (one fdatasync per touched file) covers
+// them all. The flush handler then advances the high watermark and answers
+// every parked produce it covers, and wakes long-poll fetchers.
+//
+//   acks=0     answered at once (the client ignores the answer).
+//   acks=1     answered once the leader's position covers the batch.
+//   acks=all   answered once the high watermark covers it.
+// The leader's position is its durable end under the default flush policy
+// (flush.messages == 1: durable before ack), or its log end under a relaxed
+// policy (then the log is flushed when flush_due() says so, checked per
+// commit and per tick). HW = min over the ISR's positions (the leader's own
+// and every in-sync follower's, as their fetches report them); with an ISR
+// of one (replication factor 1) acks=1 and acks=all coincide.
+//
+// Backpressure: the bytes of appends not yet covered by the HW (plus parked
+// duplicates) are bounded by max_pending_bytes; beyond it produce answers
+// ec::throttled (retriable).
+//
+// Failure: an append error (disk_full, io_error, crc_mismatch...) answers
+// that produce only; the log is unchanged. A flush error fences the replica:
+// every parked produce gets the error, and so does every later produce and
+// fetch (the page cache may hold data the disk lost), until a restart
+// recovers the log from disk.
+//
+// Producer-state snapshots: kept in the node's metadata_store (if cfg.store)
+// in sub-database "partition.producers" under the partition key of
+// metadata_format::encode_partition_key, written on tick every
+// snapshot_interval (when changed) and on stop. Each snapshot covers the
+// durable end only; at start the table is loaded and the log replayed from
+// the snapshot's end, so a stale snapshot (SIGKILL) costs only replay time.
+// Without a store there is no snapshot: the whole log is replayed at start,
+// and the HW checkpoint lives in memory only.
+//
+// Metrics: with cfg.probe set, every answered produce and consumer fetch
+// (replica_id -1) is reported with its latency, and the log's offsets and
+// size after every commit and retention pass. Fetches by followers
+// (replica_id >= 0) and internal readers (replica_id -2: the group
+// coordinator reading record timestamps for lag seconds) are not consumer
+// traffic and are not counted. With cfg.node_probe, every error answered
+// to a produce, a consumer fetch or a list offsets is counted by code.
+//
+// Lifecycle: spawn -> opens the log (failure: the actor quits with the
+// error) -> serves -> stop_atom (flush, checkpoint, snapshot, close, maybe
+// delete, answer true, quit) or an exit message / destruction (the same
+// minus deletion; parked requests are answered with ec::log_closed).
+
+#include "actors/protocol/interfaces.hpp"
+#include "broker/partition_log.hpp"
+#include "broker/producer_state.hpp"
+
+#include <caf/actor_clock.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace ferry {
+
+class file_system;
+class metadata_store;
+
+namespace metrics {
+class node_probe;
+class partition_probe;
+} // namespace metrics
+
+/// Sub-database of producer-state snapshots in the metadata_store.
+inline constexpr const char* producer_snapshots_db = "partition.producers";
+
+struct partition_replica_config {
+  std::string topic;
+  partition_id partition{0};
+  /// This replica's own directory (created if missing).
+  std::filesystem::path dir;
+  topic_config topic_cfg;
+  /// When appends are made durable; the default flushes before every ack.
+  flush_policy flush;
+  /// Time source of the log (retention, segment age) and of producer expiry;
+  /// empty means the system clock.
+  clock_fn clock;
+  /// This node.
+  int32_t node_id = 0;
+  /// The partition's assignment (leader, epoch, replicas, ISR). Empty
+  /// replicas: a cluster of one (leader = ISR = node_id in `epoch`).
+  partition_assignment assignment;
+  leader_epoch epoch{0};
+  /// The leader node's broker when this replica starts as a follower.
+  caf::actor leader_broker;
+  /// Where ISR changes go (the node, which relays them to the controller).
+  /// Null: the ISR never changes (a cluster of one).
+  caf::actor controller;
+  /// replica.lag.time.max.ms: an ISR follower not caught up for this long
+  /// is shrunk out of the ISR.
+  std::chrono::milliseconds replica_lag_max{10000};
+  /// A produce waiting for its acks (acks=all: the ISR; acks=1: the
+  /// flush) this long is answered request_timed_out, as Kafka answers
+  /// REQUEST_TIMED_OUT: retriable, and the batch stays in the log, where it
+  /// may still commit (an idempotent retry is then a duplicate). Checked on
+  /// tick. Bounds how long a leader cut off from its followers and from the
+  /// controller holds its clients.
+  std::chrono::milliseconds ack_timeout{20000};
+  /// How long a follower fetch waits at the leader for data.
+  std::chrono::milliseconds follower_fetch_wait{500};
+  /// Pause after a failed follower fetch.
+  std::chrono::milliseconds follower_retry_backoff{100};
+  /// Leader: after the controller refused an ISR change, no new proposal
+  /// for this long (a follower that may not join - e.g. a fenced broker not
+  /// registered again yet - would otherwise be proposed, refused and logged
+  /// on every fetch).
+  std::chrono::milliseconds isr_retry_backoff{1000};
+  /// Called (on the replica's thread) with the whole log at start and, as
+  /// a follower, with the batches each fetch appended, once they are
+  /// durable: the node applies __consumer_state records to its offset
+  /// store this way. An error is logged (the data stays appended).
+  std::function<caf::error(std::string_view batches)> on_replicated;
+  /// Node-wide store for the HW checkpoint and producer snapshots; may be
+  /// null (see the file comment). Shared: it outlives the replica.
+  std::shared_ptr<metadata_store> store;
+  /// File layer; nullptr means the real one. Must outlive the replica.
+  file_system* fs = nullptr;
+  /// Bytes of appends waiting for their commit before produce is throttled.
+  uint64_t max_pending_bytes = uint64_t{64} << 20;
+  /// Period of retention, time-based flush, checkpoint and snapshot work.
+  /// Zero disables the tick (tests drive it by sending tick_atom).
+  std::chrono::milliseconds tick_interval{1000};
+  /// Long-poll fetches parked at once; more are answered immediately.
+  size_t max_fetch_waiters = 1024;
+  /// Upper bound of a fetch's max_wait_ms.
+  std::chrono::milliseconds max_fetch_wait{std::chrono::seconds{60}};
+  /// Least time between two producer snapshots.
+  std::chrono::milliseconds snapshot_interval{std::chrono::seconds{30}};
+  /// Producers idle this long are forgotten (Kafka's
+  /// producer.id.expiration.ms). Negative: never.
+  std::chrono::milliseconds producer_expiration{std::chrono::hours{24}};
+  /// Metrics of this replica; null: none. One per replica (not shared via
+  /// defaults): its series live as long as the probe, so the replica drops
+  /// it when it stops.
+  std::shared_ptr<metrics::partition_probe> probe;
+  /// The node's probe: every error this replica answers to a client
+  /// (produce, consumer fetch, list offsets; the node delegates those, so
+  /// the error never passes through it) counts in ferry_request_errors_total.
+  /// Null: not counted. Shared by every replica of the node.
+  std::shared_ptr<metrics::node_probe> node_probe;
+  /// Read by the node when it spawns the replica: true runs it on its own
+  /// thread (caf::detached), so its group-commit fdatasync (milliseconds)
+  /// blocks only this replica, not a scheduler worker that the node, the
+  /// other replicas and the groups need. ferryd sets it; false (the
+  /// default) keeps replicas on the scheduler, as deterministic tests need.
+  bool dedicated_thread = false;
+};
+
+/// Counters for tests and metrics.
+struct partition_replica_stats {
+  /// flush_atom messages handled (group commits).
+  uint64_t commits = 0;
+  /// log->flush() calls.
+  uint64_t log_flushes = 0;
+  /// Batches appended.
+  uint64_t appends = 0;
+  /// Produces answered as duplicates.
+  uint64_t duplicates = 0;
+  /// Produces refused with ec::throttled.
+  uint64_t throttled = 0;
+  /// Fetches parked for a long poll.
+  uint64_t parked_fetches = 0;
+  /// Producer snapshots written.
+  uint64_t snapshots = 0;
+  /// Segments deleted by retention.
+  uint64_t segments_deleted = 0;
+};
+
+struct partition_replica_state {
+  /// A produce waiting for its commit.
+  struct pending_produce {
+    offset last{0};
+    uint64_t bytes = 0;
+    acks_mode acks = acks_mode::all;
+    produce_response response;
+    /// Invalid for acks=0 (already answered).
+    caf::typed_response_promise<produce_response> promise;
+    /// Records appended (0 for a duplicate), for metrics.
+    uint64_t records = 0;
+    /// When the produce arrived, for the latency metric.
+    std::chrono::steady_clock::time_point arrived;
+    /// When it is answered request_timed_out if not covered (actor clock).
+    caf::actor_clock::time_point deadline{};
+  };
+
+  /// A parked long-poll fetch.
+  struct fetch_waiter {
+    fetch_request request;
+    caf::typed_response_promise<fetch_response> promise;
+    /// When the fetch arrived, for the latency metric.
+    std::chrono::steady_clock::time_point arrived;
+    /// When its max wait ends (actor clock).
+    caf::actor_clock::time_point deadline;
+  };
+
+  partition_replica_config cfg;
+  log_config log_cfg;
+  // Declared before `log`, which borrows it.
+  std::unique_ptr<partition_checkpoint> checkpoint;
+  std::unique_ptr<partition_log> log;
+  producer_state producers;
+
+  /// Oldest first; ordered by offset.
+  std::deque<pending_produce> pending;
+  uint64_t pending_bytes = 0;
+  /// True while a flush_atom is in the mailbox.
+  bool commit_scheduled = false;
+  /// Set by a failed flush: answered to every later produce and fetch.
+  caf::error fenced;
+
+  /// The current assignment (see the file comment) and whether this replica
+  /// leads in it.
+  partition_assignment assignment;
+  bool leader = true;
+  /// Follower: the leader node's broker, and the incarnation of the fetch
+  /// loop (bumped on every role or epoch change; stale answers are dropped).
+  caf::actor leader_broker;
+  uint64_t fetch_gen = 0;
+  bool fetch_in_flight = false;
+  /// When the fetch in flight was sent (see check_fetch_stall).
+  caf::actor_clock::time_point fetch_sent{};
+  /// Leader: an ISR change sent to the controller and not answered yet.
+  bool isr_change_pending = false;
+  /// Leader: no ISR proposal before this (after a refusal), and the last
+  /// refusal logged as a warning (a repeat is logged at debug level).
+  caf::actor_clock::time_point isr_retry_at{};
+  std::string isr_refusal;
+  /// The epoch of the last batch in the log (-1: empty): a follower's
+  /// last_fetched_epoch.
+  int32_t last_batch_epoch = -1;
+
+  /// Positions of the replicas (log offsets they hold durably); the
+  /// leader's own is updated on each commit, the followers' on each fetch.
+  std::vector<int32_t> isr;
+  std::map<int32_t, offset> positions;
+  /// Leader: when each follower was last caught up (Kafka's rule, see
+  /// follower_fetched), and the log end and time of its previous fetch.
+  std::map<int32_t, caf::actor_clock::time_point> caught_up;
+  std::map<int32_t, offset> last_fetch_end;
+  std::map<int32_t, caf::actor_clock::time_point> last_fetch_time;
+
+  std::map<uint64_t, fetch_waiter> waiters;
+  uint64_t next_waiter_id = 1;
+  /// The one expire_atom timer for parked fetches: when it fires (nullopt:
+  /// none pending). One timer serves every waiter, re-armed for the next
+  /// deadline: a timer per fetch cost a wake-up of CAF's clock thread per
+  /// follower fetch.
+  std::optional<caf::actor_clock::time_point> expiry_at;
+
+  offset checkpointed_hw{-1};
+  offset snapshot_end{-1};
+  caf::actor_clock::time_point last_snapshot;
+
+  partition_replica_stats stats;
+
+  /// Closes the log if still open and answers parked requests.
+  ~partition_replica_state();
+
+  static inline const char* name = "partition-replica";
+};
+
+/// The log configuration a topic config asks for.
+log_config make_log_config(const topic_config& tc, flush_policy flush);
+
+/// Serves one partition replica as leader.
+/// @pre cfg.dir is this replica's own directory; cfg.topic_cfg is valid.
+partition_actor::behavior_type
+partition_replica(partition_actor::stateful_pointer<partition_replica_state> self,
+                  partition_replica_config cfg);
+
+} // namespace ferry

@@ -1,0 +1,253 @@
+#pragma once
+// raft_metadata: the metadata_actor of a Raft quorum. Same interface and the
+// same validation rules as local_metadata (broker/topic_config.hpp: topic
+// names, config keys, replication factor), but every change is a command
+// replicated through the local raft_node (actors/server/raft_node.hpp) and applied
+// by a metadata_state_machine on every node.
+//
+// Commands and results use CAF's binary_serializer (the encoding
+// local_metadata already uses for its records):
+//   command: version byte 1, kind byte (metadata_command), then the fields:
+//     create:    name, topic_config
+//     remove:    name
+//     alter:     name, map<string,string>
+//     add_parts: name, int32 count
+//     init_pid:  nothing
+//     broker:    broker_registration (fenced=false registers, true fences)
+//     isr:       isr_change
+//     reassign:  isr_change (target replicas in isr; empty completes)
+//     remove_broker: int32 id
+//   result:  byte 0 then the topic_metadata / producer_identity, or
+//            byte 1 then the ferry error code (uint8) and its context string.
+//   snapshot: version byte 4, next producer id (int64), all topic_metadata,
+//             all broker_registration, the moves in progress as isr_change,
+//             the ids of the brokers being removed (versions 1 to 3,
+//             without brokers / moves / removals, still restore).
+//
+// Replica moves: reassign with a target adds the target's new replicas
+// (replicas = old then new, ISR unchanged); the controller completes it
+// (reassign with an empty list) once the whole target is in the ISR:
+// replicas = target, ISR = ISR within target, and a leader outside the
+// target hands over to the first live ISR member (epoch + 1).
+//
+// Members: the voters (fixed, --voters) and every broker that registered
+// (a broker-only node joins by registering; fencing names members only).
+//
+// Removing a broker (remove_broker; only a broker-only node: voters are
+// refused, and so is a removal that would leave fewer brokers that can hold
+// replicas than some partition naming it has as replication factor): it is
+// marked as being removed (no new replicas, no move targets) and after every
+// applied command each partition that names it and is not moving starts a
+// move whose target replaces it by the broker holding the fewest replicas
+// (then the lowest id) among the placement brokers not in the partition;
+// the controller completes these moves like any other. Once no partition
+// names it, it is unregistered (it leaves brokers(); registering again
+// brings it back).
+//
+// Brokers and leadership (the controller's decisions, applied identically
+// everywhere): a fenced broker leaves every ISR (never as its last member)
+// and every partition it led gets the first unfenced ISR member as leader
+// with epoch + 1, or leader -1 (offline) when there is none: no unclean
+// election. A fenced broker that registers again leads the offline
+// partitions whose ISR names it (epoch + 1). ISR changes come from the
+// partition's leader and apply only in its current epoch.
+// Validation happens when a command is applied (so duplicates racing through
+// the log are decided by log order, identically on every node); the leader
+// also checks names and configs before proposing, with the same functions,
+// so bad input never enters the log.
+//
+// Writes: forwarded to the local raft node. On a follower it answers
+// not_leader with context "... leader=<id>" (-1 unknown); clients retry at
+// that node (no forwarding). A leader cut off from the quorum answers
+// request_timed_out after request_timeout (the change may still commit
+// later).
+//
+// Reads (list, describe) come from the locally applied state: on a follower
+// they may lag the leader by the entries not yet applied there.
+//
+// Subscribers: (update_atom, all topics) now and after every applied change
+// (and after a snapshot restore) on every node, followers included, in apply
+// order. The state machine sends them from the raft node's actor but with
+// the raft_metadata actor as the sender (as local_metadata does: the node
+// ignores topic updates from anyone but its metadata actor). init_pid does not
+// change topics and sends nothing. Terminated subscribers are dropped.
+//
+// Partition assignment is deterministic: with b = the placement brokers
+// sorted by id (the voters and the registered brokers, without the fenced
+// ones and those being removed; voters count before they registered, as a
+// fresh cluster creates topics while they register), partition p of a topic
+// with replication factor rf gets replicas b[(p + k) % n] for k < rf, isr =
+// the replicas, leader = the first of them, epoch 0. The replication factor
+// may be at most min(max_replication_factor, n): policy_violation beyond.
+//
+// Producer ids: the next id is part of the replicated state; each init_pid
+// is one log entry, so ids are unique across leader changes and restarts.
+
+#include "actors/protocol/interfaces.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+class raft_state_machine;
+
+/// The kinds of replicated metadata commands (values are stable: they are in
+/// the log).
+enum class metadata_command : uint8_t {
+  create = 1,
+  remove = 2,
+  alter = 3,
+  add_parts = 4,
+  init_pid = 5,
+  broker = 6,
+  isr = 7,
+  reassign = 8,
+  remove_broker = 9,
+};
+
+/// Command encoders (see the file comment).
+std::string encode_create_topic(const std::string& name,
+                                const topic_config& tc);
+std::string encode_delete_topic(const std::string& name);
+std::string encode_alter_topic(const std::string& name,
+                               const std::map<std::string, std::string>& ch);
+std::string encode_add_partitions(const std::string& name, int32_t n);
+std::string encode_init_pid();
+std::string encode_broker(const broker_registration& reg);
+std::string encode_isr_change(const isr_change& ch);
+/// A replica move (target in ch.isr; empty: complete the move).
+std::string encode_reassign(const isr_change& ch);
+/// Removes a broker-only node (ferryctl cluster remove-node).
+std::string encode_remove_broker(int32_t id);
+
+/// Result decoders: the value, or the ferry error apply() returned.
+caf::expected<topic_metadata> decode_topic_result(std::string_view result);
+caf::expected<producer_identity> decode_pid_result(std::string_view result);
+caf::expected<broker_registration>
+decode_broker_result(std::string_view result);
+caf::expected<partition_assignment>
+decode_assignment_result(std::string_view result);
+
+/// The replicated metadata state. apply/snapshot/restore run in the raft
+/// node's actor; the read accessors and add_subscriber in the raft_metadata
+/// actor, so all of them lock one mutex.
+class metadata_state_machine {
+public:
+  /// `voters`: the quorum's node ids (the same list on every node).
+  metadata_state_machine(std::vector<int32_t> voters,
+                         int16_t max_replication_factor);
+
+  /// A raft_state_machine adapter that drives this object.
+  static std::shared_ptr<raft_state_machine>
+  adapter(std::shared_ptr<metadata_state_machine> m);
+
+  /// Applies one committed command; returns the encoded result.
+  std::string apply(uint64_t index, std::string_view command);
+  std::string snapshot();
+  caf::error restore(uint64_t index, std::string_view snapshot);
+
+  std::vector<topic_metadata> topics() const;
+  /// Every broker registered (or fenced) so far.
+  std::vector<broker_registration> brokers() const;
+  /// Replica moves in progress (topic, partition, target in isr).
+  std::vector<isr_change> reassignments() const;
+  caf::expected<topic_metadata> topic(const std::string& name) const;
+  /// The largest replication factor the configuration allows (the number
+  /// of brokers that can hold replicas is checked separately).
+  int16_t max_replication_factor() const;
+  /// policy_violation when fewer brokers than `rf` can hold replicas now.
+  caf::error check_replication_factor(int16_t rf) const;
+  /// The brokers new replicas go to, by id: voters and registered brokers,
+  /// without the fenced ones and those being removed.
+  std::vector<int32_t> placement() const;
+  /// Brokers being removed (their replicas are moving away).
+  std::vector<int32_t> removing() const;
+  /// Sets the sender of topic updates (the raft_metadata actor; held weakly).
+  void set_sender(caf::actor_addr sender);
+  /// Adds a listener and sends it the current topic list.
+  void add_subscriber(caf::actor listener);
+  /// Drops a terminated listener.
+  void remove_subscriber(const caf::actor_addr& listener);
+
+private:
+  /// The encoded result; `changed` when the topic list changed.
+  caf::expected<std::string> apply_command(std::string_view command,
+                                           bool& changed);
+  bool fenced_locked(int32_t id) const;
+  bool voter_locked(int32_t id) const;
+  /// A voter or a registered broker.
+  bool member_locked(int32_t id) const;
+  std::vector<int32_t> placement_locked() const;
+  caf::error check_rf_locked(int16_t rf) const;
+  /// The broker that takes a seat given up by a departing one: the
+  /// placement broker holding the fewest replicas (then the lowest id) that
+  /// is not in `replicas`; -1: none.
+  int32_t replacement_locked(const std::vector<int32_t>& replicas) const;
+  /// Starts the moves off departing brokers (one per partition that names
+  /// one and is not moving) and unregisters those that hold nothing any
+  /// more. Runs after every successful command.
+  void drive_removals_locked(bool& changed);
+  /// The first ISR member other than `except` that is not fenced; -1: none
+  /// (leadership is elected from the ISR only).
+  int32_t first_live_locked(const std::vector<int32_t>& isr,
+                            int32_t except) const;
+  std::vector<isr_change> reassignments_locked() const;
+  /// The assignment of (topic, p); unknown_topic / unknown_partition.
+  caf::expected<partition_assignment*> partition_locked(const std::string& topic,
+                                                        partition_id p);
+  /// A broker was fenced: new leaders for what it led, ISRs without it.
+  void fence_locked(int32_t id);
+  /// A fenced broker registered again: it leads partitions that had no
+  /// leader and whose ISR names it.
+  void unfence_locked(int32_t id);
+  std::vector<topic_metadata> topics_locked() const;
+  void notify_locked();
+  void send_locked(const caf::actor& to, std::vector<topic_metadata> list);
+  partition_assignment assignment(int32_t p, int16_t rf) const;
+
+  mutable std::mutex mtx_;
+  std::vector<int32_t> voters_;
+  int16_t max_rf_;
+  std::map<std::string, topic_metadata> topics_;
+  int64_t next_producer_id_ = 0;
+  std::map<int32_t, broker_registration> brokers_;
+  /// Moves in progress by (topic, partition): the target replicas.
+  std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> moving_;
+  /// Brokers being removed (remove_broker): they leave brokers_ once no
+  /// partition names them.
+  std::set<int32_t> removing_;
+  std::vector<caf::actor> subscribers_;
+  caf::actor_addr sender_;
+};
+
+struct raft_metadata_config {
+  /// The local raft node whose state machine is `machine`'s adapter.
+  raft_actor raft;
+  std::shared_ptr<metadata_state_machine> machine;
+  /// How long a write waits for its entry to commit.
+  caf::timespan request_timeout = std::chrono::seconds{5};
+};
+
+struct raft_metadata_state {
+  raft_metadata_config cfg;
+  static inline const char* name = "raft-metadata";
+};
+
+/// The metadata actor over a raft node. @pre cfg.raft and cfg.machine set.
+metadata_actor::behavior_type
+raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
+              raft_metadata_config cfg);
+
+} // namespace ferry

@@ -1,0 +1,1002 @@
+#pragma once
+// Every value type that crosses an actor boundary in Ferry (requests,
+// responses, descriptions, client-side records), their inspectors, and the
+// `ferry` type-ID block with Ferry's atoms. The rule, applied everywhere: a
+// type that actors exchange is a plain value type in broker/ (this header,
+// broker/model.hpp for the strong types, broker/raft_types.hpp for the
+// Raft core); the typed actor handles that carry them are declared in
+// actors/protocol/interfaces.hpp. This header uses CAF core only.
+//
+// Offsets, partitions and epochs travel as the strong types of
+// broker/model.hpp. Record data travels as encoded RecordBatch v2 bytes
+// (broker/record_batch.hpp), never one actor message per record. Type IDs
+// are appended only: both ends of a remote connection must agree on them.
+
+#include "broker/model.hpp"
+#include "broker/raft_types.hpp"
+
+#include <caf/meta/type_name.hpp>
+#include <caf/type_id.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+// -- inspectors for the strong types -------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, offset& x) {
+  return f(caf::meta::type_name("ferry::offset"), x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_id& x) {
+  return f(caf::meta::type_name("ferry::partition_id"), x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, leader_epoch& x) {
+  return f(caf::meta::type_name("ferry::leader_epoch"), x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, producer_id& x) {
+  return f(caf::meta::type_name("ferry::producer_id"), x.value);
+}
+
+// -- topics and metadata ------------------------------------------------------
+
+/// Per-topic settings (Kafka names in comments). Defaults are the broker's.
+struct topic_config {
+  int32_t partitions = 1;
+  int16_t replication_factor = 1;
+  int64_t retention_ms = 7LL * 24 * 3600 * 1000; ///< retention.ms, -1 = forever
+  int64_t retention_bytes = -1;                  ///< retention.bytes, -1 = unlimited
+  int64_t segment_bytes = 1LL << 30;             ///< segment.bytes
+  int64_t segment_ms = 7LL * 24 * 3600 * 1000;   ///< segment.ms
+  int32_t max_message_bytes = 1 << 20;           ///< max.message.bytes (1 MiB)
+  /// min.insync.replicas; 0 = a majority of the replication factor
+  /// (rf / 2 + 1: 2 for RF=3), resolved when the topic is created.
+  int32_t min_insync_replicas = 0;
+  bool operator==(const topic_config&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_config& x) {
+  return f(caf::meta::type_name("ferry::topic_config"), x.partitions,
+           x.replication_factor, x.retention_ms, x.retention_bytes,
+           x.segment_bytes, x.segment_ms, x.max_message_bytes,
+           x.min_insync_replicas);
+}
+
+/// Placement of one partition as the metadata quorum records it.
+struct partition_assignment {
+  partition_id partition{0};
+  int32_t leader = -1;            ///< node id, -1 = offline
+  leader_epoch epoch{0};
+  std::vector<int32_t> replicas;  ///< node ids
+  std::vector<int32_t> isr;       ///< node ids in sync
+  bool operator==(const partition_assignment&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_assignment& x) {
+  return f(caf::meta::type_name("ferry::partition_assignment"), x.partition,
+           x.leader, x.epoch, x.replicas, x.isr);
+}
+
+/// A topic as the metadata quorum records it.
+struct topic_metadata {
+  std::string name;
+  topic_config config;
+  std::vector<partition_assignment> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_metadata& x) {
+  return f(caf::meta::type_name("ferry::topic_metadata"), x.name, x.config,
+           x.partitions);
+}
+
+/// A broker as the metadata quorum records it. A node registers itself
+/// (endpoints) once a controller is known; the controller fences a broker
+/// whose connection is gone (fenced = true: it leads nothing and leaves
+/// every ISR) and unfences it when it registers again.
+struct broker_registration {
+  int32_t id = -1;
+  std::string host;
+  uint16_t port = 0;      ///< CAF endpoint
+  uint16_t http_port = 0; ///< 0 = none
+  uint16_t metrics_port = 0;
+  bool fenced = false;
+  /// Bumped by every registration (a restarted broker is a new incarnation).
+  int64_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, broker_registration& x) {
+  return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
+           x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
+}
+
+/// A partition leader's request to change the ISR (shrink a lagging
+/// follower, expand a caught-up one). Applied only while `leader` still
+/// leads the partition in `epoch` (else not_leader / fenced_leader_epoch).
+struct isr_change {
+  std::string topic;
+  partition_id partition{0};
+  int32_t leader = -1;
+  leader_epoch epoch{0};
+  std::vector<int32_t> isr;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, isr_change& x) {
+  return f(caf::meta::type_name("ferry::isr_change"), x.topic, x.partition,
+           x.leader, x.epoch, x.isr);
+}
+
+/// Live state of one partition replica (what `topic describe` shows).
+struct partition_status {
+  partition_id partition{0};
+  int32_t leader = -1;
+  leader_epoch epoch{0};
+  std::vector<int32_t> replicas;
+  std::vector<int32_t> isr;
+  offset log_start{0};
+  offset log_end{0};
+  offset high_watermark{0};
+  int64_t size_bytes = 0;
+  bool online = false; ///< false when the replica could not be reached
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
+  return f(caf::meta::type_name("ferry::partition_status"), x.partition,
+           x.leader, x.epoch, x.replicas, x.isr, x.log_start, x.log_end,
+           x.high_watermark, x.size_bytes, x.online);
+}
+
+/// A topic with the live state of each partition.
+struct topic_description {
+  std::string name;
+  topic_config config;
+  std::vector<partition_status> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_description& x) {
+  return f(caf::meta::type_name("ferry::topic_description"), x.name, x.config,
+           x.partitions);
+}
+
+/// A node of the cluster.
+struct node_info {
+  int32_t id = 0;
+  std::string host;
+  uint16_t port = 0;      ///< CAF endpoint
+  uint16_t http_port = 0; ///< 0 = none
+  uint16_t metrics_port = 0;
+  bool alive = true;
+  bool controller = false;
+  /// A Raft voter (--voters); false: a broker-only node.
+  bool voter = true;
+  /// Being removed (ferryctl cluster remove-node): its replicas move away.
+  bool removing = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("ferry::node_info"), x.id, x.host, x.port,
+           x.http_port, x.metrics_port, x.alive, x.controller, x.voter,
+           x.removing);
+}
+
+/// What `cluster describe` shows.
+struct cluster_description {
+  std::string cluster_id;
+  int32_t controller = -1;
+  int64_t raft_term = 0;
+  std::vector<node_info> nodes;
+  std::vector<topic_description> topics;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_description& x) {
+  return f(caf::meta::type_name("ferry::cluster_description"), x.cluster_id,
+           x.controller, x.raft_term, x.nodes, x.topics);
+}
+
+// -- produce and fetch --------------------------------------------------------
+
+/// How many replicas must have a batch before the producer hears back.
+enum class acks_mode : int8_t {
+  none = 0,   ///< acks=0: fire and forget
+  leader = 1, ///< acks=1: leader appended (and flushed per its policy)
+  all = -1,   ///< acks=all: every ISR member has it, durably
+};
+
+/// One encoded batch for one partition.
+struct produce_request {
+  std::string topic;
+  partition_id partition{0};
+  acks_mode acks = acks_mode::all;
+  std::string batch; ///< exactly one RecordBatch v2; base offset ignored
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, produce_request& x) {
+  return f(caf::meta::type_name("ferry::produce_request"), x.topic,
+           x.partition, x.acks, x.batch);
+}
+
+struct produce_response {
+  offset base_offset{0};
+  offset last_offset{0};
+  offset log_start{0};
+  /// True if the batch was a retried duplicate and was not appended again
+  /// (the offsets are those of the original append).
+  bool duplicate = false;
+  /// Set by a node that relayed the request to the partition's leader: that
+  /// leader's node id (a producer sends there directly next). -1: answered
+  /// by the leader itself.
+  int32_t leader = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, produce_response& x) {
+  return f(caf::meta::type_name("ferry::produce_response"), x.base_offset,
+           x.last_offset, x.log_start, x.duplicate, x.leader);
+}
+
+/// Read records from one partition, with long poll.
+struct fetch_request {
+  std::string topic;
+  partition_id partition{0};
+  offset from{0};
+  int32_t max_bytes = 1 << 20;
+  int32_t min_bytes = 1;   ///< answer once this many bytes are available...
+  int32_t max_wait_ms = 0; ///< ...or this long has passed
+  int32_t replica_id = -1; ///< -1 for consumers; followers set their node id
+  /// Followers: the leader epoch they follow (a leader in another epoch
+  /// answers fenced_leader_epoch / not_leader), and the epoch of the last
+  /// batch they hold (-1: empty log), for the divergence check.
+  int32_t leader_epoch = -1;
+  int32_t last_fetched_epoch = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_request& x) {
+  return f(caf::meta::type_name("ferry::fetch_request"), x.topic, x.partition,
+           x.from, x.max_bytes, x.min_bytes, x.max_wait_ms, x.replica_id,
+           x.leader_epoch, x.last_fetched_epoch);
+}
+
+struct fetch_response {
+  std::string data; ///< whole batches; the first may start before `from`
+  offset next_offset{0};
+  offset high_watermark{0};
+  offset log_start{0};
+  offset log_end{0};
+  /// Set for a follower whose log diverges from the leader's: its last
+  /// fetched epoch ends at diverging_end on the leader (or the largest epoch
+  /// the leader has below it is diverging_epoch). The follower truncates to
+  /// diverging_end and fetches again; `data` is empty then.
+  int32_t diverging_epoch = -1;
+  offset diverging_end{-1};
+  /// Set by a node that relayed the fetch to the partition's leader: that
+  /// leader's node id (a consumer fetches there directly next). -1:
+  /// answered by the replica itself.
+  int32_t leader = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_response& x) {
+  return f(caf::meta::type_name("ferry::fetch_response"), x.data,
+           x.next_offset, x.high_watermark, x.log_start, x.log_end,
+           x.diverging_epoch, x.diverging_end, x.leader);
+}
+
+/// Offset lookup: earliest, latest or by timestamp.
+struct list_offsets_request {
+  std::string topic;
+  partition_id partition{0};
+  /// -2 earliest (log start), -1 latest (high watermark), else a timestamp:
+  /// the first offset whose record timestamp is >= it (latest if none).
+  int64_t timestamp = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, list_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::list_offsets_request"), x.topic,
+           x.partition, x.timestamp);
+}
+
+/// An idempotent producer's identity, handed out by the cluster.
+struct producer_identity {
+  producer_id id{-1};
+  int16_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, producer_identity& x) {
+  return f(caf::meta::type_name("ferry::producer_identity"), x.id, x.epoch);
+}
+
+// -- consumer groups ----------------------------------------------------------
+
+struct topic_partition {
+  std::string topic;
+  partition_id partition{0};
+  auto operator<=>(const topic_partition&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_partition& x) {
+  return f(caf::meta::type_name("ferry::topic_partition"), x.topic,
+           x.partition);
+}
+
+struct join_group_request {
+  std::string group;
+  std::string member_id;         ///< "" on first join; the coordinator assigns one
+  std::string group_instance_id; ///< static membership; "" = dynamic
+  std::string client_id;
+  int32_t session_timeout_ms = 45000;
+  int32_t rebalance_timeout_ms = 300000; ///< also the max poll interval
+  std::vector<std::string> assignors;    ///< preferred first: range, roundrobin, cooperative-sticky
+  std::vector<std::string> topics;       ///< subscription
+  std::vector<topic_partition> owned;    ///< for cooperative rebalancing
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_group_request& x) {
+  return f(caf::meta::type_name("ferry::join_group_request"), x.group,
+           x.member_id, x.group_instance_id, x.client_id, x.session_timeout_ms,
+           x.rebalance_timeout_ms, x.assignors, x.topics, x.owned);
+}
+
+struct join_group_response {
+  int32_t generation = 0;
+  std::string member_id;
+  std::string leader_id;
+  std::string assignor;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_group_response& x) {
+  return f(caf::meta::type_name("ferry::join_group_response"), x.generation,
+           x.member_id, x.leader_id, x.assignor);
+}
+
+/// Sync (after join): the coordinator computes the assignment (server-side
+/// assignors) and returns this member's partitions.
+struct sync_group_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+  int32_t generation = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sync_group_request& x) {
+  return f(caf::meta::type_name("ferry::sync_group_request"), x.group,
+           x.member_id, x.group_instance_id, x.generation);
+}
+
+struct sync_group_response {
+  int32_t generation = 0;
+  std::vector<topic_partition> assignment;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sync_group_response& x) {
+  return f(caf::meta::type_name("ferry::sync_group_response"), x.generation,
+           x.assignment);
+}
+
+/// Heartbeat: keeps the session; answers rebalance_in_progress when the
+/// member must rejoin, illegal_generation / unknown_member when fenced.
+struct heartbeat_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+  int32_t generation = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, heartbeat_request& x) {
+  return f(caf::meta::type_name("ferry::heartbeat_request"), x.group,
+           x.member_id, x.group_instance_id, x.generation);
+}
+
+struct leave_group_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, leave_group_request& x) {
+  return f(caf::meta::type_name("ferry::leave_group_request"), x.group,
+           x.member_id, x.group_instance_id);
+}
+
+struct partition_offset {
+  std::string topic;
+  partition_id partition{0};
+  offset committed{-1}; ///< -1 = nothing committed
+  std::string metadata;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_offset& x) {
+  return f(caf::meta::type_name("ferry::partition_offset"), x.topic,
+           x.partition, x.committed, x.metadata);
+}
+
+/// Commit offsets. generation -1 with empty member id commits as an
+/// admin/standalone consumer (only allowed while the group is empty).
+struct commit_offsets_request {
+  std::string group;
+  std::string member_id;
+  std::string group_instance_id;
+  int32_t generation = -1;
+  std::vector<partition_offset> offsets;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, commit_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::commit_offsets_request"), x.group,
+           x.member_id, x.group_instance_id, x.generation, x.offsets);
+}
+
+/// Committed offsets of a group; empty `partitions` means all it has.
+struct fetch_offsets_request {
+  std::string group;
+  std::vector<topic_partition> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::fetch_offsets_request"), x.group,
+           x.partitions);
+}
+
+/// Where a reset moves a group's offsets (only while the group is empty).
+struct reset_offsets_request {
+  std::string group;
+  std::vector<std::string> topics;
+  /// "earliest", "latest", "timestamp" (uses `value` as ms) or "offset"
+  /// (uses `value` as the offset).
+  std::string to;
+  int64_t value = 0;
+  bool dry_run = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reset_offsets_request& x) {
+  return f(caf::meta::type_name("ferry::reset_offsets_request"), x.group,
+           x.topics, x.to, x.value, x.dry_run);
+}
+
+struct member_description {
+  std::string member_id;
+  std::string group_instance_id;
+  std::string client_id;
+  std::vector<topic_partition> assignment;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_description& x) {
+  return f(caf::meta::type_name("ferry::member_description"), x.member_id,
+           x.group_instance_id, x.client_id, x.assignment);
+}
+
+/// Per partition: committed offset, log end and lag.
+struct partition_lag {
+  std::string topic;
+  partition_id partition{0};
+  offset committed{-1};
+  offset log_start{0};
+  offset log_end{0};
+  int64_t lag = 0; ///< log_end - max(committed, log_start)
+  std::string member_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_lag& x) {
+  return f(caf::meta::type_name("ferry::partition_lag"), x.topic, x.partition,
+           x.committed, x.log_start, x.log_end, x.lag, x.member_id);
+}
+
+struct group_description {
+  std::string group;
+  std::string mode;  ///< "stream" or "queue"
+  std::string state; ///< Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+  std::string assignor;
+  int32_t generation = 0;
+  std::vector<member_description> members;
+  std::vector<partition_lag> partitions;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_description& x) {
+  return f(caf::meta::type_name("ferry::group_description"), x.group, x.mode,
+           x.state, x.assignor, x.generation, x.members, x.partitions);
+}
+
+
+// -- client-side values (producer and consumer actors) ------------------------
+
+/// One header of a client message (null header values are not exposed).
+struct message_header {
+  std::string key;
+  std::string value;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, message_header& x) {
+  return f(caf::meta::type_name("ferry::message_header"), x.key, x.value);
+}
+
+/// A message a producer sends.
+struct client_message {
+  std::string topic;
+  int32_t partition = -1; ///< -1: the partitioner decides
+  bool has_key = false;   ///< false: null key (sticky partitioning)
+  std::string key;
+  bool has_value = true;  ///< false: null value (a tombstone)
+  std::string value;
+  std::vector<message_header> headers;
+  timestamp_ms timestamp = 0; ///< 0: the producer's clock at send time
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, client_message& x) {
+  return f(caf::meta::type_name("ferry::client_message"), x.topic, x.partition,
+           x.has_key, x.key, x.has_value, x.value, x.headers, x.timestamp);
+}
+
+/// Where a produced message landed.
+struct delivery_report {
+  std::string topic;
+  partition_id partition{0};
+  offset off{-1};
+  timestamp_ms timestamp = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delivery_report& x) {
+  return f(caf::meta::type_name("ferry::delivery_report"), x.topic,
+           x.partition, x.off, x.timestamp);
+}
+
+/// A message a consumer received.
+struct consumed_message {
+  std::string topic;
+  partition_id partition{0};
+  offset off{0};
+  timestamp_ms timestamp = 0;
+  bool has_key = false;
+  std::string key;
+  bool has_value = true;
+  std::string value;
+  std::vector<message_header> headers;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, consumed_message& x) {
+  return f(caf::meta::type_name("ferry::consumed_message"), x.topic,
+           x.partition, x.off, x.timestamp, x.has_key, x.key, x.has_value,
+           x.value, x.headers);
+}
+
+// -- queue mode (issue 4; actors/server/queue_coordinator.hpp) ------------------------
+
+/// Settings of a queue-mode group, fixed when the group is created.
+struct queue_group_config {
+  std::string mode = "queue"; ///< only "queue" (stream groups exist by joining)
+  int32_t max_attempts = 5;   ///< failed attempts before the DLQ; >= 1
+  int64_t initial_backoff_ms = 1000;
+  int64_t max_backoff_ms = 60000;
+  double backoff_multiplier = 2.0;
+  double jitter = 1.0;                ///< share of the backoff drawn at random
+  int64_t visibility_timeout_ms = 30000;
+  std::string ordering = "none";      ///< "none" or "key"
+  std::string dlq_topic;              ///< "" = "<topic>.<group>.dlq"
+  bool operator==(const queue_group_config&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_group_config& x) {
+  return f(caf::meta::type_name("ferry::queue_group_config"), x.mode,
+           x.max_attempts, x.initial_backoff_ms, x.max_backoff_ms,
+           x.backoff_multiplier, x.jitter, x.visibility_timeout_ms, x.ordering,
+           x.dlq_topic);
+}
+
+/// Leases up to max_records records of `topic` to a member.
+struct queue_receive_request {
+  std::string group;
+  std::string topic;
+  std::string member_id;      ///< non-empty; acks must name the same member
+  int32_t max_records = 100;
+  int64_t visibility_ms = 0;  ///< 0 = the group's visibility timeout
+  int64_t wait_ms = 0;        ///< long poll when nothing is available
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        queue_receive_request& x) {
+  return f(caf::meta::type_name("ferry::queue_receive_request"), x.group,
+           x.topic, x.member_id, x.max_records, x.visibility_ms, x.wait_ms);
+}
+
+/// A record leased to a member until `deadline` (unless extended).
+struct leased_message {
+  consumed_message message;
+  uint64_t lease_id = 0;
+  int32_t attempt = 1; ///< 1 + the failed attempts before this delivery
+  timestamp_ms deadline = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, leased_message& x) {
+  return f(caf::meta::type_name("ferry::leased_message"), x.message,
+           x.lease_id, x.attempt, x.deadline);
+}
+
+/// What a member says about a leased record.
+enum class queue_ack_kind : uint8_t {
+  ack = 0,    ///< done
+  nack = 1,   ///< failed: retry after max(delay_ms, backoff)
+  reject = 2, ///< failed: dead-letter now
+  extend = 3, ///< still working: keep the lease extend_ms longer
+};
+
+struct queue_ack_request {
+  std::string group;
+  std::string member_id;
+  std::string topic;
+  partition_id partition{0};
+  offset off{0};
+  uint64_t lease_id = 0;
+  queue_ack_kind kind = queue_ack_kind::ack;
+  int64_t delay_ms = 0;  ///< nack
+  int64_t extend_ms = 0; ///< extend
+  std::string error;     ///< nack, reject: the reason (ferry-error)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_ack_request& x) {
+  return f(caf::meta::type_name("ferry::queue_ack_request"), x.group,
+           x.member_id, x.topic, x.partition, x.off, x.lease_id, x.kind,
+           x.delay_ms, x.extend_ms, x.error);
+}
+
+struct queue_ack_response {
+  timestamp_ms deadline = 0;  ///< extend: the lease's deadline now
+  int32_t attempts = 0;       ///< nack, reject: failed attempts so far
+  bool dead_letter = false;   ///< nack, reject: the record goes to the DLQ
+  timestamp_ms retry_at = 0;  ///< nack: delivered again from then on
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_ack_response& x) {
+  return f(caf::meta::type_name("ferry::queue_ack_response"), x.deadline,
+           x.attempts, x.dead_letter, x.retry_at);
+}
+
+/// One partition of a queue-mode group.
+struct queue_partition_description {
+  std::string topic;
+  partition_id partition{0};
+  offset committed{0};       ///< end of the contiguous done prefix
+  offset read_end{0};        ///< one past the last record read
+  offset high_watermark{-1}; ///< as of the last fetch; -1 = unknown
+  int64_t available = 0;
+  int64_t delayed = 0;       ///< waiting for a retry
+  int64_t leased = 0;
+  int64_t dead_letter_pending = 0;
+  int64_t done = 0;          ///< done above committed
+  std::string dlq_topic;
+  int64_t dead_lettered = 0; ///< written to the DLQ since the coordinator started
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        queue_partition_description& x) {
+  return f(caf::meta::type_name("ferry::queue_partition_description"),
+           x.topic, x.partition, x.committed, x.read_end, x.high_watermark,
+           x.available, x.delayed, x.leased, x.dead_letter_pending, x.done,
+           x.dlq_topic, x.dead_lettered);
+}
+
+struct queue_group_description {
+  std::string group;
+  queue_group_config config;
+  std::vector<queue_partition_description> partitions;
+  int32_t waiting_receives = 0; ///< long polls parked now
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        queue_group_description& x) {
+  return f(caf::meta::type_name("ferry::queue_group_description"), x.group,
+           x.config, x.partitions, x.waiting_receives);
+}
+
+// -- DLQ operations (issue 4; ferryctl dlq, the console, HTTP /v1/dlq) --------
+
+/// One dead-letter topic: a topic some queue group dead-letters into, or
+/// any topic whose name ends in ".dlq" (stream-mode DLQs written by the
+/// consumer helper).
+struct dlq_info {
+  std::string topic;
+  std::vector<std::string> groups;  ///< queue groups writing to it
+  std::string source_topic;         ///< "" when unknown
+  int32_t partitions = 0;
+  int64_t depth = 0;       ///< records present and not yet redriven
+  int64_t redriven = 0;    ///< present records already redriven
+  int64_t total = 0;       ///< records present (log end - log start)
+  timestamp_ms oldest_timestamp = 0; ///< oldest present record; 0 = empty
+  double rate_per_second = 0;        ///< appended over the last minute
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_info& x) {
+  return f(caf::meta::type_name("ferry::dlq_info"), x.topic, x.groups,
+           x.source_topic, x.partitions, x.depth, x.redriven, x.total,
+           x.oldest_timestamp, x.rate_per_second);
+}
+
+/// A DLQ record with its ferry-* headers decoded.
+struct dlq_record {
+  consumed_message message;        ///< as stored (all headers included)
+  std::string original_topic;
+  int32_t original_partition = -1;
+  int64_t original_offset = -1;
+  int32_t attempts = 0;
+  std::string error;
+  std::string group;
+  timestamp_ms first_failure_ts = 0;
+  timestamp_ms last_failure_ts = 0;
+  int32_t redrive_count = 0;       ///< ferry-redrive-count of the record
+  bool redriven = false;           ///< moved by a redrive already
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_record& x) {
+  return f(caf::meta::type_name("ferry::dlq_record"), x.message,
+           x.original_topic, x.original_partition, x.original_offset,
+           x.attempts, x.error, x.group, x.first_failure_ts,
+           x.last_failure_ts, x.redrive_count, x.redriven);
+}
+
+/// Reads a DLQ with filters. The filters run over every record from
+/// `from_offset` on until `max_records` match or `max_scan` records were
+/// scanned; `next_offset` in the answer continues the scan (nothing missed).
+struct dlq_show_request {
+  std::string topic;
+  int32_t partition = -1;     ///< -1: all partitions, merged by offset
+  int64_t from_offset = 0;    ///< per partition; below log start = log start
+  int32_t max_records = 100;
+  int64_t max_scan = 100000;
+  std::string grep;           ///< substring of key, value or a header value
+  std::string error_contains; ///< substring of ferry-error
+  bool include_redriven = true;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_show_request& x) {
+  return f(caf::meta::type_name("ferry::dlq_show_request"), x.topic,
+           x.partition, x.from_offset, x.max_records, x.max_scan, x.grep,
+           x.error_contains, x.include_redriven);
+}
+
+struct dlq_show_response {
+  std::vector<dlq_record> records;
+  int64_t scanned = 0;
+  /// Per partition: where a follow-up request continues (in `committed`).
+  std::vector<partition_offset> next_offsets;
+  bool end_reached = false;   ///< every partition scanned to its end
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_show_response& x) {
+  return f(caf::meta::type_name("ferry::dlq_show_response"), x.records,
+           x.scanned, x.next_offsets, x.end_reached);
+}
+
+/// Re-produces DLQ records to their original topic (or `to_topic`) with
+/// ferry-redriven-from and ferry-redrive-count headers, idempotently, and
+/// marks them redriven. Selection: `offsets` if non-empty, else the range
+/// [from_offset, to_offset] (to_offset -1 = the end) of `partition` (-1 =
+/// every partition). Already redriven records are skipped.
+struct dlq_redrive_request {
+  std::string topic;
+  std::string to_topic;       ///< "" = each record's ferry-original-topic
+  int32_t partition = -1;
+  int64_t from_offset = 0;
+  int64_t to_offset = -1;
+  std::vector<partition_offset> offsets;
+  int32_t rate_per_second = 0; ///< 0 = unlimited
+  int32_t max_records = 0;     ///< 0 = unlimited; the console redrives in chunks
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_redrive_request& x) {
+  return f(caf::meta::type_name("ferry::dlq_redrive_request"), x.topic,
+           x.to_topic, x.partition, x.from_offset, x.to_offset, x.offsets,
+           x.rate_per_second, x.max_records);
+}
+
+struct dlq_redrive_response {
+  int64_t redriven = 0;
+  int64_t skipped = 0;        ///< already redriven
+  std::vector<delivery_report> reports; ///< where each redriven record went
+  std::vector<partition_offset> next_offsets; ///< to continue a chunked redrive
+  bool end_reached = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_redrive_response& x) {
+  return f(caf::meta::type_name("ferry::dlq_redrive_response"), x.redriven,
+           x.skipped, x.reports, x.next_offsets, x.end_reached);
+}
+
+/// Deletes DLQ records below `before_offset` (-1 = all) in `partition`
+/// (-1 = every partition) by moving the log start.
+struct dlq_purge_request {
+  std::string topic;
+  int32_t partition = -1;
+  int64_t before_offset = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_purge_request& x) {
+  return f(caf::meta::type_name("ferry::dlq_purge_request"), x.topic,
+           x.partition, x.before_offset);
+}
+
+struct dlq_purge_response {
+  int64_t purged = 0;
+  std::vector<partition_offset> log_starts; ///< per partition after the purge
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dlq_purge_response& x) {
+  return f(caf::meta::type_name("ferry::dlq_purge_response"), x.purged,
+           x.log_starts);
+}
+
+} // namespace ferry
+
+// -- type IDs and atoms ---------------------------------------------------------
+
+CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(ferry, (ferry::offset))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_id))
+  CAF_ADD_TYPE_ID(ferry, (ferry::leader_epoch))
+  CAF_ADD_TYPE_ID(ferry, (ferry::producer_id))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_config))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_assignment))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_metadata))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::topic_metadata>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_status))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::node_info))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::node_info>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::cluster_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::acks_mode))
+  CAF_ADD_TYPE_ID(ferry, (ferry::produce_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::produce_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::list_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::producer_identity))
+  CAF_ADD_TYPE_ID(ferry, (ferry::topic_partition))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::topic_partition>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::join_group_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::join_group_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::sync_group_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::sync_group_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::heartbeat_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::leave_group_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_offset))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::partition_offset>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::commit_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::reset_offsets_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::member_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::partition_lag))
+  CAF_ADD_TYPE_ID(ferry, (ferry::group_description))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::group_description>))
+  CAF_ADD_TYPE_ID(ferry, (std::map<std::string, std::string>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::message_header))
+  CAF_ADD_TYPE_ID(ferry, (ferry::client_message))
+  CAF_ADD_TYPE_ID(ferry, (ferry::delivery_report))
+  CAF_ADD_TYPE_ID(ferry, (ferry::consumed_message))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::consumed_message>))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::client_message>))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::delivery_report>))
+
+  // Atoms: at most 10 characters (CAF 0.17 atom_value).
+  CAF_ADD_ATOM(ferry, ferry, produce_atom, "produce")
+  CAF_ADD_ATOM(ferry, ferry, fetch_atom, "fetch")
+  CAF_ADD_ATOM(ferry, ferry, offsets_atom, "offsets")
+  CAF_ADD_ATOM(ferry, ferry, create_atom, "create")
+  CAF_ADD_ATOM(ferry, ferry, delete_atom, "delete")
+  CAF_ADD_ATOM(ferry, ferry, list_atom, "list")
+  CAF_ADD_ATOM(ferry, ferry, describe_atom, "describe")
+  CAF_ADD_ATOM(ferry, ferry, alter_atom, "alter")
+  CAF_ADD_ATOM(ferry, ferry, add_parts_atom, "addparts")
+  CAF_ADD_ATOM(ferry, ferry, topic_atom, "topic")
+  CAF_ADD_ATOM(ferry, ferry, group_atom, "group")
+  CAF_ADD_ATOM(ferry, ferry, cluster_atom, "cluster")
+  CAF_ADD_ATOM(ferry, ferry, join_atom, "join")
+  CAF_ADD_ATOM(ferry, ferry, sync_atom, "sync")
+  CAF_ADD_ATOM(ferry, ferry, heartbeat_atom, "heartbeat")
+  CAF_ADD_ATOM(ferry, ferry, leave_atom, "leave")
+  CAF_ADD_ATOM(ferry, ferry, commit_atom, "commit")
+  CAF_ADD_ATOM(ferry, ferry, reset_atom, "reset")
+  CAF_ADD_ATOM(ferry, ferry, init_pid_atom, "initpid")
+  CAF_ADD_ATOM(ferry, ferry, status_atom, "status")
+  CAF_ADD_ATOM(ferry, ferry, flush_atom, "flush")
+  CAF_ADD_ATOM(ferry, ferry, tick_atom, "tick")
+  CAF_ADD_ATOM(ferry, ferry, expire_atom, "expire")
+  CAF_ADD_ATOM(ferry, ferry, subscribe_atom, "subscribe")
+  CAF_ADD_ATOM(ferry, ferry, update_atom, "update")
+  CAF_ADD_ATOM(ferry, ferry, stop_atom, "stop")
+  CAF_ADD_ATOM(ferry, ferry, poll_atom, "poll")
+  CAF_ADD_ATOM(ferry, ferry, seek_atom, "seek")
+  CAF_ADD_ATOM(ferry, ferry, assign_atom, "assign")
+  CAF_ADD_ATOM(ferry, ferry, connect_atom, "connect")
+
+  // Queue mode (appended: the IDs above do not move).
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_group_config))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_receive_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::leased_message))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::leased_message>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_ack_kind))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_ack_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_ack_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_partition_description))
+  CAF_ADD_TYPE_ID(ferry, (ferry::queue_group_description))
+  CAF_ADD_ATOM(ferry, ferry, receive_atom, "receive")
+  CAF_ADD_ATOM(ferry, ferry, ack_atom, "ack")
+  CAF_ADD_ATOM(ferry, ferry, queue_atom, "queue")
+
+  // DLQ operations (appended).
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_info))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::dlq_info>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_record))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_show_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_show_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_redrive_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_redrive_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_purge_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::dlq_purge_response))
+  CAF_ADD_ATOM(ferry, ferry, dlq_atom, "dlq")
+  CAF_ADD_ATOM(ferry, ferry, show_atom, "show")
+  CAF_ADD_ATOM(ferry, ferry, redrive_atom, "redrive")
+  CAF_ADD_ATOM(ferry, ferry, purge_atom, "purge")
+
+  // Raft metadata quorum core (appended).
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_message))
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_status))
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_applied))
+  CAF_ADD_ATOM(ferry, ferry, raft_atom, "raft")
+  CAF_ADD_ATOM(ferry, ferry, propose_atom, "propose")
+
+  // Cluster: brokers, ISR changes (appended).
+  CAF_ADD_TYPE_ID(ferry, (ferry::broker_registration))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::broker_registration>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::isr_change))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::isr_change>))
+  CAF_ADD_ATOM(ferry, ferry, broker_atom, "broker")
+  CAF_ADD_ATOM(ferry, ferry, isr_atom, "isr")
+  // Broker-only nodes (observers of the metadata log).
+  CAF_ADD_TYPE_ID(ferry, (ferry::raft_log_chunk))
+CAF_END_TYPE_ID_BLOCK(ferry)
