@@ -20,13 +20,14 @@ if(TARGET ferry-console)
     COMPONENT console)
 endif()
 
-# The systemd unit names ferryd where this install puts it.
-file(READ ${PROJECT_SOURCE_DIR}/deploy/systemd/ferryd.service ferry_unit)
-string(REPLACE "/usr/local/bin/ferryd" "${CMAKE_INSTALL_FULL_BINDIR}/ferryd"
-  ferry_unit "${ferry_unit}")
-file(WRITE ${PROJECT_BINARY_DIR}/deploy/ferryd.service "${ferry_unit}")
-install(FILES ${PROJECT_BINARY_DIR}/deploy/ferryd.service
-  DESTINATION lib/systemd/system COMPONENT ferryd)
+# The systemd unit names ferryd where this install puts it (the prefix is
+# known only at install time: cmake --install --prefix, cpack's /usr).
+install(CODE "
+  file(READ \"${PROJECT_SOURCE_DIR}/deploy/systemd/ferryd.service\" unit)
+  string(REPLACE \"/usr/local/bin/ferryd\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/ferryd\" unit \"\${unit}\")
+  file(WRITE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/ferryd.service\" \"\${unit}\")
+  message(STATUS \"Installing: \$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/ferryd.service\")
+" COMPONENT ferryd)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/ferryd.conf.example
   DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT ferryd)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/prometheus/prometheus.yml
