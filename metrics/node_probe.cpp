@@ -65,10 +65,6 @@ void node_probe::raft(int64_t term, bool is_leader, int64_t commit_index) {
   raft_commit_index_->Set(static_cast<double>(commit_index));
 }
 
-void node_probe::standalone() {
-  raft(0, true, 0);
-}
-
 void node_probe::increment(counters& series,
                            prometheus::Family<prometheus::Counter>& family,
                            const char* label, std::string_view value) {

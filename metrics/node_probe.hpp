@@ -8,9 +8,8 @@
 // counted per topic by the partition probes, where records are appended and
 // read; the node must not count them again.
 //
-// A node without --voters (local metadata, no Raft): call standalone(), which reports term 0 (no
-// election ever ran; cluster describe also says raft_term 0), is_leader 1
-// (the node is the controller of its cluster of one) and commit index 0.
+// Every node runs Raft (a node without --voters is a quorum of one, its
+// own leader): raft() reports what its quorum member says.
 //
 // Lifecycle: shared_ptr or plain member; thread-safe (every call only sets
 // or adds to a series).
@@ -56,9 +55,6 @@ public:
 
   /// The metadata quorum as this node knows it.
   void raft(int64_t term, bool is_leader, int64_t commit_index);
-
-  /// A node without Raft: term 0, leader, commit index 0 (see above).
-  void standalone();
 
   /// A client request failed with the error code named `code`.
   void request_failed(std::string_view code);

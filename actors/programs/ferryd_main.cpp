@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
                  "node's entry gives its --port unless set. A --node-id not "
                  "in the list starts a broker-only node (not a voter: it "
                  "follows the metadata log, registers and hosts replicas). "
-                 "Empty: a single node with local metadata");
+                 "Empty: a single node, a Raft quorum of one");
   app.add_option("--log-level", opt.log_level,
                  "trace, debug, info, warn, error, critical or off")
     ->check(CLI::IsMember({"trace", "debug", "info", "warn", "warning",

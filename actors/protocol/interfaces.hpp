@@ -17,9 +17,8 @@
 namespace ferry {
 
 /// The metadata a node needs: topics, partitions, configs, producer ids.
-/// Implemented by the Raft metadata state machine (server/raft_metadata.hpp)
-/// and, for a node without --voters, by server/local_metadata.hpp; callers
-/// must not assume either.
+/// Implemented by server/raft_metadata.hpp on every node (a node without
+/// --voters is a Raft quorum of one).
 using metadata_actor = caf::typed_actor<
   /// Creates a topic (name validated, config checked); topic_exists,
   /// invalid_topic_name, invalid_config, policy_violation.

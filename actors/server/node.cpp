@@ -1,6 +1,6 @@
 #include "actors/server/node.hpp"
 
-#include "actors/server/local_metadata.hpp"
+#include "actors/server/metadata_import.hpp"
 #include "actors/server/raft_metadata.hpp"
 #include "actors/server/raft_node.hpp"
 #include "broker/consumer_state.hpp"
@@ -123,8 +123,18 @@ void relay_void(self_ptr self, caf::response_promise rp, const Dest& dest,
 
 // -- cluster helpers ----------------------------------------------------------
 
+/// Started with --voters: peers, links, group homes, __consumer_state.
+/// Without, the node is a Raft quorum of one (its metadata goes through the
+/// same Raft path) but has no peers.
 bool cluster_mode(const node_state& st) {
   return !st.cfg.voters.empty();
+}
+
+/// True once the metadata can be trusted for reconciling replicas: with a
+/// Raft member (every node unless a test injects a metadata actor), once its
+/// applied state caught up with the commit index; else at once.
+bool metadata_caught_up(const node_state& st) {
+  return !st.raft || st.cluster_ready;
 }
 
 /// The broker of the node leading `pa`, when that is another, linked node.
@@ -359,7 +369,7 @@ void check_create_waiters(self_ptr self);
 /// Brings the hosted replicas in line with the topic list.
 void reconcile(self_ptr self) {
   auto& st = self->state;
-  if (st.shutting_down || (cluster_mode(st) && !st.cluster_ready))
+  if (st.shutting_down || !metadata_caught_up(st))
     return;
   auto t_now = now(self);
   // Stop what is no longer hosted here.
@@ -554,7 +564,7 @@ std::vector<node_info> cluster_nodes(self_ptr self) {
   me.http_port = st.cfg.http_port;
   me.metrics_port = st.cfg.metrics_port;
   me.alive = true;
-  me.controller = true;
+  me.controller = !st.raft || st.raft_st.leader == st.cfg.node_id;
   if (!cluster_mode(st)) {
     out.push_back(std::move(me));
     return out;
@@ -616,8 +626,8 @@ std::vector<node_info> cluster_nodes(self_ptr self) {
   return out;
 }
 
-/// Answers `rp` with the nodes, the controller (this node on a single node)
-/// and the live state of every topic.
+/// Answers `rp` with the nodes, the controller (the Raft leader: this node
+/// on a single node) and the live state of every topic.
 void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
                       caf::typed_response_promise<cluster_description> rp) {
   auto& st = self->state;
@@ -625,7 +635,7 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
   cd->cluster_id = st.cfg.cluster_id;
   cd->controller = st.cfg.node_id;
   cd->raft_term = 0;
-  if (cluster_mode(st)) {
+  if (st.raft) {
     cd->controller = st.raft_st.leader;
     cd->raft_term = static_cast<int64_t>(st.raft_st.term);
   }
@@ -1366,7 +1376,7 @@ void mark_ready(self_ptr self) {
 }
 
 bool is_controller(const node_state& st) {
-  return cluster_mode(st) && st.raft_st.role == raft_role::leader
+  return st.raft && st.raft_st.role == raft_role::leader
          && st.raft_st.leader == st.cfg.node_id;
 }
 
@@ -1570,7 +1580,7 @@ void probe_peer(self_ptr self, int32_t id) {
 /// The cluster timer: readiness, registration, control; every cluster_tick.
 void cluster_tick(self_ptr self) {
   auto& st = self->state;
-  if (!cluster_mode(st) || st.shutting_down)
+  if (!st.raft || st.shutting_down)
     return;
   // The quorum member's status: readiness, and the Raft metrics (commit
   // index moves without a role change).
@@ -1588,16 +1598,26 @@ void cluster_tick(self_ptr self) {
           st.ready_probes = 0;
           return;
         }
-        if (++st.ready_probes < 2)
+        // A quorum of one knows its state at once; a cluster member waits
+        // for a second look (a leader it has just heard of may be stale).
+        if (++st.ready_probes < (cluster_mode(st) ? 2 : 1))
           return;
         st.cluster_ready = true;
         log::info("node: metadata caught up at index {} (Raft leader {}, "
                   "term {})",
                   rs.last_applied, rs.leader, rs.term);
+        // The topic list the metadata actor sends on subscription may still
+        // be on its way: then its arrival marks the node ready.
+        if (!st.got_topics)
+          return;
         reconcile(self);
         mark_ready(self);
       },
       [](caf::error&) {});
+  if (!cluster_mode(st)) {
+    self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
+    return; // no peers to register with, link to or fence
+  }
   if (st.cluster_ready && !st.registering && st.raft_st.leader >= 0
       && st.cfg.port && st.cfg.port->load() != 0) {
     bool fenced = false;
@@ -1696,24 +1716,36 @@ void sync_broker_links(self_ptr self) {
     reconcile(self);
 }
 
-/// Spawns the quorum member (a voter) or the observer (a broker-only node),
-/// raft_metadata over it and the links to the voters.
-caf::error start_cluster(self_ptr self) {
+/// Spawns the quorum member (a voter; without --voters the only one) or
+/// the observer (a broker-only node), raft_metadata over it and the links
+/// to the other voters. Without --voters, metadata an older single-node
+/// ferryd kept outside Raft is imported first (metadata_import.hpp).
+caf::error start_metadata_quorum(self_ptr self) {
   auto& st = self->state;
   std::vector<int32_t> ids;
   for (auto& v : st.cfg.voters)
     ids.push_back(v.id);
-  bool member = is_voter(st, st.cfg.node_id);
+  if (!cluster_mode(st))
+    ids.push_back(st.cfg.node_id);
+  bool member = std::find(ids.begin(), ids.end(), st.cfg.node_id) != ids.end();
   if (st.cfg.node_id < 0)
     return make_error(ec::invalid_config,
                       "node id " + std::to_string(st.cfg.node_id)
                         + " is negative");
-  auto max_rf = static_cast<int16_t>(32767);
+  // A node alone holds one replica of each partition; a cluster checks the
+  // brokers that can hold replicas per create.
+  auto max_rf = static_cast<int16_t>(cluster_mode(st) ? 32767 : 1);
   st.machine = std::make_shared<metadata_state_machine>(ids, max_rf);
   if (member) {
     auto storage = raft_storage::open(st.cfg.store->environment());
     if (!storage)
       return std::move(storage.error());
+    if (!cluster_mode(st)) {
+      auto imported = import_legacy_metadata(*st.cfg.store, **storage,
+                                             st.cfg.node_id);
+      if (!imported)
+        return std::move(imported.error());
+    }
     raft_node_config rc;
     rc.raft.id = st.cfg.node_id;
     rc.raft.voters = ids;
@@ -1742,7 +1774,9 @@ caf::error start_cluster(self_ptr self) {
   for (auto& v : st.cfg.voters)
     if (v.id != st.cfg.node_id)
       open_link(self, v.id, v.host, v.port);
-  if (member)
+  if (!cluster_mode(st))
+    log::info("node: single node {}: a Raft quorum of one", st.cfg.node_id);
+  else if (member)
     log::info("node: cluster member {} of {} voters", st.cfg.node_id,
               ids.size());
   else
@@ -1948,24 +1982,15 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
                                              [store](offset_store* p) {
                                                delete p;
                                              });
-  if (!st.cfg.metadata && cluster_mode(st)) {
-    if (auto err = start_cluster(self)) {
-      log::critical("node: cannot start the cluster member: {}", err);
+  if (!st.cfg.metadata) {
+    if (auto err = start_metadata_quorum(self)) {
+      log::critical("node: cannot start the metadata quorum member: {}", err);
       self->quit(std::move(err));
       return broker_actor::behavior_type::make_empty_behavior();
     }
   }
-  if (!st.cfg.metadata) {
-    local_metadata_config mc;
-    mc.node_id = st.cfg.node_id;
-    mc.store = store;
-    st.cfg.metadata = self->spawn(local_metadata, std::move(mc));
-    st.own_metadata = true;
-  }
   if (st.cfg.metrics) {
     st.probe = std::make_shared<metrics::node_probe>(st.cfg.metrics);
-    if (!cluster_mode(st))
-      st.probe->standalone(); // a cluster of one: no Raft
     st.disk_sampler = self->spawn(
       disk_sampler, st.probe, st.cfg.data_dir,
       std::chrono::duration_cast<caf::timespan>(
@@ -2497,6 +2522,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       st.topics.clear();
       for (auto& t : topics)
         st.topics.emplace(t.name, std::move(t));
+      st.got_topics = true;
       auto list = topic_list(st);
       for (auto& [name, g] : st.groups)
         self->send(g, update_atom_v, list);
@@ -2505,7 +2531,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       if (st.dlq)
         self->send(st.dlq, update_atom_v, list);
       reconcile(self);
-      if (!cluster_mode(st) || st.cluster_ready)
+      if (metadata_caught_up(st))
         mark_ready(self);
       sync_group_homes(self);
     },

@@ -3,8 +3,9 @@
 // node's CAF port. It supervises the rest of the node and routes requests.
 //
 // Children (all monitored):
-// - the metadata actor: spawned here (local_metadata over the node's store)
-//   unless node_config::metadata names one; the node subscribes to it and
+// - the metadata actor: raft_metadata over this node's Raft member (a
+//   quorum of one without --voters), spawned here unless
+//   node_config::metadata names one; the node subscribes to it and
 //   reacts to each (update_atom, topics): it spawns a partition replica per
 //   hosted partition (data in <data-dir>/topics/<topic>-<partition>), stops
 //   the replicas of deleted topics with data deletion, and sends config
@@ -43,7 +44,7 @@
 // expire waits) and never replaces the topic list.
 //
 // Metrics (with node_config::metrics): the node owns a metrics::node_probe
-// (standalone Raft values on a node without --voters; the data dir's disk sampled at
+// (the Raft member's term, role and commit index; the data dir's disk sampled at
 // start and every disk_sample_interval by a small helper actor that watches
 // the node), gives every replica it spawns a fresh partition_probe and every
 // coordinator a fresh group_probe (so a restarted child never shares series
@@ -197,11 +198,13 @@ struct node_config {
   /// The node's store (ferryd opens it on <data-dir>/meta). Required: the
   /// metadata, the replicas' checkpoints and the group offsets live there.
   std::shared_ptr<metadata_store> store;
-  /// Where topics live. Null: the node spawns local_metadata over `store`
-  /// (no voters) or the Raft quorum member (voters).
+  /// Where topics live. Null: the node spawns its Raft quorum member over
+  /// `store` (the only voter without voters) and raft_metadata over it.
+  /// Tests may inject another metadata actor (then the node is ready on its
+  /// first topic list).
   metadata_actor metadata;
   /// The Raft voters (--voters), this node included unless it is a
-  /// broker-only node. Empty: a cluster of one with local metadata. See
+  /// broker-only node. Empty: a single node, a Raft quorum of one. See
   /// "Cluster" in the file comment.
   std::vector<raft_voter> voters;
   /// Raft timing: tick length, election timeout and heartbeat in ticks.
@@ -285,8 +288,11 @@ struct node_state {
   node_config cfg;
   /// The latest topic list from the metadata actor, by name.
   std::map<std::string, topic_metadata> topics;
-  /// True once the first topic list arrived.
+  /// True once the first topic list arrived and the metadata caught up
+  /// (cluster_ready): requests are served from then on.
   bool ready = false;
+  /// True once the first topic list arrived from the metadata actor.
+  bool got_topics = false;
   /// Requests that arrived before `ready`, replayed in order.
   std::vector<std::function<void()>> deferred;
   /// Replicas hosted here, by (topic, partition).

@@ -709,6 +709,15 @@ metadata_state_machine::apply_command(std::string_view command,
                                            + std::to_string(command[1]));
 }
 
+std::string encode_metadata_snapshot(int64_t next_producer_id,
+                                     std::vector<topic_metadata> topics) {
+  std::vector<broker_registration> brokers;
+  std::vector<isr_change> moves;
+  std::vector<int32_t> removing;
+  return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
+                   next_producer_id, topics, brokers, moves, removing);
+}
+
 std::string metadata_state_machine::snapshot() {
   std::lock_guard<std::mutex> guard{mtx_};
   auto list = topics_locked();

@@ -1,12 +1,11 @@
 #pragma once
-// raft_metadata: the metadata_actor of a Raft quorum. Same interface and the
-// same validation rules as local_metadata (broker/topic_config.hpp: topic
-// names, config keys, replication factor), but every change is a command
+// raft_metadata: the metadata_actor of every node (a node without --voters
+// is a Raft quorum of one). It validates with broker/topic_config.hpp (topic
+// names, config keys, replication factor), and every change is a command
 // replicated through the local raft_node (actors/server/raft_node.hpp) and applied
 // by a metadata_state_machine on every node.
 //
-// Commands and results use CAF's binary_serializer (the encoding
-// local_metadata already uses for its records):
+// Commands and results use CAF's binary_serializer:
 //   command: version byte 1, kind byte (metadata_command), then the fields:
 //     create:    name, topic_config
 //     remove:    name
@@ -68,8 +67,8 @@
 // Subscribers: (update_atom, all topics) now and after every applied change
 // (and after a snapshot restore) on every node, followers included, in apply
 // order. The state machine sends them from the raft node's actor but with
-// the raft_metadata actor as the sender (as local_metadata does: the node
-// ignores topic updates from anyone but its metadata actor). init_pid does not
+// the raft_metadata actor as the sender (the node ignores topic updates
+// from anyone but its metadata actor). init_pid does not
 // change topics and sends nothing. Terminated subscribers are dropped.
 //
 // Partition assignment is deterministic: with b = the placement brokers
@@ -139,6 +138,13 @@ caf::expected<broker_registration>
 decode_broker_result(std::string_view result);
 caf::expected<partition_assignment>
 decode_assignment_result(std::string_view result);
+
+/// A metadata snapshot (the format restore() reads) holding `topics` and
+/// the next producer id, with no brokers, moves or removals: the state a
+/// data dir of the single-node metadata of before Raft-of-one starts from
+/// (actors/server/metadata_import.hpp).
+std::string encode_metadata_snapshot(int64_t next_producer_id,
+                                     std::vector<topic_metadata> topics);
 
 /// The replicated metadata state. apply/snapshot/restore run in the raft
 /// node's actor; the read accessors and add_subscriber in the raft_metadata

@@ -1,18 +1,26 @@
-// The single-node metadata actor, on CAF's deterministic test coordinator:
-// topic admin, validation errors, persistence across re-spawns, subscriber
-// updates and producer id allocation. At the end, the node (broker_actor) on
-// the same coordinator: held requests before the first metadata snapshot,
-// replica crash and restart, the restart limit, shutdown and data deletion.
-// (The node tests live here until tests/CMakeLists.txt lists a node_test.)
-
-#include "actors/server/local_metadata.hpp"
+// The metadata of a single node (a Raft quorum of one: raft_node over the
+// node's LMDB store, raft_metadata over it, as node.cpp spawns them), on
+// CAF's deterministic test coordinator: topic admin, validation errors,
+// persistence across re-spawns, subscriber updates, producer ids, and the
+// import of an older single-node data dir's metadata (metadata_import.hpp).
+// At the end, the node (broker_actor) on the same coordinator: held requests
+// before the metadata caught up, replica crash and restart, the restart
+// limit, shutdown and data deletion.
 
 #include "actors/protocol/interfaces.hpp"
+#include "actors/server/metadata_import.hpp"
 #include "actors/server/node.hpp"
+#include "actors/server/raft_metadata.hpp"
+#include "actors/server/raft_node.hpp"
+#include "broker/big_endian.hpp"
 #include "broker/record_batch.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
+#include "broker/raft_storage.hpp"
+#include "tests/temp_dir.hpp"
+
+#include <caf/binary_serializer.hpp>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -37,14 +45,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path make_temp_dir() {
-  std::random_device rd;
-  auto dir = fs::temp_directory_path()
-             / ("ferry-md-test-" + std::to_string(rd()) + std::to_string(rd()));
-  fs::create_directories(dir);
-  return dir;
-}
-
 struct test_config : caf::actor_system_config {
   test_config() {
     register_types(*this);
@@ -68,10 +68,19 @@ caf::behavior recorder(caf::event_based_actor*,
   };
 }
 
-class LocalMetadata : public ::testing::Test {
+/// A legacy cluster.topics value: version byte 1, then the topic_metadata.
+std::string legacy_topic_value(topic_metadata md) {
+  std::vector<char> buf{
+    static_cast<char>(legacy_metadata_format::topic_value_version)};
+  caf::binary_serializer sink{nullptr, buf};
+  EXPECT_FALSE(sink(md));
+  return {buf.begin(), buf.end()};
+}
+
+class SingleNodeMetadata : public ::testing::Test {
 protected:
   void SetUp() override {
-    dir_ = make_temp_dir();
+    dir_ = tmp_.path();
     open_store();
     sys_ = std::make_unique<caf::actor_system>(cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
@@ -84,9 +93,8 @@ protected:
     self_.reset();
     sched_->run();
     sys_.reset();
+    raft_store_.reset();
     store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
 
   void open_store() {
@@ -97,22 +105,44 @@ protected:
     store_ = std::shared_ptr<metadata_store>{std::move(*st)};
   }
 
-  void spawn_metadata(int64_t block = 1000) {
-    local_metadata_config mc;
-    mc.node_id = 7;
-    mc.store = store_;
-    mc.producer_id_block = block;
-    md_ = sys_->spawn(local_metadata, mc);
+  /// What node.cpp does for a node without --voters: import older
+  /// metadata, then the quorum member of one and raft_metadata over it.
+  caf::expected<size_t> spawn_metadata() {
+    auto rs = raft_storage::open(store_->environment());
+    if (!rs)
+      return std::move(rs.error());
+    raft_store_ = std::shared_ptr<raft_log_store>(std::move(*rs));
+    auto imported = import_legacy_metadata(*store_, *raft_store_, 7);
+    if (!imported)
+      return imported;
+    machine_ = std::make_shared<metadata_state_machine>(
+      std::vector<int32_t>{7}, int16_t{1});
+    raft_node_config rc;
+    rc.raft.id = 7;
+    rc.raft.voters = {7};
+    rc.raft.seed = 7;
+    rc.store = raft_store_;
+    rc.machine = metadata_state_machine::adapter(machine_);
+    raft_ = sys_->spawn(raft_node, rc);
+    raft_metadata_config mc;
+    mc.raft = raft_;
+    mc.machine = machine_;
+    md_ = sys_->spawn(raft_metadata, mc);
     sched_->run();
+    return imported;
   }
 
   void stop_metadata() {
     if (!md_)
       return;
     caf::anon_send_exit(md_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(raft_, caf::exit_reason::user_shutdown);
     sched_->run();
     md_ = nullptr;
+    raft_ = nullptr;
+    machine_.reset();
     sched_->run();
+    raft_store_.reset();
   }
 
   /// Sends a request, runs the scheduler, returns the answer.
@@ -148,17 +178,21 @@ protected:
   }
 
   test_config cfg_;
+  ferry::test::temp_dir tmp_;
   fs::path dir_;
   std::shared_ptr<metadata_store> store_;
+  std::shared_ptr<raft_log_store> raft_store_;
+  std::shared_ptr<metadata_state_machine> machine_;
   std::unique_ptr<caf::actor_system> sys_;
   caf::scheduler::test_coordinator* sched_ = nullptr;
   std::unique_ptr<caf::scoped_actor> self_;
+  raft_actor raft_;
   metadata_actor md_;
 };
 
 } // namespace
 
-TEST_F(LocalMetadata, CreateAssignsEveryPartitionToThisNode) {
+TEST_F(SingleNodeMetadata, CreateAssignsEveryPartitionToThisNode) {
   auto md = create("orders", 3);
   ASSERT_TRUE(md) << describe(md.error());
   EXPECT_EQ(md->name, "orders");
@@ -174,7 +208,7 @@ TEST_F(LocalMetadata, CreateAssignsEveryPartitionToThisNode) {
   }
 }
 
-TEST_F(LocalMetadata, ListAndDescribe) {
+TEST_F(SingleNodeMetadata, ListAndDescribe) {
   ASSERT_TRUE(create("b"));
   ASSERT_TRUE(create("a", 2));
   EXPECT_EQ(topic_names(), (std::vector<std::string>{"a", "b"}));
@@ -188,14 +222,14 @@ TEST_F(LocalMetadata, ListAndDescribe) {
   EXPECT_TRUE(is(missing.error(), ec::unknown_topic));
 }
 
-TEST_F(LocalMetadata, DuplicateCreateIsTopicExists) {
+TEST_F(SingleNodeMetadata, DuplicateCreateIsTopicExists) {
   ASSERT_TRUE(create("t"));
   auto again = create("t", 4);
   ASSERT_FALSE(again);
   EXPECT_TRUE(is(again.error(), ec::topic_exists)) << describe(again.error());
 }
 
-TEST_F(LocalMetadata, InvalidNameAndConfigAreRefused) {
+TEST_F(SingleNodeMetadata, InvalidNameAndConfigAreRefused) {
   auto bad = create("no/slash");
   ASSERT_FALSE(bad);
   EXPECT_TRUE(is(bad.error(), ec::invalid_topic_name));
@@ -211,7 +245,7 @@ TEST_F(LocalMetadata, InvalidNameAndConfigAreRefused) {
   EXPECT_TRUE(topic_names().empty());
 }
 
-TEST_F(LocalMetadata, ReplicationFactorAboveOneIsPolicyViolation) {
+TEST_F(SingleNodeMetadata, ReplicationFactorAboveOneIsPolicyViolation) {
   auto md = create("replicated", 1, 3);
   ASSERT_FALSE(md);
   EXPECT_TRUE(is(md.error(), ec::policy_violation));
@@ -219,7 +253,7 @@ TEST_F(LocalMetadata, ReplicationFactorAboveOneIsPolicyViolation) {
             std::string::npos);
 }
 
-TEST_F(LocalMetadata, AlterChangesConfigAndValidates) {
+TEST_F(SingleNodeMetadata, AlterChangesConfigAndValidates) {
   ASSERT_TRUE(create("t"));
   std::map<std::string, std::string> kv{{"retention.ms", "60000"},
                                         {"max.message.bytes", "4096"}};
@@ -244,7 +278,7 @@ TEST_F(LocalMetadata, AlterChangesConfigAndValidates) {
   EXPECT_TRUE(is(unknown.error(), ec::unknown_topic));
 }
 
-TEST_F(LocalMetadata, AddPartitionsOnlyGrows) {
+TEST_F(SingleNodeMetadata, AddPartitionsOnlyGrows) {
   ASSERT_TRUE(create("t", 2));
   auto md = ask<topic_metadata>(add_parts_atom_v, std::string{"t"}, int32_t{5});
   ASSERT_TRUE(md) << describe(md.error());
@@ -267,7 +301,7 @@ TEST_F(LocalMetadata, AddPartitionsOnlyGrows) {
   EXPECT_TRUE(is(unknown.error(), ec::unknown_topic));
 }
 
-TEST_F(LocalMetadata, DeleteReturnsTheTopic) {
+TEST_F(SingleNodeMetadata, DeleteReturnsTheTopic) {
   ASSERT_TRUE(create("t", 2));
   auto md = ask<topic_metadata>(delete_atom_v, topic_atom_v, std::string{"t"});
   ASSERT_TRUE(md);
@@ -281,7 +315,7 @@ TEST_F(LocalMetadata, DeleteReturnsTheTopic) {
   EXPECT_TRUE(create("t", 1));
 }
 
-TEST_F(LocalMetadata, TopicsSurviveARespawn) {
+TEST_F(SingleNodeMetadata, TopicsSurviveARespawn) {
   ASSERT_TRUE(create("kept", 3));
   ASSERT_TRUE(create("gone"));
   ASSERT_TRUE(ask<topic_metadata>(alter_atom_v, topic_atom_v,
@@ -307,7 +341,7 @@ TEST_F(LocalMetadata, TopicsSurviveARespawn) {
   EXPECT_TRUE(is(create("kept").error(), ec::topic_exists));
 }
 
-TEST_F(LocalMetadata, SubscribersGetTheFullListNowAndAfterEveryChange) {
+TEST_F(SingleNodeMetadata, SubscribersGetTheFullListNowAndAfterEveryChange) {
   auto log = std::make_shared<update_log>();
   auto sub = sys_->spawn(recorder, log);
   caf::anon_send(md_, subscribe_atom_v, sub);
@@ -338,9 +372,7 @@ TEST_F(LocalMetadata, SubscribersGetTheFullListNowAndAfterEveryChange) {
   EXPECT_EQ(log->updates.size(), 6u);
 }
 
-TEST_F(LocalMetadata, ProducerIdsAreUniqueAcrossRestarts) {
-  stop_metadata();
-  spawn_metadata(/*block=*/4);
+TEST_F(SingleNodeMetadata, ProducerIdsAreUniqueAcrossRestarts) {
   std::set<int64_t> seen;
   auto take = [&](int n) {
     for (int i = 0; i < n; ++i) {
@@ -356,26 +388,112 @@ TEST_F(LocalMetadata, ProducerIdsAreUniqueAcrossRestarts) {
     stop_metadata();
     store_.reset();
     open_store();
-    spawn_metadata(4);
+    spawn_metadata();
     take(5);
   }
   EXPECT_EQ(seen.size(), 21u);
 }
 
-TEST_F(LocalMetadata, ProducerIdsAreReservedInBlocks) {
-  // One durable write per block: after 3 ids with block 1000 the stored
-  // limit is 1000, so a restart starts there.
-  for (int i = 0; i < 3; ++i)
-    ASSERT_TRUE(ask<producer_identity>(init_pid_atom_v));
-  auto limit = store_->get(local_metadata_format::counters_db,
-                           local_metadata_format::producer_id_limit_key);
-  ASSERT_TRUE(limit);
-  ASSERT_EQ(limit->size(), 8u);
+TEST_F(SingleNodeMetadata, ALegacyDataDirIsImportedOnce) {
+  // The rows a single-node ferryd up to af7074b wrote (local_metadata),
+  // with partitions assigned to another node id than today's (7): a
+  // single-node data dir's partitions all belong to whoever opens it.
+  // A store of its own: SetUp's has a Raft log already.
   stop_metadata();
-  spawn_metadata();
-  auto id = ask<producer_identity>(init_pid_atom_v);
-  ASSERT_TRUE(id);
-  EXPECT_EQ(id->id.value, 1000);
+  store_.reset();
+  dir_ = dir_ / "legacy";
+  open_store();
+  namespace lf = legacy_metadata_format;
+  topic_metadata md;
+  md.name = "old";
+  md.config.partitions = 2;
+  md.config.retention_ms = 86400000;
+  for (int32_t p = 0; p < 2; ++p) {
+    partition_assignment pa;
+    pa.partition = partition_id{p};
+    pa.leader = 0;
+    pa.epoch = leader_epoch{3};
+    pa.replicas = {0};
+    pa.isr = {0};
+    md.partitions.push_back(pa);
+  }
+  ASSERT_FALSE(store_->put(lf::topics_db, "old", legacy_topic_value(md)));
+  std::string limit;
+  be::append(limit, int64_t{5000});
+  ASSERT_FALSE(store_->put(lf::counters_db, lf::producer_id_limit_key, limit));
+  auto imported = spawn_metadata();
+  ASSERT_TRUE(imported) << describe(imported.error());
+  EXPECT_EQ(*imported, 1u);
+  auto got = ask<topic_metadata>(describe_atom_v, topic_atom_v,
+                                 std::string{"old"});
+  ASSERT_TRUE(got) << describe(got.error());
+  EXPECT_EQ(got->config.retention_ms, 86400000);
+  ASSERT_EQ(got->partitions.size(), 2u);
+  for (auto& pa : got->partitions) {
+    EXPECT_EQ(pa.leader, 7);
+    EXPECT_EQ(pa.replicas, std::vector<int32_t>{7});
+    EXPECT_EQ(pa.isr, std::vector<int32_t>{7});
+    EXPECT_EQ(pa.epoch, leader_epoch{3});
+  }
+  auto pid = ask<producer_identity>(init_pid_atom_v);
+  ASSERT_TRUE(pid);
+  EXPECT_GE(pid->id.value, 5000); // ids below the limit may be in use
+  // The legacy rows are gone; the Raft log has the topic (and one more).
+  EXPECT_TRUE(is(store_->get(lf::topics_db, "old").error(), ec::not_found));
+  EXPECT_TRUE(is(store_->get(lf::counters_db, lf::producer_id_limit_key).error(),
+                 ec::not_found));
+  ASSERT_TRUE(create("new", 1));
+  stop_metadata();
+  store_.reset();
+  open_store();
+  imported = spawn_metadata();
+  ASSERT_TRUE(imported);
+  EXPECT_EQ(*imported, 0u);
+  EXPECT_EQ(topic_names(), (std::vector<std::string>{"new", "old"}));
+  auto pid2 = ask<producer_identity>(init_pid_atom_v);
+  ASSERT_TRUE(pid2);
+  EXPECT_GT(pid2->id.value, pid->id.value);
+}
+
+TEST_F(SingleNodeMetadata, LeftoverLegacyRowsDoNotOverwriteTheRaftLog) {
+  // A crash after the import saved the snapshot but before it erased the
+  // rows: the next start erases them and keeps what Raft has.
+  ASSERT_TRUE(create("raft-topic"));
+  stop_metadata();
+  namespace lf = legacy_metadata_format;
+  topic_metadata md;
+  md.name = "stale";
+  md.config.partitions = 1;
+  ASSERT_FALSE(store_->put(lf::topics_db, "stale", legacy_topic_value(md)));
+  auto imported = spawn_metadata();
+  ASSERT_TRUE(imported);
+  EXPECT_EQ(*imported, 0u);
+  EXPECT_EQ(topic_names(), std::vector<std::string>{"raft-topic"});
+  EXPECT_TRUE(is(store_->get(lf::topics_db, "stale").error(), ec::not_found));
+}
+
+TEST_F(SingleNodeMetadata, ACorruptLegacyRecordFailsTheStartAndChangesNothing) {
+  stop_metadata();
+  store_.reset();
+  dir_ = dir_ / "legacy";
+  open_store();
+  namespace lf = legacy_metadata_format;
+  ASSERT_FALSE(store_->put(lf::topics_db, "broken", std::string{"\x01\xff"}));
+  ASSERT_FALSE(store_->put(lf::topics_db, "future", std::string{"\x09" "abc"}));
+  auto imported = spawn_metadata();
+  ASSERT_FALSE(imported);
+  EXPECT_TRUE(is(imported.error(), ec::corrupt_segment))
+    << describe(imported.error());
+  EXPECT_NE(describe(imported.error()).find("cluster.topics record 'broken'"),
+            std::string::npos)
+    << describe(imported.error());
+  // Nothing was written or erased: an operator can still inspect the rows.
+  EXPECT_TRUE(store_->get(lf::topics_db, "broken"));
+  auto rs = raft_storage::open(store_->environment());
+  ASSERT_TRUE(rs);
+  auto persisted = (*rs)->load();
+  ASSERT_TRUE(persisted);
+  EXPECT_EQ(persisted->snapshot.index, 0u);
 }
 
 // -- the node -------------------------------------------------------------------
@@ -395,7 +513,7 @@ std::string small_batch(const std::string& value) {
 class Node : public ::testing::Test {
 protected:
   void SetUp() override {
-    dir_ = make_temp_dir();
+    dir_ = tmp_.path();
     open_store();
     sys_ = std::make_unique<caf::actor_system>(cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
@@ -408,8 +526,6 @@ protected:
     sched_->run();
     sys_.reset();
     store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
 
   void open_store() {
@@ -485,6 +601,7 @@ protected:
   }
 
   test_config cfg_;
+  ferry::test::temp_dir tmp_;
   fs::path dir_;
   std::shared_ptr<metadata_store> store_;
   std::unique_ptr<caf::actor_system> sys_;
