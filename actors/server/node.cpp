@@ -1375,6 +1375,23 @@ void mark_ready(self_ptr self) {
     f();
 }
 
+/// The node's topic list changed (or may now be acted on: the metadata
+/// caught up): the coordinators and the DLQ manager get it, the replicas
+/// follow it, held requests run, group homes move.
+void topics_changed(self_ptr self) {
+  auto& st = self->state;
+  auto list = topic_list(st);
+  for (auto& [name, g] : st.groups)
+    self->send(g, update_atom_v, list);
+  for (auto& [name, q] : st.queue_groups)
+    self->send(q, update_atom_v, list);
+  if (st.dlq)
+    self->send(st.dlq, update_atom_v, list);
+  reconcile(self);
+  mark_ready(self);
+  sync_group_homes(self);
+}
+
 bool is_controller(const node_state& st) {
   return st.raft && st.raft_st.role == raft_role::leader
          && st.raft_st.leader == st.cfg.node_id;
@@ -1608,10 +1625,8 @@ void cluster_tick(self_ptr self) {
                   rs.last_applied, rs.leader, rs.term);
         // The topic list the metadata actor sends on subscription may still
         // be on its way: then its arrival marks the node ready.
-        if (!st.got_topics)
-          return;
-        reconcile(self);
-        mark_ready(self);
+        if (st.got_topics)
+          topics_changed(self);
       },
       [](caf::error&) {});
   if (!cluster_mode(st)) {
@@ -2152,18 +2167,20 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     },
     [self](cluster_atom) -> caf::result<cluster_description> {
       auto rp = self->make_response_promise<cluster_description>();
-      auto& st = self->state;
-      self->request(st.cfg.metadata, st.cfg.status_timeout, list_atom_v,
-                    topic_atom_v)
-        .then(
-          [self, rp](std::vector<topic_metadata>& list) mutable {
-            when_ready(self, [self, rp, topics = std::move(list)]() mutable {
-              describe_cluster(self, std::move(topics), rp);
+      // The list is asked for once the node is ready: before, the metadata
+      // may not have caught up (a Raft member restoring its snapshot).
+      when_ready(self, [self, rp]() mutable {
+        auto& st = self->state;
+        self->request(st.cfg.metadata, st.cfg.status_timeout, list_atom_v,
+                      topic_atom_v)
+          .then(
+            [self, rp](std::vector<topic_metadata>& list) mutable {
+              describe_cluster(self, std::move(list), rp);
+            },
+            [self, rp](caf::error& err) mutable {
+              rp.deliver(failed(self, std::move(err)));
             });
-          },
-          [self, rp](caf::error& err) mutable {
-            rp.deliver(failed(self, std::move(err)));
-          });
+      });
       return rp;
     },
     // -- consumer groups: one coordinator per group ---------------------------
@@ -2523,17 +2540,12 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       for (auto& t : topics)
         st.topics.emplace(t.name, std::move(t));
       st.got_topics = true;
-      auto list = topic_list(st);
-      for (auto& [name, g] : st.groups)
-        self->send(g, update_atom_v, list);
-      for (auto& [name, q] : st.queue_groups)
-        self->send(q, update_atom_v, list);
-      if (st.dlq)
-        self->send(st.dlq, update_atom_v, list);
-      reconcile(self);
-      if (metadata_caught_up(st))
-        mark_ready(self);
-      sync_group_homes(self);
+      // A list from before the metadata caught up (the one a Raft member
+      // sends on subscription before it restored its snapshot) reaches no
+      // one: a coordinator would take the missing topics for deleted ones.
+      if (!metadata_caught_up(st))
+        return;
+      topics_changed(self);
     },
     // -- cluster ----------------------------------------------------------------
     [self](status_atom,
