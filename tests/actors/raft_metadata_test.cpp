@@ -366,7 +366,7 @@ TEST_F(RaftMetadata, CreateThroughLeaderReachesEverySubscriber) {
     EXPECT_TRUE(nodes_[id].sub->topics.empty()) << "node " << id;
 }
 
-TEST_F(RaftMetadata, InvalidInputGetsTheSameErrorsAsLocalMetadata) {
+TEST_F(RaftMetadata, InvalidInputGetsTheTopicConfigErrors) {
   start();
   auto l = await_leader();
   ASSERT_NE(l, -1);
@@ -377,7 +377,7 @@ TEST_F(RaftMetadata, InvalidInputGetsTheSameErrorsAsLocalMetadata) {
   tc.replication_factor = 4; // more than the 3 voters
   auto rf = create(l, "rf", tc);
   ASSERT_FALSE(rf);
-  // validate_replication_factor's code, as in local_metadata.
+  // validate_replication_factor's code.
   EXPECT_TRUE(is(rf.error(), ec::policy_violation)) << describe(rf.error());
   ASSERT_TRUE(create(l, "dup"));
   auto dup = create(l, "dup");

@@ -262,10 +262,10 @@ TEST(node_probe, reports_disk_raft_and_errors_by_code) {
   EXPECT_GT(value(*reg, "ferry_disk_free_bytes", {}), 0);
   err = probe->sample_disk("/nonexistent/ferry/data");
   EXPECT_TRUE(is(err, ec::io_error)) << describe(err);
-  probe->standalone();
-  EXPECT_EQ(value(*reg, "ferry_raft_term", {}), 0);
+  probe->raft(1, true, 2); // a single node: its own Raft leader
+  EXPECT_EQ(value(*reg, "ferry_raft_term", {}), 1);
   EXPECT_EQ(value(*reg, "ferry_raft_is_leader", {}), 1);
-  EXPECT_EQ(value(*reg, "ferry_raft_commit_index", {}), 0);
+  EXPECT_EQ(value(*reg, "ferry_raft_commit_index", {}), 2);
   probe->raft(4, false, 17);
   EXPECT_EQ(value(*reg, "ferry_raft_term", {}), 4);
   EXPECT_EQ(value(*reg, "ferry_raft_is_leader", {}), 0);

@@ -1,0 +1,37 @@
+// The node actor's disk sampling: a helper actor that samples the data dir's
+// disk into the node probe. (See node_internal.hpp for how the node's files
+// divide the work.)
+
+#include "actors/server/node_internal.hpp"
+
+namespace ferry::node_detail {
+
+/// Samples the data dir's disk into `probe` now and every `interval` until
+/// `node` is gone or it gets an exit message.
+caf::behavior disk_sampler(caf::event_based_actor* self,
+                           std::shared_ptr<metrics::node_probe> probe,
+                           std::filesystem::path dir, caf::timespan interval,
+                           caf::actor_addr node) {
+  auto failing = std::make_shared<bool>(false);
+  auto sample = [probe, dir, failing] {
+    auto err = probe->sample_disk(dir);
+    if (err && !*failing)
+      log::warn("node: cannot sample the disk of {}: {}", dir.string(), err);
+    else if (!err && *failing)
+      log::info("node: sampling the disk of {} works again", dir.string());
+    *failing = static_cast<bool>(err);
+  };
+  sample();
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  self->monitor(node);
+  self->delayed_send(self, interval, tick_atom_v);
+  return {
+    [self, sample, interval](tick_atom) {
+      sample();
+      self->delayed_send(self, interval, tick_atom_v);
+    },
+  };
+}
+
+
+} // namespace ferry::node_detail

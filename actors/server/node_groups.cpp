@@ -1,0 +1,788 @@
+// The node actor's consumer groups and queue groups: their coordinators, where
+// each group is coordinated (its home) in a cluster, and the group and queue
+// handlers. (See node_internal.hpp for how the node's files divide the work.)
+
+#include "actors/server/node_internal.hpp"
+
+namespace ferry::node_detail {
+
+// -- groups -------------------------------------------------------------------
+
+group_coordinator_actor spawn_coordinator(self_ptr self,
+                                          const std::string& group) {
+  auto& st = self->state;
+  auto gc = st.cfg.group_defaults;
+  gc.group = group;
+  gc.offsets = st.offsets;
+  gc.broker = caf::actor_cast<broker_actor>(self);
+  gc.topics = topic_list(st);
+  if (cluster_mode(st)) {
+    auto t = st.topics.find(consumer_state_topic);
+    if (t != st.topics.end() && !t->second.partitions.empty()) {
+      gc.state_topic = consumer_state_topic;
+      gc.state_partition = partition_id{partition_for_key(
+        group, static_cast<int32_t>(t->second.partitions.size()))};
+    }
+  }
+  // A fresh probe per coordinator: never shared through group_defaults.
+  gc.probe = st.cfg.metrics
+               ? std::make_shared<metrics::group_probe>(st.cfg.metrics, group)
+               : nullptr;
+  auto h = self->spawn(group_coordinator, std::move(gc));
+  self->monitor(h);
+  st.groups.emplace(group, h);
+  log::debug("node: started coordinator of group {}", group);
+  return h;
+}
+
+bool known_queue_group(self_ptr self, const std::string& group);
+
+group_home_t group_home(self_ptr self, const std::string& group);
+
+/// The coordinator of `group`; spawned if `create`. Errors: invalid_request
+/// for an empty name, unknown_group if it does not exist and !create.
+caf::expected<group_coordinator_actor>
+coordinator(self_ptr self, const std::string& group, bool create) {
+  auto& st = self->state;
+  if (group.empty())
+    return make_error(ec::invalid_request, "the group name is empty");
+  auto i = st.groups.find(group);
+  if (i != st.groups.end())
+    return i->second;
+  if (known_queue_group(self, group))
+    return make_error(ec::invalid_request,
+                      "group " + group + " is a queue-mode group");
+  if (!create) {
+    // In a cluster coordinators start on demand: a group known to the
+    // offset store (replicated through __consumer_state) exists.
+    auto known = cluster_mode(st) ? st.offsets->get_group(group)
+                                  : caf::expected<std::optional<group_record>>{
+                                    std::nullopt};
+    if (!known || !*known || st.shutting_down)
+      return make_error(ec::unknown_group, "group " + group
+                                             + " does not exist");
+  }
+  if (st.shutting_down)
+    return make_error(ec::coordinator_not_available,
+                      "the node is shutting down");
+  return spawn_coordinator(self, group);
+}
+
+// -- queue groups -----------------------------------------------------------------
+
+queue_coordinator_actor spawn_queue_coordinator(self_ptr self,
+                                                const std::string& group) {
+  auto& st = self->state;
+  auto qc = st.cfg.queue_defaults;
+  qc.group = group;
+  qc.settings = st.queue_configs.at(group);
+  qc.store = st.cfg.store;
+  qc.broker = caf::actor_cast<broker_actor>(self);
+  qc.topics = topic_list(st);
+  qc.topics_known = st.ready;
+  if (cluster_mode(st)) {
+    auto t = st.topics.find(consumer_state_topic);
+    if (t != st.topics.end() && !t->second.partitions.empty()) {
+      qc.state_topic = consumer_state_topic;
+      qc.state_partition = partition_id{partition_for_key(
+        group, static_cast<int32_t>(t->second.partitions.size()))};
+    }
+  }
+  qc.probe = st.cfg.metrics
+               ? std::make_shared<metrics::group_probe>(st.cfg.metrics, group)
+               : nullptr;
+  auto h = self->spawn(queue_coordinator, std::move(qc));
+  self->monitor(h);
+  st.queue_groups.emplace(group, h);
+  log::debug("node: started queue coordinator of group {}", group);
+  return h;
+}
+
+/// The coordinator of queue group `group`. With `create` a missing group is
+/// created with `*create` (stored first); an existing one must have that
+/// config unless `create_default` (first use by receive). Errors:
+/// invalid_request (empty name, a stream group, another config),
+/// unknown_group, invalid_config.
+/// Cluster mode: the config of queue group `group` as this node's store has
+/// it (applied from __consumer_state), into st.queue_configs if there. True
+/// if the group is a queue group known here.
+bool known_queue_group(self_ptr self, const std::string& group) {
+  auto& st = self->state;
+  if (st.queue_configs.count(group) > 0)
+    return true;
+  if (!cluster_mode(st) || group.empty())
+    return false;
+  auto qc = load_queue_group(*st.cfg.store, group);
+  if (!qc) {
+    log::error("node: cannot read the config of queue group {}: {}", group,
+               qc.error());
+    return false;
+  }
+  if (!*qc)
+    return false;
+  st.queue_configs.emplace(group, std::move(**qc));
+  return true;
+}
+
+/// Why `group` cannot be created as a queue group with `qc`, or none.
+caf::error check_new_queue_group(self_ptr self, const std::string& group,
+                                 const queue_group_config& qc) {
+  auto& st = self->state;
+  bool stream = st.groups.count(group) > 0;
+  if (auto rec = st.offsets->get_group(group); rec && *rec)
+    stream = true;
+  if (stream)
+    return make_error(ec::invalid_request,
+                      "group " + group + " is a stream-mode group");
+  return validate(qc);
+}
+
+caf::expected<queue_coordinator_actor>
+queue_coordinator_for(self_ptr self, const std::string& group,
+                      const queue_group_config* create, bool create_default) {
+  auto& st = self->state;
+  if (group.empty())
+    return make_error(ec::invalid_request, "the group name is empty");
+  if (st.shutting_down)
+    return make_error(ec::coordinator_not_available,
+                      "the node is shutting down");
+  // In a cluster a queue coordinator runs only where its group lives (the
+  // callers forward first; this keeps e.g. the group list from starting
+  // one elsewhere).
+  if (cluster_mode(st) && !group_home(self, group).local)
+    return make_error(ec::coordinator_not_available,
+                      "queue group " + group + " is coordinated elsewhere");
+  known_queue_group(self, group);
+  auto c = st.queue_configs.find(group);
+  if (c != st.queue_configs.end()) {
+    if (create && !create_default && !(*create == c->second))
+      return make_error(ec::invalid_request,
+                        "queue group " + group
+                          + " exists with another config");
+    auto i = st.queue_groups.find(group);
+    if (i != st.queue_groups.end())
+      return i->second;
+    return spawn_queue_coordinator(self, group); // after a crash
+  }
+  if (!create)
+    return make_error(ec::unknown_group, "group " + group
+                                           + " does not exist");
+  if (auto err = check_new_queue_group(self, group, *create))
+    return err;
+  if (cluster_mode(st)) // with_queue_coordinator replicates the config
+    return make_error(ec::coordinator_not_available,
+                      "queue group " + group + " is not created yet");
+  if (auto err = save_queue_group(*st.cfg.store, group, *create))
+    return err;
+  st.queue_configs.emplace(group, *create);
+  log::info("node: created queue group {}", group);
+  return spawn_queue_coordinator(self, group);
+}
+
+/// Cluster mode: produces `rec` (a queue group config upsert or delete) to
+/// the group's __consumer_state partition with acks=all, then applies it to
+/// this node's store (the other replicas apply it as they fetch it); then
+/// done(error) (coordinator_not_available if it was not replicated).
+template <class F>
+void replicate_queue_group(self_ptr self, const consumer_state_record& rec,
+                           F done) {
+  auto& st = self->state;
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty()) {
+    done(make_error(ec::coordinator_not_available,
+                    "the cluster has no __consumer_state topic yet"));
+    return;
+  }
+  auto batch = make_consumer_state_batch({rec}, system_now_ms());
+  if (!batch) {
+    done(std::move(batch.error()));
+    return;
+  }
+  produce_request pr;
+  pr.topic = consumer_state_topic;
+  pr.partition = partition_id{partition_for_key(
+    rec.group, static_cast<int32_t>(t->second.partitions.size()))};
+  pr.acks = acks_mode::all;
+  pr.batch = std::move(*batch);
+  self
+    ->request(caf::actor_cast<broker_actor>(self), std::chrono::seconds{30},
+              produce_atom_v, std::move(pr))
+    .then(
+      [self, rec, done](produce_response&) mutable {
+        auto& st = self->state;
+        done(apply_consumer_state_record(*st.offsets, *st.cfg.store, rec));
+      },
+      [rec, done](caf::error& err) mutable {
+        log::warn("node: queue group {} change not replicated: {}", rec.group,
+                  err);
+        done(make_error(ec::coordinator_not_available,
+                        "queue group " + rec.group
+                          + ": the change was not replicated: "
+                          + describe(err)));
+      });
+}
+
+/// queue_coordinator_for, except that in a cluster a group to create has
+/// its config replicated first (asynchronously); then(expected coordinator).
+template <class F>
+void with_queue_coordinator(self_ptr self, const std::string& group,
+                            const queue_group_config* create,
+                            bool create_default, F then) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || create == nullptr || group.empty()
+      || st.shutting_down || known_queue_group(self, group)) {
+    then(queue_coordinator_for(self, group, create, create_default));
+    return;
+  }
+  if (auto err = check_new_queue_group(self, group, *create)) {
+    then(caf::expected<queue_coordinator_actor>{std::move(err)});
+    return;
+  }
+  consumer_state_record rec;
+  rec.kind = consumer_state_kind::queue_group;
+  rec.group = group;
+  rec.row = queue_group_format::encode_group_value(*create);
+  auto qc = *create;
+  replicate_queue_group(self, rec, [self, group, qc, then](caf::error err) mutable {
+    if (err) {
+      then(caf::expected<queue_coordinator_actor>{std::move(err)});
+      return;
+    }
+    if (self->state.queue_configs.emplace(group, qc).second)
+      log::info("node: created queue group {}", group);
+    then(queue_coordinator_for(self, group, &qc, true));
+  });
+}
+
+/// Where a group (stream or queue mode) is coordinated in a cluster: here (local), at the
+/// node leading its __consumer_state partition (remote), or nowhere yet
+/// (err: coordinator_not_available, retriable). A local coordinator of a
+/// group that moved away is ended (its members rejoin at the new one).
+
+/// The leader of the __consumer_state partition `key` hashes to (-1: none
+/// now); nullopt while that topic does not exist.
+std::optional<int32_t> state_leader(const node_state& st,
+                                    const std::string& key) {
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty())
+    return std::nullopt;
+  auto n = static_cast<int32_t>(t->second.partitions.size());
+  return t->second.partitions[static_cast<size_t>(partition_for_key(key, n))]
+    .leader;
+}
+
+/// The home of `what` ("group g", "DLQ t") at state_leader `leader`: here
+/// (local), that node's broker (remote), or coordinator_not_available (no
+/// such topic or leader yet, the node not reachable, or a request that was
+/// `forwarded` here already: never forwarded twice).
+group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
+                     const std::string& what, bool forwarded) {
+  auto& st = self->state;
+  auto unavailable = [&](std::string why) {
+    return group_home_t{false, broker_actor{},
+                        make_error(ec::coordinator_not_available,
+                                   what + ": " + why)};
+  };
+  if (!leader)
+    return unavailable("the cluster has no __consumer_state topic yet");
+  if (*leader == st.cfg.node_id)
+    return {};
+  if (*leader < 0)
+    return unavailable("its __consumer_state partition has no leader");
+  auto peer = st.peers.find(*leader);
+  if (peer == st.peers.end() || !peer->second || forwarded)
+    return unavailable("served by node " + std::to_string(*leader)
+                       + ", not reachable from node "
+                       + std::to_string(st.cfg.node_id));
+  return {false, peer->second, {}};
+}
+
+group_home_t group_home(self_ptr self, const std::string& group) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || group.empty())
+    return {};
+  auto leader = state_leader(st, group);
+  if (leader && *leader != st.cfg.node_id) {
+    if (auto i = st.groups.find(group); i != st.groups.end()) {
+      log::info("node: group {} is coordinated by node {} now", group,
+                *leader);
+      self->demonitor(i->second.address());
+      self->send_exit(i->second, caf::exit_reason::user_shutdown);
+      st.groups.erase(i);
+    }
+    if (auto i = st.queue_groups.find(group); i != st.queue_groups.end()) {
+      log::info("node: queue group {} is coordinated by node {} now", group,
+                *leader);
+      self->demonitor(i->second.address());
+      self->send_exit(i->second, caf::exit_reason::user_shutdown);
+      st.queue_groups.erase(i);
+    }
+    // Read again from the store (applied from the log) if it comes back.
+    st.queue_configs.erase(group);
+  }
+  return home_at(self, leader, "group " + group, from_peer(self));
+}
+
+/// Cluster mode, after a metadata change: ends the local coordinators of
+/// groups whose __consumer_state partition is led by another node now (so
+/// a later return of the leadership starts a fresh coordinator from the
+/// replicated state), and starts the queue coordinators of the stored queue
+/// groups led here (so leases expire and dead letters move without waiting
+/// for a request).
+void sync_group_homes(self_ptr self) {
+  auto& st = self->state;
+  if (!cluster_mode(st) || !st.ready || st.shutting_down)
+    return;
+  std::vector<std::string> names;
+  for (auto& [name, g] : st.groups)
+    names.push_back(name);
+  for (auto& [name, q] : st.queue_groups)
+    names.push_back(name);
+  for (auto& [name, qc] : st.queue_configs)
+    names.push_back(name);
+  for (auto& name : names)
+    group_home(self, name); // ends what moved away
+  auto t = st.topics.find(consumer_state_topic);
+  if (t == st.topics.end() || t->second.partitions.empty())
+    return;
+  auto n = static_cast<int32_t>(t->second.partitions.size());
+  bool leads = false;
+  for (auto& pa : t->second.partitions)
+    leads = leads || pa.leader == st.cfg.node_id;
+  if (!leads)
+    return;
+  auto stored = load_queue_groups(*st.cfg.store);
+  if (!stored) {
+    log::error("node: cannot list queue groups: {}", stored.error());
+    return;
+  }
+  for (auto& [name, qc] : *stored) {
+    if (st.queue_groups.count(name) > 0)
+      continue;
+    const auto& pa
+      = t->second.partitions[static_cast<size_t>(partition_for_key(name, n))];
+    if (pa.leader != st.cfg.node_id)
+      continue;
+    st.queue_configs.insert_or_assign(name, qc);
+    log::info("node: coordinating queue group {} (its __consumer_state "
+              "partition is led here)",
+              name);
+    spawn_queue_coordinator(self, name);
+  }
+}
+
+/// In a cluster, when `group` is coordinated by another node (or nowhere
+/// yet): forwards `xs` (the broker's own request) there, or answers the
+/// error; returns true then. False: coordinate here.
+template <class T, class... Ts>
+bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
+                     const std::string& group, Ts... xs) {
+  auto home = group_home(self, group);
+  if (home.local)
+    return false;
+  if (home.err)
+    rp.deliver(failed(self, std::move(home.err)));
+  else
+    relay_for(self, rp, home.remote, std::chrono::seconds{75},
+              std::move(xs)...);
+  return true;
+}
+
+/// Relays a queue group request whose reply is `T`.
+/// `fwd`: the broker's own request, forwarded in a cluster when another
+/// node coordinates the group.
+template <class T, class Fwd, class... Ts>
+caf::result<T> to_queue(self_ptr self, const std::string& group,
+                        bool create_default, Fwd fwd, Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  when_ready(self, [self, rp, group, create_default, fwd, xs...]() mutable {
+    bool away = std::apply(
+      [&](auto&... ys) { return forwarded_group(self, rp, group, ys...); },
+      fwd);
+    if (away)
+      return;
+    const auto& defaults = self->state.cfg.queue_defaults.settings;
+    with_queue_coordinator(
+      self, group, create_default ? &defaults : nullptr, create_default,
+      [self, rp, xs...](caf::expected<queue_coordinator_actor> c) mutable {
+        if (!c)
+          rp.deliver(failed(self, std::move(c.error())));
+        else
+          relay(self, rp, *c, std::move(xs)...);
+      });
+  });
+  return rp;
+}
+
+/// Relays a group request whose reply is `T` to the group's coordinator.
+template <class T, class... Ts>
+caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
+                        Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  when_ready(self, [self, rp, group, create, xs...]() mutable {
+    auto home = group_home(self, group);
+    if (!home.local) {
+      if (home.err)
+        rp.deliver(failed(self, std::move(home.err)));
+      else
+        relay_for(self, rp, home.remote, std::chrono::seconds{75},
+                  std::move(xs)...);
+      return;
+    }
+    auto c = coordinator(self, group, create);
+    if (!c)
+      rp.deliver(failed(self, std::move(c.error())));
+    else
+      relay(self, rp, *c, std::move(xs)...);
+  });
+  return rp;
+}
+
+/// Relays a group request without a reply value.
+template <class... Ts>
+caf::result<void> to_group_void(self_ptr self, const std::string& group,
+                                bool create, Ts... xs) {
+  auto rp = self->make_response_promise();
+  when_ready(self, [self, rp, group, create, xs...]() mutable {
+    auto home = group_home(self, group);
+    if (!home.local) {
+      if (home.err)
+        rp.deliver(failed(self, std::move(home.err)));
+      else
+        relay_void_for(self, rp, home.remote, std::chrono::seconds{75},
+                       std::move(xs)...);
+      return;
+    }
+    auto c = coordinator(self, group, create);
+    if (!c)
+      rp.deliver(failed(self, std::move(c.error())));
+    else
+      relay_void(self, rp, *c, std::move(xs)...);
+  });
+  return rp;
+}
+
+
+caf::result<join_group_response> join_group(self_ptr self,
+                                            join_group_request& req) {
+  auto group = req.group;
+  return to_group<join_group_response>(self, group, true, join_atom_v,
+                                       std::move(req));
+}
+
+caf::result<sync_group_response> sync_group(self_ptr self,
+                                            sync_group_request& req) {
+  auto group = req.group;
+  return to_group<sync_group_response>(self, group, true, sync_atom_v,
+                                       std::move(req));
+}
+
+caf::result<void> heartbeat_group(self_ptr self, heartbeat_request& req) {
+  auto group = req.group;
+  return to_group_void(self, group, true, heartbeat_atom_v,
+                       std::move(req));
+}
+
+caf::result<void> leave_group(self_ptr self, leave_group_request& req) {
+  auto group = req.group;
+  return to_group_void(self, group, true, leave_atom_v, std::move(req));
+}
+
+caf::result<void> commit_offsets(self_ptr self, commit_offsets_request& req) {
+  auto group = req.group;
+  return to_group_void(self, group, true, commit_atom_v, std::move(req));
+}
+
+caf::result<std::vector<partition_offset>>
+fetch_offsets(self_ptr self, fetch_offsets_request& req) {
+  auto group = req.group;
+  return to_group<std::vector<partition_offset>>(
+    self, group, true, offsets_atom_v, std::move(req));
+}
+
+caf::result<std::vector<group_description>> list_groups(self_ptr self) {
+  auto rp = self->make_response_promise<std::vector<group_description>>();
+  when_ready(self, [self, rp]() mutable {
+    auto& st = self->state;
+    auto out = std::make_shared<std::vector<group_description>>();
+    out->resize(st.groups.size() + st.queue_configs.size());
+    if (out->empty()) {
+      rp.deliver(std::vector<group_description>{});
+      return;
+    }
+    auto pending = std::make_shared<size_t>(out->size());
+    size_t i = 0;
+    for (auto& [name, g] : st.groups) {
+      (*out)[i].group = name;
+      (*out)[i].mode = "stream";
+      (*out)[i].state = "Unknown";
+      self->request(g, st.cfg.status_timeout, describe_atom_v, group_atom_v)
+        .then(
+          [rp, out, pending, i](group_description& gd) mutable {
+            (*out)[i] = std::move(gd);
+            if (--*pending == 0)
+              rp.deliver(std::move(*out));
+          },
+          [rp, out, pending](caf::error&) mutable {
+            if (--*pending == 0)
+              rp.deliver(std::move(*out));
+          });
+      ++i;
+    }
+    for (auto& [name, qc] : st.queue_configs) {
+      (*out)[i].group = name;
+      (*out)[i].mode = "queue";
+      (*out)[i].state = "Unknown";
+      auto q = queue_coordinator_for(self, name, nullptr);
+      if (!q) {
+        if (--*pending == 0)
+          rp.deliver(std::move(*out));
+        ++i;
+        continue;
+      }
+      self->request(*q, st.cfg.status_timeout, describe_atom_v, group_atom_v)
+        .then(
+          [rp, out, pending, i](group_description& gd) mutable {
+            (*out)[i] = std::move(gd);
+            if (--*pending == 0)
+              rp.deliver(std::move(*out));
+          },
+          [rp, out, pending](caf::error&) mutable {
+            if (--*pending == 0)
+              rp.deliver(std::move(*out));
+          });
+      ++i;
+    }
+  });
+  return rp;
+}
+
+caf::result<group_description> describe_group(self_ptr self,
+                                              std::string& group) {
+  if (known_queue_group(self, group))
+    return to_queue<group_description>(
+      self, group, false,
+      std::make_tuple(describe_atom_v, group_atom_v, group),
+      describe_atom_v, group_atom_v);
+  auto rp = self->make_response_promise<group_description>();
+  when_ready(self, [self, rp, group]() mutable {
+    auto home = group_home(self, group);
+    if (home.local) {
+      auto c = coordinator(self, group, false);
+      if (!c)
+        rp.deliver(failed(self, std::move(c.error())));
+      else
+        relay(self, rp, *c, describe_atom_v, group_atom_v);
+    } else if (home.err) {
+      rp.deliver(failed(self, std::move(home.err)));
+    } else {
+      relay(self, rp, home.remote, describe_atom_v, group_atom_v, group);
+    }
+  });
+  return rp;
+}
+
+caf::result<std::vector<partition_offset>>
+reset_offsets(self_ptr self, reset_offsets_request& req) {
+  auto group = req.group;
+  return to_group<std::vector<partition_offset>>(self, group, true,
+                                                 reset_atom_v,
+                                                 std::move(req));
+}
+
+caf::result<void> delete_group(self_ptr self, std::string& group) {
+  auto rp = self->make_response_promise();
+  when_ready(self, [self, rp, group]() mutable {
+    if (cluster_mode(self->state)) {
+      auto home = group_home(self, group);
+      if (!home.local) {
+        if (home.err)
+          rp.deliver(failed(self, std::move(home.err)));
+        else
+          relay_void_for(self, rp, home.remote, std::chrono::seconds{75},
+                         delete_atom_v, group_atom_v, group);
+        return;
+      }
+    }
+    if (known_queue_group(self, group)) {
+      auto q = queue_coordinator_for(self, group, nullptr);
+      if (!q) {
+        rp.deliver(failed(self, std::move(q.error())));
+        return;
+      }
+      auto h = *q;
+      self->request(h, self->state.cfg.status_timeout, delete_atom_v,
+                    group_atom_v)
+        .then(
+          [self, rp, group, h]() mutable {
+            auto& st = self->state;
+            self->demonitor(h.address());
+            self->send_exit(h, caf::exit_reason::user_shutdown);
+            st.queue_groups.erase(group);
+            st.queue_configs.erase(group);
+            auto done = [self, rp, group](caf::error err) mutable {
+              if (err) {
+                rp.deliver(failed(self, std::move(err)));
+                return;
+              }
+              log::info("node: deleted queue group {}", group);
+              rp.deliver(caf::unit);
+            };
+            if (!cluster_mode(st)) {
+              done(caf::error{});
+              return;
+            }
+            consumer_state_record rec;
+            rec.kind = consumer_state_kind::queue_group_delete;
+            rec.group = group;
+            replicate_queue_group(self, rec, std::move(done));
+          },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+      return;
+    }
+    auto c = coordinator(self, group, false);
+    if (!c) {
+      rp.deliver(failed(self, std::move(c.error())));
+      return;
+    }
+    auto h = *c;
+    self->request(h, self->state.cfg.status_timeout, delete_atom_v,
+                  group_atom_v)
+      .then(
+        [self, rp, group, h]() mutable {
+          auto& groups = self->state.groups;
+          auto i = groups.find(group);
+          if (i != groups.end() && i->second == h) {
+            self->demonitor(h.address());
+            self->send_exit(h, caf::exit_reason::user_shutdown);
+            groups.erase(i);
+          }
+          log::info("node: deleted group {}", group);
+          rp.deliver(caf::unit);
+        },
+        [self, rp](caf::error& err) mutable {
+          rp.deliver(failed(self, std::move(err)));
+        });
+  });
+  return rp;
+}
+
+caf::result<queue_group_config> create_queue_group(self_ptr self,
+                                                   std::string& group,
+                                                   queue_group_config& qc) {
+  auto rp = self->make_response_promise<queue_group_config>();
+  when_ready(self, [self, rp, group, qc]() mutable {
+    if (forwarded_group(self, rp, group, create_atom_v, group_atom_v,
+                        group, qc))
+      return;
+    with_queue_coordinator(
+      self, group, &qc, false,
+      [self, rp, group](caf::expected<queue_coordinator_actor> c) mutable {
+        if (!c)
+          rp.deliver(failed(self, std::move(c.error())));
+        else
+          rp.deliver(self->state.queue_configs.at(group));
+      });
+  });
+  return rp;
+}
+
+caf::result<std::vector<leased_message>>
+receive_queued(self_ptr self, queue_receive_request& req) {
+  auto group = req.group;
+  return to_queue<std::vector<leased_message>>(
+    self, group, true, std::make_tuple(receive_atom_v, req),
+    receive_atom_v, req);
+}
+
+caf::result<queue_ack_response> ack_queued(self_ptr self,
+                                           queue_ack_request& req) {
+  auto group = req.group;
+  return to_queue<queue_ack_response>(self, group, false,
+                                      std::make_tuple(ack_atom_v, req),
+                                      ack_atom_v, req);
+}
+
+caf::result<queue_group_description> describe_queue_group(self_ptr self,
+                                                          std::string& group) {
+  return to_queue<queue_group_description>(
+    self, group, false,
+    std::make_tuple(describe_atom_v, queue_atom_v, group),
+    describe_atom_v, queue_atom_v);
+}
+
+caf::result<queue_group_config> alter_queue_group(self_ptr self,
+                                                  std::string& group,
+                                                  queue_group_config& qc) {
+  auto rp = self->make_response_promise<queue_group_config>();
+  when_ready(self, [self, rp, group, qc]() mutable {
+    if (forwarded_group(self, rp, group, alter_atom_v, group_atom_v,
+                        group, qc))
+      return;
+    auto& st = self->state;
+    known_queue_group(self, group);
+    auto c = st.queue_configs.find(group);
+    if (c == st.queue_configs.end()) {
+      if (!group.empty() && st.groups.count(group) > 0) {
+        rp.deliver(failed(self, make_error(ec::invalid_request,
+                                           "group " + group
+                                             + " is a stream-mode "
+                                               "group")));
+        return;
+      }
+      auto q = queue_coordinator_for(self, group, nullptr);
+      rp.deliver(failed(self, std::move(q.error())));
+      return;
+    }
+    if (auto err = validate(qc)) {
+      rp.deliver(failed(self, std::move(err)));
+      return;
+    }
+    if (qc.dlq_topic != c->second.dlq_topic) {
+      rp.deliver(failed(self, make_error(ec::invalid_config,
+                                         "dlq_topic of queue group "
+                                           + group
+                                           + " cannot be altered")));
+      return;
+    }
+    if (qc == c->second) {
+      rp.deliver(qc);
+      return;
+    }
+    auto apply = [self, rp, group, qc](caf::error err) mutable {
+      if (err) {
+        rp.deliver(failed(self, std::move(err)));
+        return;
+      }
+      self->state.queue_configs[group] = qc;
+      log::info("node: altered queue group {}", group);
+      auto q = queue_coordinator_for(self, group, nullptr);
+      if (!q)
+        rp.deliver(failed(self, std::move(q.error())));
+      else
+        relay(self, rp, *q, alter_atom_v, group_atom_v, std::move(qc));
+    };
+    if (cluster_mode(st)) {
+      consumer_state_record rec;
+      rec.kind = consumer_state_kind::queue_group;
+      rec.group = group;
+      rec.row = queue_group_format::encode_group_value(qc);
+      replicate_queue_group(self, rec, std::move(apply));
+      return;
+    }
+    apply(save_queue_group(*st.cfg.store, group, qc));
+  });
+  return rp;
+}
+
+caf::result<int64_t> leave_queue_group(self_ptr self, std::string& group,
+                                       std::string& member) {
+  return to_queue<int64_t>(
+    self, group, false,
+    std::make_tuple(leave_atom_v, queue_atom_v, group, member),
+    leave_atom_v, queue_atom_v, member);
+}
+
+} // namespace ferry::node_detail

@@ -1,0 +1,413 @@
+#pragma once
+// node_internal: what the files of the node actor share. The node is one
+// actor (node.hpp); its code is split by concern, each file in
+// namespace ferry::node_detail:
+//   node.cpp          node(): the start and the behavior (one line per
+//                     message, naming the function that handles it),
+//                     readiness, the topic list, shutdown, down messages
+//   node_replicas.cpp partition replicas follow the topic list
+//   node_routing.cpp  routing and forwarding of partition requests
+//   node_admin.cpp    topic and broker admin relayed to the metadata actor
+//   node_describe.cpp cluster and topic describe
+//   node_groups.cpp   consumer and queue groups, their coordinators and homes
+//   node_dlq.cpp      DLQ relays
+//   node_peers.cpp    peer links, registration, controller, Raft member
+//   node_disk.cpp     disk sampling
+// Below: the helpers every file uses (inline), then each file's functions.
+
+#include "actors/server/node.hpp"
+
+
+#include "actors/server/metadata_import.hpp"
+#include "actors/server/raft_metadata.hpp"
+#include "actors/server/raft_node.hpp"
+#include "broker/consumer_state.hpp"
+#include "broker/error.hpp"
+#include "broker/partitioner.hpp"
+#include "broker/logging.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/offset_store.hpp"
+#include "broker/raft_storage.hpp"
+#include "metrics/group_probe.hpp"
+#include "metrics/node_probe.hpp"
+#include "metrics/partition_probe.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+#include <caf/unit.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <tuple>
+#include <system_error>
+
+namespace ferry::node_detail {
+
+
+using self_ptr = broker_actor::stateful_pointer<node_state>;
+using clock_type = caf::actor_clock;
+using time_point = caf::actor_clock::time_point;
+
+inline time_point now(self_ptr self) {
+  return self->home_system().clock().now();
+}
+
+inline std::string tp_name(const std::string& topic, partition_id p) {
+  return topic + "-" + std::to_string(p.value);
+}
+
+inline bool hosts(const node_state& st, const partition_assignment& pa) {
+  return std::find(pa.replicas.begin(), pa.replicas.end(), st.cfg.node_id)
+           != pa.replicas.end()
+         || pa.leader == st.cfg.node_id;
+}
+
+inline std::vector<topic_metadata> topic_list(const node_state& st) {
+  std::vector<topic_metadata> out;
+  out.reserve(st.topics.size());
+  for (auto& [name, md] : st.topics)
+    out.push_back(md);
+  return out;
+}
+
+/// Runs `f` now if the node has its first topic list, else once it has.
+template <class F>
+void when_ready(self_ptr self, F f) {
+  if (self->state.ready)
+    f();
+  else
+    self->state.deferred.emplace_back(std::move(f));
+}
+
+/// Counts `err` as a failed client request (ferry_request_errors_total) and
+/// returns it: wrap every error the node answers to a client.
+inline caf::error failed(self_ptr self, caf::error err) {
+  if (err && self->state.probe)
+    self->state.probe->request_failed(err);
+  return err;
+}
+
+/// Forwards a request to `dest` and relays its answer to `rp`, counting an
+/// error answer. Used instead of delegation for admin and group requests
+/// only (see the header): the data path keeps delegating.
+template <class T, class Dest, class... Ts>
+void relay_for(self_ptr self, caf::typed_response_promise<T> rp,
+               const Dest& dest, caf::timespan timeout, Ts&&... xs) {
+  self->request(dest, timeout, std::forward<Ts>(xs)...)
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+template <class T, class Dest, class... Ts>
+void relay(self_ptr self, caf::typed_response_promise<T> rp, const Dest& dest,
+           Ts&&... xs) {
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+/// relay_void() with a timeout (forwards to other nodes).
+template <class Dest, class... Ts>
+void relay_void_for(self_ptr self, caf::response_promise rp, const Dest& dest,
+                    caf::timespan timeout, Ts&&... xs) {
+  self->request(dest, timeout, std::forward<Ts>(xs)...)
+    .then([rp]() mutable { rp.deliver(caf::unit); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+/// relay() for requests without a reply value.
+template <class Dest, class... Ts>
+void relay_void(self_ptr self, caf::response_promise rp, const Dest& dest,
+                Ts&&... xs) {
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .then([rp]() mutable { rp.deliver(caf::unit); },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
+          });
+}
+
+// -- cluster helpers ----------------------------------------------------------
+
+/// Started with --voters: peers, links, group homes, __consumer_state.
+/// Without, the node is a Raft quorum of one (its metadata goes through the
+/// same Raft path) but has no peers.
+inline bool cluster_mode(const node_state& st) {
+  return !st.cfg.voters.empty();
+}
+
+/// True once the metadata can be trusted for reconciling replicas: with a
+/// Raft member (every node unless a test injects a metadata actor), once its
+/// applied state caught up with the commit index; else at once.
+inline bool metadata_caught_up(const node_state& st) {
+  return !st.raft || st.cluster_ready;
+}
+
+/// The broker of the node leading `pa`, when that is another, linked node.
+inline caf::actor leader_handle(const node_state& st,
+                                const partition_assignment& pa) {
+  if (!cluster_mode(st) || pa.leader < 0 || pa.leader == st.cfg.node_id)
+    return {};
+  auto i = st.peers.find(pa.leader);
+  if (i == st.peers.end())
+    return {};
+  return caf::actor_cast<caf::actor>(i->second);
+}
+
+/// True when the current message came from a peer node (it was forwarded
+/// there already, or it is a peer's replica or quorum member).
+inline bool from_peer(self_ptr self) {
+  auto& sender = self->current_sender();
+  if (!sender || sender->node() == self->node())
+    return false;
+  for (auto& [id, b] : self->state.peers)
+    if (b && b.node() == sender->node())
+      return true;
+  return false;
+}
+
+/// The leader id named in a not_leader error ("leader=<id>"), else the Raft
+/// leader this node knows of.
+inline int32_t leader_hint(const node_state& st, const caf::error& err) {
+  if (err.context().match_elements<std::string>()) {
+    const auto& ctx = err.context().get_as<std::string>(0);
+    auto pos = ctx.rfind("leader=");
+    if (pos != std::string::npos) {
+      try {
+        return std::stoi(ctx.substr(pos + 7));
+      } catch (...) {
+        // fall through
+      }
+    }
+  }
+  return st.raft_st.leader;
+}
+
+/// Sends a metadata request to the local metadata actor; `ok` gets the
+/// answer. In a cluster a not_leader answer is forwarded once to the Raft
+/// leader's node, whose answer goes to `ok` as well (errors to `rp`).
+template <class T, class Ok, class... Ts>
+void meta_call(self_ptr self, caf::typed_response_promise<T> rp,
+               caf::timespan timeout, Ok ok, Ts... xs) {
+  bool forwarded = from_peer(self);
+  self->request(self->state.cfg.metadata, timeout, xs...)
+    .then(
+      [rp, ok](T& x) mutable { ok(rp, x); },
+      [self, rp, ok, forwarded, timeout, xs...](caf::error& err) mutable {
+        auto& st = self->state;
+        if (!forwarded && cluster_mode(st) && is(err, ec::not_leader)) {
+          auto id = leader_hint(st, err);
+          auto p = st.peers.find(id);
+          if (id != st.cfg.node_id && p != st.peers.end()) {
+            self->request(p->second, timeout, xs...)
+              .then([rp, ok](T& x) mutable { ok(rp, x); },
+                    [self, rp](caf::error& e2) mutable {
+                      rp.deliver(failed(self, std::move(e2)));
+                    });
+            return;
+          }
+        }
+        rp.deliver(failed(self, std::move(err)));
+      });
+}
+
+/// meta_call that answers `rp` with the local answer as it is.
+template <class T, class... Ts>
+void meta_relay(self_ptr self, caf::typed_response_promise<T> rp,
+                caf::timespan timeout, Ts... xs) {
+  meta_call(
+    self, rp, timeout,
+    [](caf::typed_response_promise<T>& p, T& x) { p.deliver(std::move(x)); },
+    xs...);
+}
+
+// -- shared types ------------------------------------------------------------
+
+/// Where a client's partition request goes: the local replica, or (in a
+/// cluster) the broker of the leader's node.
+struct route_target {
+  partition_actor local;
+  broker_actor remote;
+  int32_t leader = -1; ///< the remote's node id
+};
+
+/// Where a group is coordinated (see group_home below).
+struct group_home_t {
+  bool local = true;
+  broker_actor remote;
+  caf::error err;
+};
+
+// -- node.cpp --------------------------------------------------------------
+
+void mark_ready(self_ptr self);
+void topics_changed(self_ptr self);
+void finish_shutdown(self_ptr self);
+void replica_closed(self_ptr self, const topic_partition& key);
+void begin_shutdown(self_ptr self, caf::error reason);
+void on_down(self_ptr self, const caf::down_msg& dm);
+void apply_topic_list(self_ptr self, std::vector<topic_metadata>& topics);
+bool start_node(self_ptr self);
+
+// -- node_replicas.cpp -----------------------------------------------------
+
+void schedule_recheck(self_ptr self, caf::timespan delay);
+void delete_replica_data(self_ptr self, const topic_partition& key);
+void stop_replica(self_ptr self, const topic_partition& key,
+                  partition_actor handle, bool remove);
+void spawn_replica(self_ptr self, const topic_partition& key,
+                   const topic_metadata& md, const partition_assignment& pa,
+                   hosted_replica& r);
+void reconcile(self_ptr self);
+void gather_status(self_ptr self, const topic_metadata& md,
+                   std::function<void(topic_description)> done);
+bool replicas_exist(const node_state& st, const topic_metadata& md);
+void check_create_waiters(self_ptr self);
+void await_replicas(self_ptr self, topic_metadata md,
+                    caf::typed_response_promise<topic_metadata> rp);
+
+// -- node_describe.cpp -----------------------------------------------------
+
+std::vector<node_info> cluster_nodes(self_ptr self);
+void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
+                      caf::typed_response_promise<cluster_description> rp);
+caf::result<topic_description> describe_topic(self_ptr self, std::string& name);
+caf::result<cluster_description> describe_cluster_request(self_ptr self);
+
+// -- node_routing.cpp ------------------------------------------------------
+
+caf::expected<partition_actor> route(self_ptr self, const std::string& topic,
+                                     partition_id p);
+caf::expected<route_target> route_client(self_ptr self,
+                                         const std::string& topic,
+                                         partition_id p, bool follower);
+caf::result<produce_response> serve_produce(self_ptr self,
+                                            produce_request& req);
+caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req);
+caf::result<offset> serve_list_offsets(self_ptr self,
+                                       list_offsets_request& req);
+caf::result<offset> purge_partition(self_ptr self, topic_partition& tp,
+                                    offset before);
+caf::result<partition_status> serve_partition_status(self_ptr self,
+                                                     const topic_partition& tp);
+
+// -- node_groups.cpp -------------------------------------------------------
+
+group_coordinator_actor spawn_coordinator(self_ptr self,
+                                          const std::string& group);
+caf::expected<group_coordinator_actor>
+coordinator(self_ptr self, const std::string& group, bool create);
+queue_coordinator_actor spawn_queue_coordinator(self_ptr self,
+                                                const std::string& group);
+bool known_queue_group(self_ptr self, const std::string& group);
+caf::error check_new_queue_group(self_ptr self, const std::string& group,
+                                 const queue_group_config& qc);
+caf::expected<queue_coordinator_actor>
+queue_coordinator_for(self_ptr self, const std::string& group,
+                      const queue_group_config* create,
+                      bool create_default = false);
+std::optional<int32_t> state_leader(const node_state& st,
+                                    const std::string& key);
+group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
+                     const std::string& what, bool forwarded);
+group_home_t group_home(self_ptr self, const std::string& group);
+void sync_group_homes(self_ptr self);
+caf::result<join_group_response> join_group(self_ptr self,
+                                            join_group_request& req);
+caf::result<sync_group_response> sync_group(self_ptr self,
+                                            sync_group_request& req);
+caf::result<void> heartbeat_group(self_ptr self, heartbeat_request& req);
+caf::result<void> leave_group(self_ptr self, leave_group_request& req);
+caf::result<void> commit_offsets(self_ptr self, commit_offsets_request& req);
+caf::result<std::vector<partition_offset>>
+fetch_offsets(self_ptr self, fetch_offsets_request& req);
+caf::result<std::vector<group_description>> list_groups(self_ptr self);
+caf::result<group_description> describe_group(self_ptr self,
+                                              std::string& group);
+caf::result<std::vector<partition_offset>>
+reset_offsets(self_ptr self, reset_offsets_request& req);
+caf::result<void> delete_group(self_ptr self, std::string& group);
+caf::result<queue_group_config> create_queue_group(self_ptr self,
+                                                   std::string& group,
+                                                   queue_group_config& qc);
+caf::result<std::vector<leased_message>>
+receive_queued(self_ptr self, queue_receive_request& req);
+caf::result<queue_ack_response> ack_queued(self_ptr self,
+                                           queue_ack_request& req);
+caf::result<queue_group_description> describe_queue_group(self_ptr self,
+                                                          std::string& group);
+caf::result<queue_group_config> alter_queue_group(self_ptr self,
+                                                  std::string& group,
+                                                  queue_group_config& qc);
+caf::result<int64_t> leave_queue_group(self_ptr self, std::string& group,
+                                       std::string& member);
+
+// -- node_dlq.cpp ----------------------------------------------------------
+
+dlq_manager_actor dlq_manager_of(self_ptr self);
+group_home_t dlq_home(self_ptr self, const std::string& topic);
+caf::result<std::vector<dlq_info>> list_dlqs_at_homes(self_ptr self);
+caf::result<dlq_show_response> show_dlq(self_ptr self, dlq_show_request& req);
+caf::result<dlq_redrive_response> redrive_dlq(self_ptr self,
+                                              dlq_redrive_request& req);
+caf::result<dlq_purge_response> purge_dlq(self_ptr self,
+                                          dlq_purge_request& req);
+
+// -- node_admin.cpp --------------------------------------------------------
+
+caf::result<producer_identity> init_producer_id(self_ptr self);
+caf::result<topic_metadata> create_topic(self_ptr self, std::string& name,
+                                         topic_config& tc);
+caf::result<topic_metadata> delete_topic(self_ptr self, std::string& name);
+caf::result<std::vector<topic_metadata>> list_topics(self_ptr self);
+caf::result<topic_metadata> alter_topic(self_ptr self, std::string& name,
+                                        std::map<std::string,
+                                        std::string>& changes);
+caf::result<topic_metadata> add_partitions(self_ptr self, std::string& name,
+                                           int32_t n);
+caf::result<broker_registration> register_broker(self_ptr self,
+                                                 broker_registration& reg);
+caf::result<partition_assignment> alter_isr(self_ptr self, isr_change& ch);
+caf::result<partition_assignment> reassign_partition(self_ptr self,
+                                                     isr_change& ch);
+caf::result<broker_registration> remove_broker(self_ptr self, int32_t id);
+
+// -- node_peers.cpp --------------------------------------------------------
+
+connection_listener::behavior_type
+peer_listener(connection_listener::pointer self, int32_t id, caf::actor node);
+bool is_controller(const node_state& st);
+void register_self(self_ptr self);
+void control(self_ptr self);
+void probe_peer(self_ptr self, int32_t id);
+void cluster_tick(self_ptr self);
+void close_link(self_ptr self, int32_t id);
+void open_link(self_ptr self, int32_t id, const std::string& host,
+               uint16_t port);
+bool is_voter(const node_state& st, int32_t id);
+void sync_broker_links(self_ptr self);
+caf::error start_metadata_quorum(self_ptr self);
+void deliver_raft_message(self_ptr self, raft_message& m);
+caf::result<raft_log_chunk> fetch_raft_log(self_ptr self, uint64_t after);
+void peer_link_changed(self_ptr self, int32_t id, const caf::actor& peer);
+void raft_status_changed(self_ptr self, const raft_status& rs);
+
+// -- node_disk.cpp ---------------------------------------------------------
+
+caf::behavior disk_sampler(caf::event_based_actor* self,
+                           std::shared_ptr<metrics::node_probe> probe,
+                           std::filesystem::path dir, caf::timespan interval,
+                           caf::actor_addr node);
+
+} // namespace ferry::node_detail

@@ -1,0 +1,310 @@
+// The node actor's replicas: spawn, stop and restart partition replicas so the
+// hosted ones follow the topic list; wait for the replicas of a new topic;
+// gather status. (See node_internal.hpp for how the node's files divide the
+// work.)
+
+#include "actors/server/node_internal.hpp"
+
+namespace ferry::node_detail {
+
+/// Sends the node a re-check after `delay`.
+void schedule_recheck(self_ptr self, caf::timespan delay) {
+  auto at = now(self) + delay;
+  auto& st = self->state;
+  // One pending re-check that fires no later than `at` is enough.
+  if (st.recheck_at != time_point{} && st.recheck_at >= now(self)
+      && st.recheck_at <= at)
+    return;
+  st.recheck_at = at;
+  self->delayed_send(self, delay, update_atom_v,
+                     std::vector<topic_metadata>{});
+}
+
+// -- replicas -----------------------------------------------------------------
+
+/// Removes a replica's data when its actor could not do it (crashed or did
+/// not answer): the directory, the checkpoint and the producer snapshot.
+void delete_replica_data(self_ptr self, const topic_partition& key) {
+  auto& st = self->state;
+  auto dir = replica_dir(st.cfg.data_dir, key.topic, key.partition);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec)
+    log::error("node: cannot delete {}: {}", dir.string(), ec.message());
+  if (auto err = st.cfg.store->erase_partition(key.topic, key.partition))
+    log::error("node: cannot erase the checkpoint of {}: {}",
+               tp_name(key.topic, key.partition), err);
+  if (auto k = metadata_format::encode_partition_key(key.topic, key.partition))
+    if (auto err = st.cfg.store->erase(producer_snapshots_db, *k))
+      log::error("node: cannot erase the producer snapshot of {}: {}",
+                 tp_name(key.topic, key.partition), err);
+}
+
+void reconcile(self_ptr self);
+void sync_broker_links(self_ptr self);
+
+/// Stops a replica; with `remove` its data goes too. Until it answered, the
+/// partition is in `stopping` and is not started again.
+void stop_replica(self_ptr self, const topic_partition& key,
+                  partition_actor handle, bool remove) {
+  auto& st = self->state;
+  if (!handle) {
+    if (remove)
+      delete_replica_data(self, key);
+    return;
+  }
+  st.stopping[key] = handle;
+  self
+    ->request(handle, st.cfg.shutdown_timeout, stop_atom_v, remove)
+    .then(
+      [self, key, remove](bool) {
+        self->state.stopping.erase(key);
+        log::info("node: stopped replica {}{}",
+                  tp_name(key.topic, key.partition),
+                  remove ? " and deleted its data" : "");
+        reconcile(self);
+      },
+      [self, key, handle, remove](caf::error& err) {
+        log::warn("node: replica {} did not stop cleanly: {}",
+                  tp_name(key.topic, key.partition), err);
+        self->send_exit(handle, caf::exit_reason::kill);
+        if (remove)
+          delete_replica_data(self, key);
+        self->state.stopping.erase(key);
+        reconcile(self);
+      });
+}
+
+void spawn_replica(self_ptr self, const topic_partition& key,
+                   const topic_metadata& md, const partition_assignment& pa,
+                   hosted_replica& r) {
+  auto& st = self->state;
+  auto rc = st.cfg.replica_defaults;
+  rc.topic = key.topic;
+  rc.partition = key.partition;
+  rc.dir = replica_dir(st.cfg.data_dir, key.topic, key.partition);
+  rc.topic_cfg = md.config;
+  rc.node_id = st.cfg.node_id;
+  rc.epoch = pa.epoch;
+  rc.store = st.cfg.store;
+  if (cluster_mode(st)) {
+    if (key.topic == consumer_state_topic)
+      // Runs on the replica's thread: both stores are thread-safe LMDB.
+      rc.on_replicated = [offsets = st.offsets, store = st.cfg.store](
+                           std::string_view batches) {
+        auto n = apply_consumer_state(*offsets, *store, batches);
+        return n ? caf::error{} : std::move(n.error());
+      };
+    rc.assignment = pa;
+    rc.leader_broker = leader_handle(st, pa);
+    rc.controller = caf::actor_cast<caf::actor>(self);
+    r.assignment = pa;
+    r.leader_handle = rc.leader_broker;
+  }
+  // A fresh probe per spawn: never shared through replica_defaults.
+  rc.probe = st.cfg.metrics ? std::make_shared<metrics::partition_probe>(
+                                st.cfg.metrics, key.topic, key.partition)
+                            : nullptr;
+  rc.node_probe = st.probe;
+  // dedicated_thread: see partition_replica_config (fsync off the workers).
+  r.handle = rc.dedicated_thread
+               ? self->spawn<caf::detached>(partition_replica, std::move(rc))
+               : self->spawn(partition_replica, std::move(rc));
+  r.config = md.config;
+  r.epoch = pa.epoch;
+  self->monitor(r.handle);
+  log::debug("node: started replica {}", tp_name(key.topic, key.partition));
+}
+
+/// Answers create waiters whose replicas all exist (after a status round
+/// trip, so the logs are open) or whose deadline passed.
+void check_create_waiters(self_ptr self);
+
+/// Brings the hosted replicas in line with the topic list.
+void reconcile(self_ptr self) {
+  auto& st = self->state;
+  if (st.shutting_down || !metadata_caught_up(st))
+    return;
+  auto t_now = now(self);
+  // Stop what is no longer hosted here.
+  for (auto i = st.replicas.begin(); i != st.replicas.end();) {
+    auto& [key, r] = *i;
+    auto t = st.topics.find(key.topic);
+    bool topic_gone = t == st.topics.end();
+    bool keep = !topic_gone
+                && static_cast<size_t>(key.partition.value)
+                     < t->second.partitions.size()
+                && hosts(st, t->second.partitions[static_cast<size_t>(
+                               key.partition.value)]);
+    if (keep) {
+      ++i;
+      continue;
+    }
+    if (r.handle)
+      self->demonitor(r.handle.address());
+    // Gone with its topic, or moved to other brokers: the data goes too.
+    stop_replica(self, key, r.handle, true);
+    i = st.replicas.erase(i);
+  }
+  // Start what is missing, reconfigure what changed.
+  for (auto& [name, md] : st.topics) {
+    for (auto& pa : md.partitions) {
+      if (!hosts(st, pa))
+        continue;
+      topic_partition key{name, pa.partition};
+      if (st.stopping.count(key) > 0)
+        continue; // the old incarnation is still closing
+      auto& r = st.replicas[key];
+      if (!r.handle) {
+        if (r.given_up)
+          continue;
+        if (r.restart_at > t_now) {
+          schedule_recheck(self, r.restart_at - t_now);
+          continue;
+        }
+        spawn_replica(self, key, md, pa, r);
+      } else {
+        if (!(r.config == md.config)) {
+          self->send(r.handle, update_atom_v, md.config);
+          r.config = md.config;
+          log::info("node: new config for {}", tp_name(name, pa.partition));
+        }
+        if (cluster_mode(st)) {
+          auto lh = leader_handle(st, pa);
+          if (!(r.assignment == pa) || r.leader_handle != lh) {
+            self->send(r.handle, update_atom_v, pa, lh);
+            r.assignment = pa;
+            r.leader_handle = lh;
+            r.epoch = pa.epoch;
+          }
+        }
+      }
+    }
+  }
+  check_create_waiters(self);
+}
+
+// -- waiting for replicas and gathering their status -------------------------
+
+/// Calls `done` with the status of each partition of `md` once every
+/// replica answered or the status timeout passed.
+void gather_status(self_ptr self, const topic_metadata& md,
+                   std::function<void(topic_description)> done) {
+  auto& st = self->state;
+  struct gather {
+    topic_description td;
+    size_t pending = 0;
+    std::function<void(topic_description)> done;
+  };
+  auto g = std::make_shared<gather>();
+  g->td.name = md.name;
+  g->td.config = md.config;
+  g->done = std::move(done);
+  for (auto& pa : md.partitions) {
+    partition_status ps;
+    ps.partition = pa.partition;
+    ps.leader = pa.leader;
+    ps.epoch = pa.epoch;
+    ps.replicas = pa.replicas;
+    ps.isr = pa.isr;
+    ps.online = false;
+    g->td.partitions.push_back(std::move(ps));
+  }
+  auto on_error = [g](caf::error&) {
+    if (--g->pending == 0)
+      g->done(std::move(g->td));
+  };
+  // The metadata's view of placement wins; the replica adds the live
+  // offsets and sizes (and its ISR, which is the committed one).
+  auto on_status = [g](size_t idx) {
+    return [g, idx](partition_status& ps) {
+      auto& slot = g->td.partitions[idx];
+      slot.log_start = ps.log_start;
+      slot.log_end = ps.log_end;
+      slot.high_watermark = ps.high_watermark;
+      slot.size_bytes = ps.size_bytes;
+      if (!ps.isr.empty())
+        slot.isr = ps.isr;
+      slot.online = ps.online;
+      if (--g->pending == 0)
+        g->done(std::move(g->td));
+    };
+  };
+  for (size_t idx = 0; idx < md.partitions.size(); ++idx) {
+    const auto& pa = md.partitions[idx];
+    if (cluster_mode(st) && pa.leader != st.cfg.node_id) {
+      // The leader's node knows the live offsets.
+      auto p = st.peers.find(pa.leader);
+      if (p == st.peers.end())
+        continue;
+      ++g->pending;
+      self
+        ->request(p->second, st.cfg.status_timeout, status_atom_v,
+                  topic_partition{md.name, pa.partition})
+        .then(on_status(idx), on_error);
+      continue;
+    }
+    auto r = st.replicas.find(topic_partition{md.name, pa.partition});
+    if (r == st.replicas.end() || !r->second.handle)
+      continue;
+    ++g->pending;
+    self->request(r->second.handle, st.cfg.status_timeout, status_atom_v)
+      .then(on_status(idx), on_error);
+  }
+  if (g->pending == 0)
+    g->done(std::move(g->td));
+}
+
+bool replicas_exist(const node_state& st, const topic_metadata& md) {
+  // This node must know the topic too (in a cluster the change may have
+  // been made through another node): a client that asks here next must
+  // not hear unknown_topic.
+  auto t = st.topics.find(md.name);
+  if (t == st.topics.end() || t->second.partitions.size() < md.partitions.size())
+    return false;
+  for (auto& pa : md.partitions) {
+    if (!hosts(st, pa))
+      continue;
+    auto r = st.replicas.find(topic_partition{md.name, pa.partition});
+    if (r == st.replicas.end() || !r->second.handle)
+      return false;
+  }
+  return true;
+}
+
+void check_create_waiters(self_ptr self) {
+  auto& st = self->state;
+  auto t_now = now(self);
+  auto& ws = st.create_waiters;
+  for (auto i = ws.begin(); i != ws.end();) {
+    bool exist = replicas_exist(st, i->topic);
+    if (!exist && i->deadline > t_now) {
+      schedule_recheck(self, i->deadline - t_now);
+      ++i;
+      continue;
+    }
+    if (!exist)
+      log::warn("node: replicas of topic {} did not start in time",
+                i->topic.name);
+    auto rp = i->promise;
+    auto md = i->topic;
+    i = ws.erase(i);
+    // A status round trip proves that every replica opened its log.
+    gather_status(self, md, [rp, md](topic_description) mutable {
+      rp.deliver(md);
+    });
+  }
+}
+
+/// Answers `rp` with `md` once the replicas of `md` exist.
+void await_replicas(self_ptr self, topic_metadata md,
+                    caf::typed_response_promise<topic_metadata> rp) {
+  auto& st = self->state;
+  st.create_waiters.push_back(
+    create_waiter{std::move(md), std::move(rp),
+                  now(self) + st.cfg.create_timeout});
+  check_create_waiters(self);
+}
+
+
+} // namespace ferry::node_detail
