@@ -2,6 +2,7 @@
 // Every ferryd and ferryctl run is bounded and always stopped (process.hpp).
 
 #include "client_system.hpp"
+#include "ferryctl_run.hpp"
 #include "process.hpp"
 
 #include "actors/client/client_connection.hpp"
@@ -94,20 +95,11 @@ protected:
 
   static command_result ctl(std::vector<std::string> args, const std::string& input = {},
                             std::chrono::milliseconds timeout = 60s) {
-    args.insert(args.begin(), {"--broker", broker_->endpoint()});
-    return run_command(FERRYCTL_PATH, args, timeout, input);
+    return ferry::test::ferryctl(broker_->endpoint(), std::move(args), input, timeout);
   }
 
   static json ctl_json(std::vector<std::string> args) {
-    args.insert(args.begin(), "--json");
-    auto r = ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    try {
-      return json::parse(r.out);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.out;
-      return json{};
-    }
+    return ferry::test::ferryctl_json(broker_->endpoint(), std::move(args));
   }
 
   static void create_topic(const std::string& name, int partitions) {

@@ -8,6 +8,7 @@
 // DLQ, and it must run Raft: cluster describe shows a term and a controller.
 // A second start (no legacy rows any more) sees the same.
 
+#include "ferryctl_run.hpp"
 #include "process.hpp"
 
 #include <gtest/gtest.h>
@@ -51,20 +52,11 @@ protected:
 
   command_result ctl(std::vector<std::string> args,
                      std::chrono::milliseconds timeout = 60s) {
-    args.insert(args.begin(), {"--broker", node_->endpoint()});
-    return run_command(FERRYCTL_PATH, args, timeout);
+    return ferryctl(node_->endpoint(), std::move(args), {}, timeout);
   }
 
   json ctl_json(std::vector<std::string> args) {
-    args.insert(args.begin(), "--json");
-    auto r = ctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    try {
-      return json::parse(r.out);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not JSON (" << e.what() << "): " << r.out;
-      return json{};
-    }
+    return ferryctl_json(node_->endpoint(), std::move(args));
   }
 
   /// The topics, their partition counts and retention as the node has them.
@@ -150,10 +142,8 @@ TEST_F(LegacyDataDir, TopicsOffsetsQueueStateAndDlqSurviveTheUpgrade) {
   EXPECT_EQ(dlqs[0].value("topic", ""), "events.jobs.dlq");
   EXPECT_EQ(dlqs[0].value("depth", int64_t{0}), 2);
   // New writes work (an idempotent producer gets a fresh producer id).
-  auto p = run_command(FERRYCTL_PATH,
-                       {"--broker", node_->endpoint(), "produce", "orders",
-                        "--key", "k1"},
-                       60s, "after-upgrade\n");
+  auto p = ferryctl(node_->endpoint(), {"produce", "orders", "--key", "k1"},
+                    "after-upgrade\n");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   // A second start: the legacy rows are gone, Raft has everything.
   ASSERT_EQ(node_->stop(30s), 0) << node_->output();
