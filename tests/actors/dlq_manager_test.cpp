@@ -19,6 +19,7 @@
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -26,7 +27,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -58,14 +58,10 @@ std::map<std::string, std::string> headers_of(const consumed_message& m) {
 class DlqManagerTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-dlqm-XXXXXX")
-                  .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
     lmdb::env_options opts;
     opts.no_sync = true;
     opts.initial_map_size = size_t{8} << 20;
-    auto s = metadata_store::open(dir / "meta", opts);
+    auto s = metadata_store::open(dir.path() / "meta", opts);
     ASSERT_TRUE(s) << describe(s.error());
     store = std::shared_ptr<metadata_store>(std::move(*s));
     cfg.set("scheduler.policy", caf::atom("testing"));
@@ -82,8 +78,6 @@ protected:
     stop_node();
     sys.reset();
     store.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 
   clock_fn test_clock() {
@@ -99,7 +93,7 @@ protected:
   void start_node() {
     node_config nc;
     nc.node_id = 1;
-    nc.data_dir = dir / "node";
+    nc.data_dir = dir.path() / "node";
     nc.store = store;
     nc.cluster_id = "test";
     nc.replica_defaults.tick_interval = 0ms;
@@ -248,7 +242,7 @@ protected:
     return out;
   }
 
-  std::filesystem::path dir;
+  ferry::test::temp_dir dir{"ferry-dlqm"};
   std::shared_ptr<metadata_store> store;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -662,15 +656,11 @@ caf::behavior fake_broker(caf::event_based_actor*,
 class DlqManagerClusterTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-dlqc-XXXXXX")
-                  .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
     for (auto name : {"a", "b"}) {
       lmdb::env_options opts;
       opts.no_sync = true;
       opts.initial_map_size = size_t{4} << 20;
-      auto s = metadata_store::open(dir / name, opts);
+      auto s = metadata_store::open(dir.path() / name, opts);
       ASSERT_TRUE(s) << describe(s.error());
       stores.push_back(std::shared_ptr<metadata_store>(std::move(*s)));
     }
@@ -691,8 +681,6 @@ protected:
     managers.clear();
     sys.reset();
     stores.clear();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 
   /// Rewrites x.dlq with `n` dead letters (values dead-0...).
@@ -750,7 +738,7 @@ protected:
     return *r->value;
   }
 
-  std::filesystem::path dir;
+  ferry::test::temp_dir dir{"ferry-dlqc"};
   std::vector<std::shared_ptr<metadata_store>> stores;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;

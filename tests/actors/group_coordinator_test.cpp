@@ -7,6 +7,7 @@
 #include "broker/error.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -14,7 +15,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -86,10 +86,6 @@ topic_partition tp(std::string t, int32_t p) {
 class GroupCoordinatorTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-gc-XXXXXX")
-                  .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
     open_store();
     cfg.set("scheduler.policy", caf::atom("testing"));
     register_types(cfg);
@@ -112,15 +108,13 @@ protected:
     sys.reset();
     offsets.reset();
     store.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 
   void open_store() {
     lmdb::env_options opts;
     opts.no_sync = true;
     opts.initial_map_size = size_t{8} << 20;
-    auto s = metadata_store::open(dir / "meta", opts);
+    auto s = metadata_store::open(dir.path() / "meta", opts);
     ASSERT_TRUE(s) << describe(s.error());
     store = std::move(*s);
     offsets = std::make_shared<offset_store>(*store);
@@ -351,7 +345,7 @@ protected:
     return out;
   }
 
-  std::filesystem::path dir;
+  ferry::test::temp_dir dir{"ferry-gc"};
   std::unique_ptr<metadata_store> store;
   std::shared_ptr<offset_store> offsets;
   caf::actor_system_config cfg;

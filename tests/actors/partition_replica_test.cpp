@@ -12,6 +12,7 @@
 #include "broker/file_system.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -31,7 +32,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <tuple>
 
 using namespace ferry;
@@ -92,15 +92,10 @@ protected:
     sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
     self_ = std::make_unique<caf::scoped_actor>(*sys_);
-    std::random_device rd;
-    root_ = fs::temp_directory_path()
-            / ("ferry-replica-test-" + std::to_string(rd()) + "-"
-               + std::to_string(rd()));
-    fs::create_directories(root_);
     now_ = std::make_shared<std::atomic<int64_t>>(t0);
     cfg_.topic = "orders";
     cfg_.partition = partition_id{0};
-    cfg_.dir = root_ / "orders-0";
+    cfg_.dir = root_.path() / "orders-0";
     cfg_.node_id = 1;
     cfg_.tick_interval = 0ms; // tests send tick_atom themselves
     cfg_.fs = &faulty_;
@@ -116,8 +111,6 @@ protected:
     self_.reset();
     sys_.reset(); // joins everything before the store and dir go away
     store_.reset();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   void spawn() {
@@ -135,7 +128,7 @@ protected:
   void use_store() {
     lmdb::env_options opts;
     opts.no_sync = true;
-    auto st = metadata_store::open(root_ / "meta", opts);
+    auto st = metadata_store::open(root_.path() / "meta", opts);
     ASSERT_TRUE(st) << describe(st.error());
     store_ = std::move(*st);
     cfg_.store = store_;
@@ -212,7 +205,7 @@ protected:
   std::unique_ptr<caf::actor_system> sys_;
   caf::scheduler::test_coordinator* sched_ = nullptr;
   std::unique_ptr<caf::scoped_actor> self_;
-  fs::path root_;
+  ferry::test::temp_dir root_{"ferry-replica-test"};
   std::shared_ptr<std::atomic<int64_t>> now_;
   fault_injecting_file_system faulty_{&default_file_system()};
   std::shared_ptr<metadata_store> store_;
@@ -1027,11 +1020,6 @@ protected:
     sys_cfg_.set("scheduler.policy", caf::atom("testing"));
     sys_ = std::make_unique<caf::actor_system>(sys_cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
-    std::random_device rd;
-    root_ = fs::temp_directory_path()
-            / ("ferry-replication-test-" + std::to_string(rd()) + "-"
-               + std::to_string(rd()));
-    fs::create_directories(root_);
     now_ = std::make_shared<std::atomic<int64_t>>(t0);
   }
 
@@ -1045,8 +1033,6 @@ protected:
     links_.clear();
     sys_.reset();
     stores_.clear();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   // Node `id`'s replica config: its own directory, RF = replicas.size(),
@@ -1055,7 +1041,7 @@ protected:
     partition_replica_config c;
     c.topic = "orders";
     c.partition = partition_id{0};
-    c.dir = root_ / ("node-" + std::to_string(id)) / "orders-0";
+    c.dir = root_.path() / ("node-" + std::to_string(id)) / "orders-0";
     c.node_id = id;
     c.assignment = pa;
     c.epoch = pa.epoch;
@@ -1071,7 +1057,7 @@ protected:
   void use_store(partition_replica_config& c) {
     lmdb::env_options opts;
     opts.no_sync = true;
-    auto st = metadata_store::open(root_ / ("meta-" + std::to_string(c.node_id)),
+    auto st = metadata_store::open(root_.path() / ("meta-" + std::to_string(c.node_id)),
                                    opts);
     ASSERT_TRUE(st) << describe(st.error());
     stores_.push_back(std::move(*st));
@@ -1215,7 +1201,7 @@ protected:
   caf::actor_system_config sys_cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   caf::scheduler::test_coordinator* sched_ = nullptr;
-  fs::path root_;
+  ferry::test::temp_dir root_{"ferry-replication-test"};
   std::shared_ptr<std::atomic<int64_t>> now_;
   std::vector<caf::actor> actors_;
   std::vector<std::shared_ptr<fake_link>> links_;

@@ -16,6 +16,7 @@
 #include "broker/record_batch.hpp"
 #include "metrics/group_probe.hpp"
 #include "metrics/metrics.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -23,7 +24,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -337,10 +337,6 @@ struct kv {
 class QueueCoordinatorTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    auto tmpl = (std::filesystem::temp_directory_path() / "ferry-qc-XXXXXX")
-                  .string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
     open_store();
     cfg.set("scheduler.policy", caf::atom("testing"));
     register_types(cfg);
@@ -367,15 +363,13 @@ protected:
     broker = nullptr;
     sys.reset();
     store.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 
   void open_store() {
     lmdb::env_options opts;
     opts.no_sync = true;
     opts.initial_map_size = size_t{8} << 20;
-    auto s = metadata_store::open(dir / "meta", opts);
+    auto s = metadata_store::open(dir.path() / "meta", opts);
     ASSERT_TRUE(s) << describe(s.error());
     store = std::shared_ptr<metadata_store>(std::move(*s));
   }
@@ -560,7 +554,7 @@ protected:
     return out;
   }
 
-  std::filesystem::path dir;
+  ferry::test::temp_dir dir{"ferry-qc"};
   std::shared_ptr<metadata_store> store;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -1040,7 +1034,7 @@ TEST_F(QueueCoordinatorTest, GroupConfigRoundTripsAndValidates) {
 TEST_F(QueueCoordinatorTest, QueueGroupThroughTheNode) {
   node_config nc;
   nc.node_id = 1;
-  nc.data_dir = dir / "node";
+  nc.data_dir = dir.path() / "node";
   nc.store = store;
   nc.cluster_id = "test";
   nc.queue_defaults.fetch_wait = 500ms;
@@ -1243,7 +1237,7 @@ TEST_F(QueueCoordinatorTest, AlterAppliesNewAttemptsAndBackoffAndKeepsState) {
 TEST_F(QueueCoordinatorTest, AlterAndLeaveThroughTheNodeArePersisted) {
   node_config nc;
   nc.node_id = 1;
-  nc.data_dir = dir / "node";
+  nc.data_dir = dir.path() / "node";
   nc.store = store;
   nc.cluster_id = "test";
   nc.queue_defaults.fetch_wait = 500ms;
@@ -1417,7 +1411,7 @@ TEST_F(QueueCoordinatorTest, ClusterModeNewCoordinatorTakesOverLeasesAndAttempts
   lmdb::env_options opts;
   opts.no_sync = true;
   opts.initial_map_size = size_t{8} << 20;
-  auto s2 = metadata_store::open(dir / "meta2", opts);
+  auto s2 = metadata_store::open(dir.path() / "meta2", opts);
   ASSERT_TRUE(s2) << describe(s2.error());
   std::shared_ptr<metadata_store> other{std::move(*s2)};
   offset_store other_offsets{*other};

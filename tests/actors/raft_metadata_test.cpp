@@ -13,6 +13,7 @@
 #include "broker/logging.hpp"
 #include "broker/raft_storage.hpp"
 #include "broker/topic_config.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/binary_serializer.hpp>
@@ -28,7 +29,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 
 using namespace ferry;
@@ -127,9 +127,6 @@ protected:
   void SetUp() override {}
 
   void start(uint64_t snapshot_threshold = 1000) {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path()
-           / ("ferry-raft-md-" + std::to_string(rd()) + std::to_string(rd()));
     sys_ = std::make_unique<caf::actor_system>(cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(
       sys_->scheduler());
@@ -140,7 +137,7 @@ protected:
       lmdb::env_options opts;
       opts.no_sync = true;
       opts.initial_map_size = size_t{4} << 20;
-      auto e = lmdb::env::open(dir_ / std::to_string(id), opts);
+      auto e = lmdb::env::open(dir_.path() / std::to_string(id), opts);
       ASSERT_TRUE(e) << describe(e.error());
       n.env = std::move(*e);
       auto st = raft_storage::open(*n.env);
@@ -190,8 +187,6 @@ protected:
     sched_->run();
     nodes_.clear();
     sys_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
 
   bool connected(int32_t a, int32_t b) {
@@ -307,7 +302,7 @@ protected:
   caf::actor net_actor_;
   std::map<int32_t, node> nodes_;
   int32_t isolated_ = -1;
-  fs::path dir_;
+  ferry::test::temp_dir dir_{"ferry-raft-md"};
 };
 
 TEST_F(RaftMetadata, CreateThroughLeaderReachesEverySubscriber) {

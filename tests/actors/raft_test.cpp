@@ -22,6 +22,7 @@
 #include "broker/lmdb.hpp"
 #include "broker/logging.hpp"
 #include "broker/raft_storage.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -189,9 +190,6 @@ public:
               bool by_connect = false)
     : wire_by_connect(by_connect), seed_(seed), rng_(seed),
       threshold_(snapshot_threshold) {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path()
-           / ("ferry-raft-" + std::to_string(rd()) + std::to_string(rd()));
     sys_ = std::make_unique<caf::actor_system>(cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
     hist = std::make_shared<history>();
@@ -219,8 +217,6 @@ public:
     sched_->run();
     members_.clear();
     sys_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
 
   void spawn(int32_t id) {
@@ -277,7 +273,7 @@ public:
     lmdb::env_options opts;
     opts.no_sync = true;
     opts.initial_map_size = size_t{4} << 20;
-    auto e = lmdb::env::open(dir_ / std::to_string(id), opts);
+    auto e = lmdb::env::open(dir_.path() / std::to_string(id), opts);
     ASSERT_TRUE(e) << describe(e.error());
     m.env = std::move(*e);
     auto st = raft_storage::open(*m.env);
@@ -513,7 +509,7 @@ private:
   uint64_t seed_;
   std::mt19937_64 rng_;
   uint64_t threshold_;
-  fs::path dir_;
+  ferry::test::temp_dir dir_{"ferry-raft"};
   test_config cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   caf::scheduler::test_coordinator* sched_ = nullptr;

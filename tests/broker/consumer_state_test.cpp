@@ -10,10 +10,10 @@
 #include "broker/metadata_store.hpp"
 #include "broker/queue_state_store.hpp"
 #include "broker/record_batch.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 using namespace ferry;
@@ -273,13 +273,10 @@ TEST(consumer_state, malformed_values_are_corrupt) {
 class consumer_state_apply : public ::testing::Test {
 protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ferry_consumer_state_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     lmdb::env_options o;
     o.initial_map_size = 1 << 20;
     o.no_sync = true;
-    auto s = metadata_store::open(dir_ / "meta", o);
+    auto s = metadata_store::open(dir_.path() / "meta", o);
     ASSERT_TRUE(s) << describe(s.error());
     md_ = std::move(*s);
     offsets_ = std::make_unique<offset_store>(*md_);
@@ -288,8 +285,6 @@ protected:
   void TearDown() override {
     offsets_.reset();
     md_.reset();
-    std::error_code e;
-    fs::remove_all(dir_, e);
   }
 
   std::string batch(const std::vector<consumer_state_record>& xs) {
@@ -302,7 +297,7 @@ protected:
     return queue_state_store{*md_}.load(group, "t", partition_id{2});
   }
 
-  fs::path dir_;
+  ferry::test::temp_dir dir_{"ferry-consumer-state-test"};
   std::unique_ptr<metadata_store> md_;
   std::unique_ptr<offset_store> offsets_;
 };

@@ -5,10 +5,10 @@
 #include "broker/dlq_store.hpp"
 
 #include "broker/metadata_store.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 using namespace ferry;
@@ -19,24 +19,17 @@ namespace {
 
 class DlqStoreTest : public ::testing::Test {
 protected:
-  void SetUp() override {
-    auto tmpl = (fs::temp_directory_path() / "ferry-dlqs-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir = tmpl;
-    open();
-  }
+  void SetUp() override { open(); }
   void TearDown() override {
     ds.reset();
     store.reset();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
   }
   void open() {
     ds.reset();
     store.reset();
     lmdb::env_options opts;
     opts.no_sync = true;
-    auto s = metadata_store::open(dir / "meta", opts);
+    auto s = metadata_store::open(dir.path() / "meta", opts);
     ASSERT_TRUE(s) << describe(s.error());
     store = std::move(*s);
     ds = std::make_unique<dlq_store>(*store);
@@ -45,7 +38,7 @@ protected:
     return redrive_mark{1234, std::move(topic), partition_id{p}, offset{off}};
   }
 
-  fs::path dir;
+  ferry::test::temp_dir dir{"ferry-dlqs"};
   std::unique_ptr<metadata_store> store;
   std::unique_ptr<dlq_store> ds;
 };

@@ -2,11 +2,11 @@
 
 #include "broker/lmdb.hpp"
 #include "broker/metadata_store.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -20,19 +20,9 @@ namespace {
 constexpr size_t KiB = 1024;
 constexpr size_t MiB = 1024 * 1024;
 
-/// A fresh directory under /tmp, removed with the fixture.
+/// A fresh directory (test::temp_dir), removed with the fixture.
 class temp_dir_test : public ::testing::Test {
 protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ferry_lmdb_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code e;
-    fs::remove_all(dir_, e);
-  }
-
   lmdb::env_options tiny_map() {
     lmdb::env_options o;
     o.initial_map_size = 64 * KiB;
@@ -42,7 +32,7 @@ protected:
   }
 
   std::unique_ptr<lmdb::env> open_env(lmdb::env_options o) {
-    auto e = lmdb::env::open(dir_ / "env", o);
+    auto e = lmdb::env::open(dir_.path() / "env", o);
     EXPECT_TRUE(e) << describe(e.error());
     return e ? std::move(*e) : nullptr;
   }
@@ -74,7 +64,7 @@ protected:
     EXPECT_FALSE(err) << describe(err);
   }
 
-  fs::path dir_;
+  ferry::test::temp_dir dir_{"ferry-lmdb-test"};
 };
 
 using lmdb_env_test = temp_dir_test;
@@ -257,7 +247,7 @@ TEST_F(lmdb_env_test, ReopenKeepsDataAndTheGrownMap) {
     }));
     grown = e->stats().map_size;
   }
-  auto file_size = fs::file_size(dir_ / "env" / "data.mdb");
+  auto file_size = fs::file_size(dir_.path() / "env" / "data.mdb");
   ASSERT_GE(file_size, 2 * MiB);
   // Reopened with the tiny configured size, the env keeps the grown map:
   // LMDB alone would shrink it to the pages in use.
@@ -281,11 +271,11 @@ TEST_F(lmdb_env_test, ReopenKeepsDataAndTheGrownMap) {
 
 TEST_F(lmdb_env_test, OpeningTheSameEnvTwiceInOneProcessIsRefused) {
   auto e = open_env(tiny_map());
-  auto again = lmdb::env::open(dir_ / "env" / "." , tiny_map());
+  auto again = lmdb::env::open(dir_.path() / "env" / "." , tiny_map());
   ASSERT_FALSE(again);
   EXPECT_TRUE(is(again.error(), ec::invalid_argument));
   e.reset();
-  auto after_close = lmdb::env::open(dir_ / "env", tiny_map());
+  auto after_close = lmdb::env::open(dir_.path() / "env", tiny_map());
   EXPECT_TRUE(after_close);
 }
 
@@ -478,7 +468,7 @@ TEST_F(lmdb_env_test, CursorOutlivingItsTxnIsClosedSafely) {
 
 TEST_F(metadata_store_test, PartitionsRoundTripListEraseAndReopen) {
   auto o = tiny_map();
-  auto opened = metadata_store::open(dir_ / "meta", o);
+  auto opened = metadata_store::open(dir_.path() / "meta", o);
   ASSERT_TRUE(opened) << describe(opened.error());
   auto& store = **opened;
   auto md = sample_metadata();
@@ -518,7 +508,7 @@ TEST_F(metadata_store_test, PartitionsRoundTripListEraseAndReopen) {
                  ec::invalid_argument));
 
   opened->reset();
-  auto reopened = metadata_store::open(dir_ / "meta", o);
+  auto reopened = metadata_store::open(dir_.path() / "meta", o);
   ASSERT_TRUE(reopened) << describe(reopened.error());
   auto after = (*reopened)->list_partitions();
   ASSERT_TRUE(after);
@@ -526,7 +516,7 @@ TEST_F(metadata_store_test, PartitionsRoundTripListEraseAndReopen) {
 }
 
 TEST_F(metadata_store_test, ListingATopicIgnoresTopicsItIsAPrefixOf) {
-  auto store = metadata_store::open(dir_ / "meta", tiny_map());
+  auto store = metadata_store::open(dir_.path() / "meta", tiny_map());
   ASSERT_TRUE(store);
   auto md = sample_metadata();
   for (auto topic : {"a", "ab", "a.b", "b"})
@@ -544,7 +534,7 @@ TEST_F(metadata_store_test, ListingATopicIgnoresTopicsItIsAPrefixOf) {
 }
 
 TEST_F(metadata_store_test, CheckpointRoundTrip) {
-  auto store = metadata_store::open(dir_ / "meta", tiny_map());
+  auto store = metadata_store::open(dir_.path() / "meta", tiny_map());
   ASSERT_TRUE(store);
   auto md = sample_metadata();
   {
@@ -558,7 +548,7 @@ TEST_F(metadata_store_test, CheckpointRoundTrip) {
     ASSERT_FALSE(cp.save(md));
   }
   store->reset();
-  store = metadata_store::open(dir_ / "meta", tiny_map());
+  store = metadata_store::open(dir_.path() / "meta", tiny_map());
   ASSERT_TRUE(store);
   lmdb_partition_checkpoint cp{**store, "orders", partition_id{4}};
   auto loaded = cp.load();
@@ -572,7 +562,7 @@ TEST_F(metadata_store_test, CheckpointRoundTrip) {
 }
 
 TEST_F(metadata_store_test, CorruptPartitionValuesAreReportedNotCrashed) {
-  auto store = metadata_store::open(dir_ / "meta", tiny_map());
+  auto store = metadata_store::open(dir_.path() / "meta", tiny_map());
   ASSERT_TRUE(store);
   auto key = metadata_format::encode_partition_key("t", partition_id{0});
   ASSERT_TRUE(key);
@@ -617,7 +607,7 @@ TEST_F(metadata_store_test, CorruptPartitionValuesAreReportedNotCrashed) {
 }
 
 TEST_F(metadata_store_test, WriteBatchIsAllOrNothing) {
-  auto store = metadata_store::open(dir_ / "meta", tiny_map());
+  auto store = metadata_store::open(dir_.path() / "meta", tiny_map());
   ASSERT_TRUE(store);
   auto& s = **store;
   ASSERT_FALSE(s.put("groups", "g0", "old"));
@@ -664,7 +654,7 @@ TEST_F(metadata_store_test, WriteBatchIsAllOrNothing) {
 }
 
 TEST_F(metadata_store_test, GenericApiCreatesSubDatabasesOnDemand) {
-  auto store = metadata_store::open(dir_ / "meta", tiny_map());
+  auto store = metadata_store::open(dir_.path() / "meta", tiny_map());
   ASSERT_TRUE(store);
   auto& s = **store;
   EXPECT_TRUE(is(s.get("nothing", "k").error(), ec::not_found));

@@ -6,10 +6,10 @@
 #include "broker/queue_state_store.hpp"
 
 #include "broker/metadata_store.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 using namespace ferry;
@@ -64,18 +64,11 @@ std::string bytes(std::initializer_list<int> xs) {
 
 class queue_state_store_test : public ::testing::Test {
 protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ferry_queue_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    reopen();
-  }
+  void SetUp() override { reopen(); }
 
   void TearDown() override {
     queue_.reset();
     md_.reset();
-    std::error_code e;
-    fs::remove_all(dir_, e);
   }
 
   // Closes and reopens the LMDB environment: what a broker restart sees.
@@ -85,7 +78,7 @@ protected:
     lmdb::env_options o;
     o.initial_map_size = 1 << 20;
     o.no_sync = true;
-    auto s = metadata_store::open(dir_ / "meta", o);
+    auto s = metadata_store::open(dir_.path() / "meta", o);
     ASSERT_TRUE(s) << describe(s.error());
     md_ = std::move(*s);
     queue_ = std::make_unique<queue_state_store>(*md_);
@@ -128,7 +121,7 @@ protected:
     return n;
   }
 
-  fs::path dir_;
+  ferry::test::temp_dir dir_{"ferry-queue-test"};
   std::unique_ptr<metadata_store> md_;
   std::unique_ptr<queue_state_store> queue_;
 };

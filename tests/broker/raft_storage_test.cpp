@@ -6,11 +6,11 @@
 #include "broker/raft_storage.hpp"
 
 #include "broker/lmdb.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <random>
 
 using namespace ferry;
 namespace fs = std::filesystem;
@@ -23,18 +23,11 @@ raft_entry cmd(uint64_t term, std::string data) {
 
 class RaftStorage : public ::testing::Test {
 protected:
-  void SetUp() override {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path()
-           / ("ferry-raft-storage-" + std::to_string(rd()) + std::to_string(rd()));
-    reopen();
-  }
+  void SetUp() override { reopen(); }
 
   void TearDown() override {
     store_.reset();
     env_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
 
   /// Closes and reopens the environment (what a process restart does).
@@ -43,7 +36,7 @@ protected:
     env_.reset();
     lmdb::env_options opts;
     opts.initial_map_size = size_t{1} << 20;
-    auto e = lmdb::env::open(dir_, opts);
+    auto e = lmdb::env::open(dir_.path(), opts);
     ASSERT_TRUE(e) << describe(e.error());
     env_ = std::move(*e);
     auto s = raft_storage::open(*env_);
@@ -57,7 +50,7 @@ protected:
     return st ? *st : raft_persistent_state{};
   }
 
-  fs::path dir_;
+  ferry::test::temp_dir dir_{"ferry-raft-storage"};
   std::unique_ptr<lmdb::env> env_;
   std::unique_ptr<raft_storage> store_;
 };

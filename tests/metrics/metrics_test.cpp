@@ -17,6 +17,7 @@
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
 #include "broker/record_batch.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -36,7 +37,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -483,11 +483,6 @@ protected:
     sys_cfg.set("scheduler.policy", caf::atom("testing"));
     sys = std::make_unique<caf::actor_system>(sys_cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    std::random_device rd;
-    root = fs::temp_directory_path()
-           / ("ferry-metrics-test-" + std::to_string(rd()) + "-"
-              + std::to_string(rd()));
-    fs::create_directories(root);
     reg = std::make_shared<metrics::registry>();
   }
 
@@ -499,15 +494,13 @@ protected:
     sys.reset();
     offsets.reset();
     store.reset();
-    std::error_code ec;
-    fs::remove_all(root, ec);
   }
 
   void open_store() {
     lmdb::env_options opts;
     opts.no_sync = true;
     opts.initial_map_size = size_t{8} << 20;
-    auto s = metadata_store::open(root / "meta", opts);
+    auto s = metadata_store::open(root.path() / "meta", opts);
     ASSERT_TRUE(s) << describe(s.error());
     store = std::move(*s);
     offsets = std::make_shared<offset_store>(*store);
@@ -545,7 +538,7 @@ protected:
   std::unique_ptr<caf::actor_system> sys;
   caf::scheduler::test_coordinator* sched = nullptr;
   std::vector<caf::actor> spawned;
-  fs::path root;
+  ferry::test::temp_dir root{"ferry-metrics-test"};
   std::shared_ptr<metadata_store> store;
   std::shared_ptr<offset_store> offsets;
   std::shared_ptr<metrics::registry> reg;
@@ -557,7 +550,7 @@ TEST_F(replica_metrics, produce_fetch_and_log_state_reach_the_probe) {
   partition_replica_config cfg;
   cfg.topic = "orders";
   cfg.partition = partition_id{0};
-  cfg.dir = root / "orders-0";
+  cfg.dir = root.path() / "orders-0";
   cfg.node_id = 1;
   cfg.tick_interval = 0ms;
   cfg.probe = std::make_shared<metrics::partition_probe>(reg, "orders",
