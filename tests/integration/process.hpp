@@ -59,6 +59,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/http_get.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace ferry::test {
@@ -543,76 +544,5 @@ private:
   uint16_t port_ = 0;
   uint16_t metrics_port_ = 0;
 };
-
-// -- a minimal HTTP/1.0 client (GET only, Connection: close) -----------------
-
-/// The answer of http_get().
-struct http_response {
-  int status = 0; ///< 0: no answer (see error)
-  std::string body;
-  std::string error;
-};
-
-/// GET `target` from 127.0.0.1:`port`, bounded by `timeout` per socket
-/// operation.
-inline http_response http_get(uint16_t port, const std::string& target,
-                       std::chrono::milliseconds timeout = std::chrono::seconds{5}) {
-  http_response res;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    res.error = std::strerror(errno);
-    return res;
-  }
-  timeval tv{static_cast<time_t>(timeout.count() / 1000),
-             static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    res.error = std::string{"connect: "} + std::strerror(errno);
-    ::close(fd);
-    return res;
-  }
-  auto req = "GET " + target
-             + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  size_t sent = 0;
-  while (sent < req.size()) {
-    auto n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) {
-      res.error = std::string{"send: "} + std::strerror(errno);
-      ::close(fd);
-      return res;
-    }
-    sent += static_cast<size_t>(n);
-  }
-  std::string raw;
-  char buf[16384];
-  for (;;) {
-    auto n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      res.error = std::string{"recv: "} + std::strerror(errno);
-      break;
-    }
-    if (n == 0)
-      break;
-    raw.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  auto head_end = raw.find("\r\n\r\n");
-  if (head_end == std::string::npos || raw.compare(0, 5, "HTTP/") != 0) {
-    if (res.error.empty())
-      res.error = "malformed response: " + raw.substr(0, 200);
-    return res;
-  }
-  auto sp = raw.find(' ');
-  res.status = std::atoi(raw.c_str() + sp + 1);
-  res.body = raw.substr(head_end + 4);
-  return res;
-}
 
 } // namespace ferry::test

@@ -17,6 +17,7 @@
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
 #include "broker/record_batch.hpp"
+#include "tests/http_get.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <caf/all.hpp>
@@ -340,38 +341,6 @@ TEST(registry, text_format_names_every_family_with_its_type) {
 
 // -- exposer ------------------------------------------------------------------
 
-// GET /metrics over a plain socket; "" on failure.
-std::string http_get(uint16_t port, const std::string& path = "/metrics") {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    return {};
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return {};
-  }
-  auto req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) {
-    ::close(fd);
-    return {};
-  }
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    auto n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 // A socket listening on a free loopback port (closed by the destructor).
 struct listener {
   int fd = -1;
@@ -405,16 +374,16 @@ TEST(exposer, serves_the_text_format_over_http) {
   std::weak_ptr<metrics::registry> weak = reg;
   reg.reset();
   ASSERT_FALSE(weak.expired());
-  auto resp = http_get((*ex)->port());
-  EXPECT_NE(resp.find("200 OK"), std::string::npos) << resp;
-  EXPECT_NE(resp.find("text/plain"), std::string::npos) << resp;
-  EXPECT_NE(resp.find("# TYPE ferry_partition_high_watermark gauge"),
+  auto resp = ferry::test::http_get((*ex)->port(), "/metrics");
+  EXPECT_EQ(resp.status, 200) << resp.error;
+  EXPECT_NE(resp.head.find("text/plain"), std::string::npos) << resp.head;
+  EXPECT_NE(resp.body.find("# TYPE ferry_partition_high_watermark gauge"),
             std::string::npos)
-    << resp;
-  EXPECT_NE(resp.find("ferry_partition_high_watermark{partition=\"0\","
-                      "topic=\"orders\"} 12"),
+    << resp.body;
+  EXPECT_NE(resp.body.find("ferry_partition_high_watermark{partition=\"0\","
+                           "topic=\"orders\"} 12"),
             std::string::npos)
-    << resp;
+    << resp.body;
 }
 
 TEST(exposer, a_taken_port_is_an_error_not_an_exception) {
@@ -439,7 +408,8 @@ TEST(exposer, two_exposers_cannot_share_a_port) {
                                    reg);
   ASSERT_FALSE(b);
   EXPECT_TRUE(is(b.error(), ec::io_error)) << describe(b.error());
-  EXPECT_FALSE(http_get((*a)->port()).empty());
+  auto resp = ferry::test::http_get((*a)->port(), "/metrics");
+  EXPECT_EQ(resp.status, 200) << resp.error;
 }
 
 TEST(exposer, malformed_addresses_are_invalid_arguments) {
