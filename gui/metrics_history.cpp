@@ -1,7 +1,6 @@
 #include "gui/metrics_history.hpp"
 
-#include <QRegularExpression>
-#include <QStringList>
+#include "metrics/prometheus_text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -24,49 +23,13 @@ bool matches(const metric_sample& s, const QString& name, const label_filter& f)
 
 QList<metric_sample> parse_metrics(const QString& text) {
   QList<metric_sample> out;
-  static const QRegularExpression label_re(
-    QStringLiteral(R"re(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)")re"));
-  for (auto line : text.split('\n', Qt::SkipEmptyParts)) {
-    line = line.trimmed();
-    if (line.isEmpty() || line.startsWith('#'))
-      continue;
+  for (auto& t : metrics::parse_text(text.toStdString())) {
     metric_sample s;
-    QString rest;
-    auto brace = line.indexOf('{');
-    auto space = line.indexOf(' ');
-    if (brace >= 0 && (space < 0 || brace < space)) {
-      auto close = line.lastIndexOf('}');
-      if (close < brace)
-        continue;
-      s.name = line.left(brace);
-      auto labels = line.mid(brace + 1, close - brace - 1);
-      auto it = label_re.globalMatch(labels);
-      while (it.hasNext()) {
-        auto m = it.next();
-        auto v = m.captured(2);
-        v.replace(QStringLiteral("\\\""), QStringLiteral("\""));
-        v.replace(QStringLiteral("\\\\"), QStringLiteral("\\"));
-        s.labels.insert(m.captured(1), v);
-      }
-      rest = line.mid(close + 1).trimmed();
-    } else {
-      if (space < 0)
-        continue;
-      s.name = line.left(space);
-      rest = line.mid(space + 1).trimmed();
-    }
-    auto value_text = rest.section(' ', 0, 0);
-    bool ok = false;
-    if (value_text == QStringLiteral("+Inf"))
-      s.value = INFINITY, ok = true;
-    else if (value_text == QStringLiteral("-Inf"))
-      s.value = -INFINITY, ok = true;
-    else if (value_text == QStringLiteral("NaN"))
-      s.value = NAN, ok = true;
-    else
-      s.value = value_text.toDouble(&ok);
-    if (ok && !s.name.isEmpty())
-      out.push_back(std::move(s));
+    s.name = QString::fromStdString(t.name);
+    for (auto& [k, v] : t.labels)
+      s.labels.insert(QString::fromStdString(k), QString::fromStdString(v));
+    s.value = t.value;
+    out.push_back(std::move(s));
   }
   return out;
 }

@@ -22,7 +22,8 @@ struct metric_sample {
 };
 
 /// Parses Prometheus text exposition format (comments skipped, malformed
-/// lines ignored).
+/// lines ignored): metrics::parse_text (metrics/prometheus_text.hpp) in Qt
+/// types.
 QList<metric_sample> parse_metrics(const QString& text);
 
 /// Label filter: every given label must have the given value.

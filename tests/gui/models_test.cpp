@@ -254,6 +254,15 @@ private slots:
     QCOMPARE(s[2].name, QString("ferry_raft_term"));
   }
 
+  void metrics_text_unescapes_labels_takes_timestamps_rejects_junk() {
+    auto s = parse_metrics("ferry_bytes_in_total{topic=\"a}b,c\",note=\"x\\ny\"} 7 1712345678901\r\n"
+                           "ferry_raft_term 1 junk\n");
+    QCOMPARE(s.size(), 1);
+    QCOMPARE(s[0].labels.value("topic"), QString("a}b,c"));
+    QCOMPARE(s[0].labels.value("note"), QString("x\ny"));
+    QCOMPARE(s[0].value, 7.0);
+  }
+
   void history_derives_rates_and_p99() {
     metrics_history h;
     auto scrape = [](double in_a, double in_b, double fast, double slow) {

@@ -9,6 +9,7 @@
 #include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
 #include "broker/record_batch.hpp"
+#include "metrics/prometheus_text.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -29,7 +30,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,61 +77,8 @@ uint16_t free_port() {
 
 // -- the Prometheus text format -----------------------------------------------
 
-struct sample {
-  std::string name;
-  std::map<std::string, std::string> labels;
-  double value = 0;
-};
-
-/// The samples of a /metrics page (comments skipped).
-std::vector<sample> parse_metrics(const std::string& text) {
-  std::vector<sample> out;
-  std::istringstream in{text};
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#')
-      continue;
-    sample s;
-    size_t pos = line.find_first_of("{ ");
-    if (pos == std::string::npos)
-      continue;
-    s.name = line.substr(0, pos);
-    if (line[pos] == '{') {
-      ++pos;
-      while (pos < line.size() && line[pos] != '}') {
-        auto eq = line.find('=', pos);
-        if (eq == std::string::npos)
-          break;
-        auto key = line.substr(pos, eq - pos);
-        std::string val;
-        size_t k = eq + 2; // skip ="
-        for (; k < line.size() && line[k] != '"'; ++k) {
-          if (line[k] == '\\' && k + 1 < line.size())
-            ++k;
-          val += line[k];
-        }
-        s.labels[key] = val;
-        pos = k + 1;
-        if (pos < line.size() && line[pos] == ',')
-          ++pos;
-      }
-      pos = line.find(' ', pos);
-      if (pos == std::string::npos)
-        continue;
-    }
-    auto v = line.substr(pos + 1);
-    if (v == "+Inf")
-      s.value = INFINITY;
-    else if (v == "-Inf")
-      s.value = -INFINITY;
-    else if (v == "Nan" || v == "NaN")
-      s.value = NAN;
-    else
-      s.value = std::strtod(v.c_str(), nullptr);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
+using sample = metrics::text_sample;
+using metrics::parse_text;
 
 /// The value of the one series `name` whose labels include `labels`.
 std::optional<double> find_sample(const std::vector<sample>& samples,
@@ -247,7 +194,7 @@ std::vector<sample> scrape_until(uint16_t port, Pred pred,
     auto r = http_get(port, "/metrics");
     text = r.status == 200 ? r.body : "HTTP " + std::to_string(r.status)
                                         + " " + r.error + "\n" + r.body;
-    samples = parse_metrics(r.status == 200 ? r.body : std::string{});
+    samples = parse_text(r.status == 200 ? r.body : std::string{});
     if (pred(samples) || std::chrono::steady_clock::now() >= deadline)
       return samples;
     std::this_thread::sleep_for(250ms);
@@ -370,7 +317,7 @@ TEST(Metrics, MetricsPortZeroPicksAFreePortAndDescribeShowsIt) {
   EXPECT_EQ(cd->nodes[0].metrics_port, d.metrics_port());
   auto r = http_get(d.metrics_port(), "/metrics");
   ASSERT_EQ(r.status, 200) << r.error;
-  auto samples = parse_metrics(r.body);
+  auto samples = parse_text(r.body);
   EXPECT_EQ(find_sample(samples, "ferry_raft_is_leader"), 1.0);
   // A single node is a Raft quorum of one: term 1 or more, its own leader.
   EXPECT_GE(find_sample(samples, "ferry_raft_term"), 1.0);

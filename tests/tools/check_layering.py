@@ -28,20 +28,27 @@ BROKER_CORE = {
     "messages", "raft_types", "big_endian",
 }
 
+# metrics/ files of ferry_prometheus_text: reading the text format, plain
+# C++, what the console may use of metrics/. Keep in step with
+# metrics/CMakeLists.txt (ferry_prometheus_text).
+METRICS_TEXT = {"prometheus_text"}
+
 # room -> rooms it may include (itself always allowed).
 ALLOWED = {
     "broker-core": set(),
     "broker": {"broker-core"},
-    "metrics": {"broker-core", "broker"},
+    "metrics-text": set(),
+    "metrics": {"broker-core", "broker", "metrics-text"},
     "protocol": {"broker-core"},
     "client": {"broker-core", "protocol"},
-    "server": {"broker-core", "broker", "metrics", "protocol", "client"},
+    "server": {"broker-core", "broker", "metrics", "metrics-text", "protocol",
+               "client"},
     "http": {"broker-core", "broker", "protocol"},
-    "gui": {"broker-core", "protocol", "client"},
-    "programs": {"broker-core", "broker", "metrics", "protocol", "client",
-                 "server", "http"},
-    "tests": {"broker-core", "broker", "metrics", "protocol", "client",
-              "server", "http", "gui", "tests"},
+    "gui": {"broker-core", "protocol", "client", "metrics-text"},
+    "programs": {"broker-core", "broker", "metrics", "metrics-text",
+                 "protocol", "client", "server", "http"},
+    "tests": {"broker-core", "broker", "metrics", "metrics-text", "protocol",
+              "client", "server", "http", "gui", "tests"},
 }
 
 # room -> system headers (prefixes) it must not include.
@@ -50,6 +57,7 @@ QT = ("Q", "QtCore/", "QtWidgets/", "QtCharts/", "QtNetwork/")
 FORBIDDEN_SYSTEM = {
     "broker-core": SERVER_ONLY + QT + ("spdlog/", "caf/io/"),
     "broker": ("prometheus/", "boost/", "caf/io/") + QT,
+    "metrics-text": SERVER_ONLY + QT + ("spdlog/", "caf/"),
     "metrics": ("boost/", "lmdb.h") + QT,
     "protocol": SERVER_ONLY + QT + ("spdlog/", "caf/io/"),
     "client": SERVER_ONLY + QT + ("spdlog/",),
@@ -70,7 +78,8 @@ def room_of(rel):
         stem = os.path.splitext(parts[1])[0]
         return "broker-core" if stem in BROKER_CORE else "broker"
     if top == "metrics" and len(parts) == 2:
-        return "metrics"
+        stem = os.path.splitext(parts[1])[0]
+        return "metrics-text" if stem in METRICS_TEXT else "metrics"
     if top == "actors" and len(parts) == 3 and parts[1] in (
             "protocol", "client", "server", "http", "programs"):
         return parts[1]
@@ -146,6 +155,13 @@ def self_test():
             "actors/server/node.hpp": ""},
         "client includes prometheus": {
             "actors/client/p.cpp": "#include <prometheus/counter.h>\n"},
+        "gui includes metrics": {
+            "gui/w.cpp": '#include "metrics/m.hpp"\n', "metrics/m.hpp": ""},
+        "text reader includes prometheus-cpp": {
+            "metrics/prometheus_text.cpp": "#include <prometheus/text_serializer.h>\n"},
+        "text reader includes metrics": {
+            "metrics/prometheus_text.cpp": '#include "metrics/m.hpp"\n',
+            "metrics/m.hpp": ""},
         "gui includes server": {
             "gui/w.cpp": '#include "actors/server/node.hpp"\n',
             "actors/server/node.hpp": ""},
@@ -169,7 +185,9 @@ def self_test():
         "actors/client/p.hpp": "", "metrics/m.hpp": "",
         "actors/programs/main.cpp": '#include "actors/programs/t.hpp"\n#include "actors/server/n.hpp"\n',
         "actors/programs/t.hpp": "", "actors/server/n.hpp": "",
-        "gui/w.cpp": '#include "actors/client/p.hpp"\n#include <QWidget>\n#include "w.moc"\n',
+        "gui/w.cpp": '#include "actors/client/p.hpp"\n#include <QWidget>\n#include "w.moc"\n'
+                     '#include "metrics/prometheus_text.hpp"\n',
+        "metrics/prometheus_text.hpp": "#include <string>\n",
     }
     failures = 0
 
