@@ -40,7 +40,6 @@
 #include <QTabWidget>
 #include <QTcpServer>
 #include <QTableView>
-#include <QTemporaryDir>
 #include <QtTest/QtTest>
 
 #include <functional>
@@ -210,17 +209,18 @@ bool contains_event(const main_window& w, const QString& text) {
   return w.events().join('\n').contains(text);
 }
 
-std::unique_ptr<QTemporaryDir> settings_dir;
+std::unique_ptr<ferry::test::temp_dir> settings_dir;
+
+QString settings_path() { return QString::fromStdString(settings_dir->str()); }
 
 } // namespace
 
 void console_live_test::initTestCase() {
   QStandardPaths::setTestModeEnabled(true);
   // Recent clusters (QSettings) go to a temp dir, never to ~/.config.
-  settings_dir = std::make_unique<QTemporaryDir>();
-  QVERIFY(settings_dir->isValid());
-  QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings_dir->path());
-  QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings_dir->path());
+  settings_dir = std::make_unique<ferry::test::temp_dir>("ferry-console-settings");
+  QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings_path());
+  QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings_path());
   QCoreApplication::setOrganizationName(QStringLiteral("ferry-test"));
   QCoreApplication::setApplicationName(QStringLiteral("ferry-console-test"));
 }
@@ -487,7 +487,7 @@ void console_live_test::recent_clusters_are_remembered() {
                               2, 20000);
     QCOMPARE(items(w), QStringList({live}));
   }
-  QVERIFY(QFile::exists(settings_dir->path() + "/ferry-test/ferry-console-test.conf"));
+  QVERIFY(QFile::exists(settings_path() + "/ferry-test/ferry-console-test.conf"));
   // At most 10 are kept, the last connected first. Earlier ones come from
   // the settings, as after earlier runs of the program.
   QStringList earlier;
