@@ -21,6 +21,10 @@ caf::error errno_error(int err, const std::string& what) {
     code = ec::disk_full;
   else if (err == ENOENT)
     code = ec::not_found;
+  if (err == EMFILE || err == ENFILE)
+    return make_error(code, what + ": " + std::strerror(err)
+                              + " (the process's open-file limit: raise "
+                                "`ulimit -n`)");
   return make_error(code, what + ": " + std::strerror(err));
 }
 
@@ -30,8 +34,8 @@ std::string name_of(const std::filesystem::path& p) {
 
 class posix_handle final : public file_handle {
 public:
-  posix_handle(int fd, std::filesystem::path p, uint64_t size)
-    : fd_(fd), path_(std::move(p)), size_(size) {
+  posix_handle(int fd, std::filesystem::path p, uint64_t size, uint64_t dev)
+    : fd_(fd), path_(std::move(p)), size_(size), dev_(dev) {
   }
 
   ~posix_handle() override {
@@ -104,10 +108,24 @@ public:
     return path_;
   }
 
+  std::optional<uint64_t> device() const override {
+    return dev_;
+  }
+
+  caf::error sync_file_system() override {
+    while (::syncfs(fd_) != 0) {
+      if (errno != EINTR)
+        return errno_error(errno, "syncfs of the file system of "
+                                    + name_of(path_));
+    }
+    return caf::none;
+  }
+
 private:
   int fd_;
   std::filesystem::path path_;
   uint64_t size_;
+  uint64_t dev_;
 };
 
 } // namespace
@@ -134,7 +152,8 @@ posix_file_system::open(const std::filesystem::path& p, open_mode mode) {
     return err;
   }
   return std::unique_ptr<file_handle>{
-    new posix_handle(fd, p, static_cast<uint64_t>(st.st_size))};
+    new posix_handle(fd, p, static_cast<uint64_t>(st.st_size),
+                     static_cast<uint64_t>(st.st_dev))};
 }
 
 caf::error posix_file_system::rename(const std::filesystem::path& from,

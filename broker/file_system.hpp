@@ -68,6 +68,16 @@ public:
   virtual uint64_t size() const = 0;
 
   virtual const std::filesystem::path& path() const = 0;
+
+  /// The file system this file lives on (st_dev), for sync_pool's syncfs
+  /// rounds; nullopt (the default, and every test layer) means "sync this
+  /// file with sync() only".
+  virtual std::optional<uint64_t> device() const { return std::nullopt; }
+
+  /// syncfs(2) of the file system holding this file: every dirty page of
+  /// every file on it is written back and the journal committed once. Only
+  /// called when device() has a value.
+  virtual caf::error sync_file_system() { return sync(); }
 };
 
 /// Directory and file operations. Paths are used as given.

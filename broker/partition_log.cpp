@@ -33,6 +33,22 @@ timestamp_ms system_now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+caf::expected<flush_job> partition_log::begin_flush() {
+  auto end = flush();
+  if (!end)
+    return std::move(end.error());
+  flush_job job;
+  job.end = *end;
+  return job;
+}
+
+caf::expected<offset> partition_log::end_flush(const flush_job&,
+                                               caf::error result) {
+  if (result)
+    return result;
+  return durable_end();
+}
+
 namespace {
 
 /// Pending index entries written without waiting for a flush, so a log that
@@ -63,6 +79,9 @@ public:
   caf::expected<append_info> append(std::span<char> batch) override;
   caf::expected<append_info> append_replicated(std::string_view batches) override;
   caf::expected<offset> flush() override;
+  caf::expected<flush_job> begin_flush() override;
+  caf::expected<offset> end_flush(const flush_job& job,
+                                  caf::error result) override;
   bool flush_due() const override;
   offset durable_end() const override { return durable_end_; }
   offset log_start() const override { return log_start_; }
@@ -127,6 +146,8 @@ private:
   timestamp_ms active_since_ms_ = 0;
   bool closed_ = false;
   caf::error fenced_;
+  /// Bumped by every truncation (see flush_job::generation).
+  uint64_t generation_ = 0;
 };
 
 // -- open and recovery ---------------------------------------------------------
@@ -455,6 +476,32 @@ caf::expected<offset> disk_partition_log::flush() {
   return durable_end_;
 }
 
+caf::expected<flush_job> disk_partition_log::begin_flush() {
+  if (auto err = writable())
+    return err;
+  flush_job job;
+  job.end = log_end();
+  job.generation = generation_;
+  job.file = segs_.back()->begin_sync_log();
+  unflushed_records_ = 0;
+  return job;
+}
+
+caf::expected<offset> disk_partition_log::end_flush(const flush_job& job,
+                                                    caf::error result) {
+  if (auto err = writable())
+    return err;
+  if (result)
+    return fence(std::move(result));
+  if (job.generation != generation_)
+    return durable_end_;
+  // A roll in between synced everything up to its point already.
+  segs_.back()->confirm_sync(job.file.get());
+  durable_end_ = std::max(durable_end_, std::min(job.end, log_end()));
+  (void) segs_.back()->write_indexes();
+  return durable_end_;
+}
+
 bool disk_partition_log::flush_due() const {
   if (unflushed_records_ == 0 || closed_)
     return false;
@@ -566,6 +613,7 @@ caf::error disk_partition_log::truncate_fully_and_start_at(offset start) {
                       "cannot start a log at " + std::to_string(start.value));
   if (auto err = reset_to(start))
     return fence(err);
+  ++generation_;
   log_start_ = start;
   hw_ = start;
   durable_end_ = start;
@@ -584,6 +632,7 @@ caf::expected<offset> disk_partition_log::truncate_to(offset end) {
     return make_error(ec::offset_out_of_range,
                       "cannot truncate to " + std::to_string(end.value)
                         + ", below the log start " + std::to_string(log_start_.value));
+  ++generation_;
   // Any failure past this point leaves files and memory out of step.
   auto i = segment_index(end);
   while (segs_.size() > i + 1) {

@@ -28,6 +28,7 @@
 
 namespace ferry {
 
+class file_handle;
 class file_system;
 
 /// Milliseconds since the Unix epoch; injectable so tests control time.
@@ -81,6 +82,17 @@ struct read_result {
   uint32_t batches = 0;
 };
 
+/// A flush split in two (see partition_log::begin_flush).
+struct flush_job {
+  /// durable_end() once `file` is synced (the log end at begin_flush).
+  offset end{0};
+  /// The file to fdatasync; null when nothing needs a sync.
+  std::shared_ptr<file_handle> file;
+  /// The log's truncation count at begin_flush: a job that a truncation
+  /// overtook covers nothing any more.
+  uint64_t generation = 0;
+};
+
 /// What open() found and repaired.
 struct recovery_report {
   uint32_t segments = 0;
@@ -129,6 +141,22 @@ public:
 
   /// Makes all appended data durable. Returns the new durable_end().
   virtual caf::expected<offset> flush() = 0;
+
+  /// The first half of a flush for owners that sync on another thread
+  /// (sync_pool), so the owner's thread never blocks in fdatasync: names
+  /// the file to sync and the offset it makes durable. The owner syncs
+  /// job.file on any thread, then calls end_flush() on its own thread with
+  /// the result. Appends may go on in between (they are not covered by the
+  /// job: the next one covers them). At most one job should be in flight.
+  /// The default implementation flushes synchronously (file null).
+  virtual caf::expected<flush_job> begin_flush();
+
+  /// The second half: with `result` none, durable_end() becomes job.end
+  /// (unless a truncation came in between), and index entries are written;
+  /// an error fences the log as a failed flush() does. Returns the new
+  /// durable_end().
+  virtual caf::expected<offset> end_flush(const flush_job& job,
+                                          caf::error result);
 
   /// True if the flush policy wants a flush now.
   virtual bool flush_due() const = 0;

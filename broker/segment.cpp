@@ -579,12 +579,26 @@ caf::error segment::append(std::string_view bytes, std::span<batch_position> bat
 }
 
 caf::error segment::sync_log() {
-  if (!dirty_)
+  if (!dirty_ && !unconfirmed_)
     return caf::none;
   if (auto err = log_->sync())
     return err;
   dirty_ = false;
+  unconfirmed_ = false;
   return caf::none;
+}
+
+std::shared_ptr<file_handle> segment::begin_sync_log() {
+  if (!dirty_)
+    return nullptr;
+  dirty_ = false;
+  unconfirmed_ = true;
+  return log_;
+}
+
+void segment::confirm_sync(const file_handle* file) {
+  if (file == log_.get())
+    unconfirmed_ = false;
 }
 
 caf::error segment::write_indexes() {

@@ -141,6 +141,17 @@ public:
   /// fdatasync of the log file if dirty.
   caf::error sync_log();
 
+  /// For a sync on another thread (sync_pool): the log file if dirty, else
+  /// null. The segment then counts as clean for the next begin_sync_log()
+  /// (a later append makes it dirty again) but not for sync_log(), which
+  /// still syncs until confirm_sync() says the sync on the other thread
+  /// succeeded: a roll or close never trusts a sync still running.
+  std::shared_ptr<file_handle> begin_sync_log();
+
+  /// The sync begun by begin_sync_log() on `file` succeeded (a no-op for
+  /// any other file: this segment was rolled or replaced meanwhile).
+  void confirm_sync(const file_handle* file);
+
   /// Appends pending index entries to the index files (no sync).
   caf::error write_indexes();
 
@@ -208,11 +219,14 @@ private:
   uint64_t size_ = 0;
   std::optional<timestamp_ms> max_ts_;
   segment_options opts_;
-  std::unique_ptr<file_handle> log_;
+  // Shared with a sync in flight on a sync_pool thread (begin_sync_log).
+  std::shared_ptr<file_handle> log_;
   offset_index index_;
   time_index time_index_;
   bool indexes_loaded_ = false;
   bool dirty_ = false;
+  // A sync begun by begin_sync_log() and not confirmed yet.
+  bool unconfirmed_ = false;
 };
 
 } // namespace ferry

@@ -30,10 +30,13 @@
 #include "actors/http/http_gateway.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/server/node.hpp"
+#include "broker/cached_file_system.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
+#include "broker/metadata_writer.hpp"
 #include "broker/raft_core.hpp"
+#include "broker/sync_pool.hpp"
 #include "metrics/exposer.hpp"
 #include "metrics/metrics.hpp"
 
@@ -245,6 +248,10 @@ struct options {
   int64_t replica_lag_max_ms = 10000;
   /// How long a produce may wait for its acks.
   int64_t produce_ack_timeout_ms = 20000;
+  /// Threads of the node's sync pool; 0: sync_pool::default_threads.
+  int io_threads = 0;
+  /// Segment files open at once; 0: cached_file_system::default_max_open.
+  int64_t max_open_files = 0;
 };
 
 } // namespace
@@ -318,6 +325,17 @@ int main(int argc, char** argv) {
                  "request_timed_out, a retriable error; the batch stays in the "
                  "log and may still commit")
     ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--io-threads", opt.io_threads,
+                 "threads that run the group commit's fdatasync for every "
+                 "partition of this node (0: 4 per core, at least 4); "
+                 "partition replicas themselves run on the actor scheduler")
+    ->check(CLI::Range(0, 256));
+  app.add_option("--max-open-files", opt.max_open_files,
+                 "segment files of all partitions open at once; beyond it the "
+                 "least recently used idle one is closed and reopened when "
+                 "next needed (0: the open-file limit, raised to its hard "
+                 "maximum at start, minus 1024 for sockets and LMDB)")
+    ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   bool show_version = false;
   app.add_flag("--version", show_version, "print the version and exit");
   try {
@@ -475,9 +493,9 @@ int main(int argc, char** argv) {
     cfg.set("middleman.connection-timeout", caf::timespan{3s});
     // CAF's scheduler defaults to at least 4 workers, each polling 500 times
     // 50 us apart before it sleeps: on 2 cores that idle polling took ~40%
-    // of the broker's CPU under produce load. Replicas run on their own
-    // threads (dedicated_thread below), so workers only route and
-    // coordinate: one per core, and no 50 us sleep-and-poll phase at all
+    // of the broker's CPU under produce load. Replicas run on these
+    // workers but never block them on fdatasync (the sync pool below
+    // does that): one worker per core, and no 50 us sleep-and-poll phase at all
     // (after the short spinning phase a worker waits on its condition
     // variable and is woken when work is enqueued to it). Each of those
     // sleeps was a context switch: with 10 of them, a 3-node cluster at 30k
@@ -485,6 +503,18 @@ int main(int argc, char** argv) {
     cfg.set("scheduler.max-threads",
             static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
     cfg.set("work-stealing.moderate-poll-attempts", 0);
+    // Declared before the actor system, so they outlive every replica that
+    // holds them (and the pool is never destroyed on one of its threads).
+    auto nofile = ferry::raise_open_file_limit();
+    ferry::cached_file_system segment_files{
+      opt.max_open_files > 0
+        ? static_cast<size_t>(opt.max_open_files)
+        : ferry::cached_file_system::default_max_open(nofile)};
+    auto meta_writer = std::make_shared<ferry::metadata_writer>(shared_store);
+    auto sync = std::make_shared<ferry::sync_pool>(ferry::sync_pool_options{
+      opt.io_threads > 0
+        ? static_cast<size_t>(opt.io_threads)
+        : ferry::sync_pool::default_threads(std::thread::hardware_concurrency())});
     caf::actor_system sys{cfg};
     ferry::node_config nc;
     nc.node_id = opt.node_id;
@@ -497,8 +527,10 @@ int main(int argc, char** argv) {
     nc.metrics = metrics_registry;
     nc.metrics_port = metrics_exposer ? metrics_exposer->port() : 0;
     nc.http_port = http ? http->port() : 0;
-    // Each replica fsyncs on its own thread, not on a scheduler worker.
-    nc.replica_defaults.dedicated_thread = true;
+    // Replicas run on the scheduler; their fdatasync on these threads.
+    nc.replica_defaults.sync = sync;
+    nc.replica_defaults.fs = &segment_files;
+    nc.replica_defaults.meta_writer = meta_writer;
     nc.replica_defaults.replica_lag_max =
       std::chrono::milliseconds{opt.replica_lag_max_ms};
     nc.replica_defaults.ack_timeout =

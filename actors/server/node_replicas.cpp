@@ -5,6 +5,8 @@
 
 #include "actors/server/node_internal.hpp"
 
+#include "broker/metadata_writer.hpp"
+
 namespace ferry::node_detail {
 
 /// Sends the node a re-check after `delay`.
@@ -31,6 +33,14 @@ void delete_replica_data(self_ptr self, const topic_partition& key) {
   std::filesystem::remove_all(dir, ec);
   if (ec)
     log::error("node: cannot delete {}: {}", dir.string(), ec.message());
+  if (auto& w = st.cfg.replica_defaults.meta_writer) {
+    // Behind any write the replica queued there before it died.
+    if (auto k = metadata_format::encode_partition_key(key.topic, key.partition)) {
+      w->erase_later(metadata_format::partitions_db, *k);
+      w->erase_later(producer_snapshots_db, *k);
+    }
+    return;
+  }
   if (auto err = st.cfg.store->erase_partition(key.topic, key.partition))
     log::error("node: cannot erase the checkpoint of {}: {}",
                tp_name(key.topic, key.partition), err);
@@ -106,10 +116,8 @@ void spawn_replica(self_ptr self, const topic_partition& key,
                                 st.cfg.metrics, key.topic, key.partition)
                             : nullptr;
   rc.node_probe = st.probe;
-  // dedicated_thread: see partition_replica_config (fsync off the workers).
-  r.handle = rc.dedicated_thread
-               ? self->spawn<caf::detached>(partition_replica, std::move(rc))
-               : self->spawn(partition_replica, std::move(rc));
+  // On the shared scheduler: fdatasync runs on rc.sync's threads (if set).
+  r.handle = self->spawn(partition_replica, std::move(rc));
   r.config = md.config;
   r.epoch = pa.epoch;
   self->monitor(r.handle);

@@ -3,12 +3,15 @@
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
+#include "broker/metadata_writer.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/sync_pool.hpp"
 #include "broker/topic_config.hpp"
 #include "metrics/node_probe.hpp"
 #include "metrics/partition_probe.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 
 #include <algorithm>
@@ -282,35 +285,115 @@ void fence(replica_ptr self, caf::error err) {
 // acks=all latency).
 constexpr auto slow_flush = std::chrono::milliseconds{100};
 
+void observe_flush(const partition_replica_state& st,
+                   steady_clock::duration took);
+
 caf::expected<offset> flush_log(partition_replica_state& st) {
   auto t0 = steady_clock::now();
   auto r = st.log->flush();
-  auto took = steady_clock::now() - t0;
+  observe_flush(st, steady_clock::now() - t0);
+  return r;
+}
+
+void follower_synced(replica_ptr self);
+void follower_fetch(replica_ptr self);
+
+void observe_flush(const partition_replica_state& st,
+                   steady_clock::duration took) {
   if (st.cfg.probe)
     st.cfg.probe->flushed(took);
   if (took >= slow_flush)
     log::warn("partition {}: flush took {} ms", name_of(st),
               std::chrono::duration_cast<std::chrono::milliseconds>(took)
                 .count());
-  return r;
+}
+
+// Whether what is appended needs a flush now. Followers make every fetch
+// durable before the next one (their fetch offset is their durable end).
+bool flush_needed(const partition_replica_state& st) {
+  if (durable_acks(st) || !st.leader)
+    return st.log->durable_end() < st.log->log_end();
+  return st.log->flush_due();
+}
+
+// Finishes the sync in flight on cfg.sync if it is done. False: still
+// running (its completion sends a flush_atom), or it failed (fenced).
+bool finish_sync(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.sync_job)
+    return true;
+  if (!st.sync_result->done.load(std::memory_order_acquire))
+    return false;
+  auto job = std::move(*st.sync_job);
+  st.sync_job.reset();
+  auto result = std::move(st.sync_result->result);
+  st.sync_result.reset();
+  observe_flush(st, steady_clock::now() - st.sync_began);
+  if (auto r = st.log->end_flush(job, std::move(result)); !r) {
+    fence(self, std::move(r.error()));
+    return false;
+  }
+  return true;
+}
+
+// Starts a flush on cfg.sync's threads. False: it could not start (fenced).
+bool start_sync(replica_ptr self) {
+  auto& st = self->state;
+  auto job = st.log->begin_flush();
+  if (!job) {
+    fence(self, std::move(job.error()));
+    return false;
+  }
+  if (!job->file) {
+    // Nothing dirty: durable already (a roll synced it, say).
+    if (auto r = st.log->end_flush(*job, caf::none); !r) {
+      fence(self, std::move(r.error()));
+      return false;
+    }
+    return true;
+  }
+  auto slot = std::make_shared<partition_replica_state::sync_slot>();
+  st.sync_result = slot;
+  st.sync_began = steady_clock::now();
+  auto file = job->file;
+  st.sync_job = std::move(*job);
+  partition_actor me = self;
+  st.cfg.sync->submit(std::move(file), [slot, me](caf::error err) {
+    slot->result = std::move(err);
+    slot->done.store(true, std::memory_order_release);
+    caf::anon_send(me, flush_atom_v);
+  });
+  return true;
 }
 
 // The group commit: one flush for everything appended since the last one.
-void commit(replica_ptr self) {
+// `inline_sync`: flush on this thread even with cfg.sync (shutting down).
+void commit(replica_ptr self, bool inline_sync = false) {
   auto& st = self->state;
   if (st.fenced || !st.log)
     return;
+  if (!finish_sync(self)) {
+    if (st.fenced || !inline_sync)
+      return;
+    // Shutting down with a sync still running: flush() syncs again here
+    // (the log does not trust a sync it has not seen finish).
+    st.sync_job.reset();
+    st.sync_result.reset();
+  }
   ++st.stats.commits;
-  bool need = durable_acks(st) ? st.log->durable_end() < st.log->log_end()
-                               : st.log->flush_due();
-  if (need) {
+  if (flush_needed(st)) {
     ++st.stats.log_flushes;
-    if (auto r = flush_log(st); !r) {
+    if (st.cfg.sync && !inline_sync) {
+      if (!start_sync(self))
+        return;
+    } else if (auto r = flush_log(st); !r) {
       fence(self, std::move(r.error()));
       return;
     }
   }
   advance(self);
+  if (!st.leader)
+    follower_synced(self);
 }
 
 // -- checkpoints and snapshots ---------------------------------------------------
@@ -331,8 +414,11 @@ void save_snapshot(replica_ptr self) {
     log::warn("partition {}: no producer snapshot: {}", name_of(st), key.error());
     return;
   }
-  if (auto err = st.cfg.store->put(producer_snapshots_db, *key,
-                                   st.producers.encode_snapshot(end))) {
+  if (st.cfg.meta_writer) {
+    st.cfg.meta_writer->put_later(producer_snapshots_db, *key,
+                                  st.producers.encode_snapshot(end));
+  } else if (auto err = st.cfg.store->put(producer_snapshots_db, *key,
+                                          st.producers.encode_snapshot(end))) {
     log::warn("partition {}: producer snapshot failed: {}", name_of(st), err);
     return;
   }
@@ -344,6 +430,20 @@ void save_snapshot(replica_ptr self) {
 void save_checkpoint(partition_replica_state& st) {
   if (!st.log || st.log->high_watermark() == st.checkpointed_hw)
     return;
+  if (st.cfg.meta_writer && st.cfg.store) {
+    // Queued: written with other partitions' in one transaction.
+    auto key = snapshot_key(st);
+    if (!key) {
+      log::warn("partition {}: no checkpoint: {}", name_of(st), key.error());
+      return;
+    }
+    partition_metadata md{st.log->log_start(), st.log->high_watermark(),
+                          st.log->epochs()};
+    st.cfg.meta_writer->put_later(metadata_format::partitions_db, *key,
+                                  metadata_format::encode_partition_metadata(md));
+    st.checkpointed_hw = st.log->high_watermark();
+    return;
+  }
   if (auto err = st.log->checkpoint()) {
     log::warn("partition {}: checkpoint failed: {}", name_of(st), err);
     return;
@@ -355,7 +455,9 @@ void save_checkpoint(partition_replica_state& st) {
 caf::error load_producers(partition_replica_state& st) {
   if (st.cfg.store) {
     if (auto key = snapshot_key(st)) {
-      auto bytes = st.cfg.store->get(producer_snapshots_db, *key);
+      auto bytes = st.cfg.meta_writer
+                     ? st.cfg.meta_writer->get(producer_snapshots_db, *key)
+                     : st.cfg.store->get(producer_snapshots_db, *key);
       if (bytes) {
         if (auto snap = producer_state::decode_snapshot(*bytes)) {
           st.producers = std::move(*snap);
@@ -380,7 +482,7 @@ void shut_down(replica_ptr self) {
     return;
   if (!st.fenced) {
     st.commit_scheduled = false;
-    commit(self);
+    commit(self, true);
   }
   if (!st.fenced) {
     wake_waiters(self, true);
@@ -664,6 +766,15 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     if (st.cfg.on_replicated)
       fresh.push_back(batch);
   }
+  if (appended && st.cfg.sync) {
+    // Durable on the I/O threads; follower_synced applies the rest and
+    // follower_fetch waits for it.
+    for (auto b : fresh)
+      st.replicated_pending.emplace_back(b);
+    st.leader_hw = std::max(st.leader_hw, r.high_watermark);
+    schedule_commit(self);
+    return caf::none;
+  }
   if (appended) {
     ++st.stats.log_flushes;
     if (auto flushed = flush_log(st); !flushed) {
@@ -682,12 +793,44 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
   return caf::none;
 }
 
+// Follower with cfg.sync (from commit): once the last fetch's appends are
+// durable, applies them to the node, takes the leader's HW, and fetches on.
+void follower_synced(replica_ptr self) {
+  auto& st = self->state;
+  if (st.leader || st.fenced || !st.log || st.sync_job
+      || st.log->durable_end() < st.log->log_end())
+    return;
+  if (!st.replicated_pending.empty()) {
+    for (auto& b : st.replicated_pending)
+      if (auto err = st.cfg.on_replicated(b))
+        log::warn("partition {}: applying replicated data failed: {}",
+                  name_of(st), err);
+    st.replicated_pending.clear();
+  }
+  if (st.leader_hw >= offset{0}) {
+    auto hw = std::min(st.leader_hw, st.log->log_end());
+    if (hw > st.log->high_watermark())
+      st.log->set_high_watermark(hw);
+    st.leader_hw = offset{-1};
+    report_log(st);
+  }
+  follower_fetch(self);
+}
+
 // Follower: one fetch from the leader; the answer triggers the next one.
 void follower_fetch(replica_ptr self) {
   auto& st = self->state;
   if (st.leader || st.fenced || !st.log || !st.leader_broker
       || st.fetch_in_flight)
     return;
+  // The fetch offset says "durable up to here": with cfg.sync, not before
+  // the sync of the last fetch's appends finished (follower_synced calls
+  // this again then).
+  if (st.cfg.sync
+      && (st.sync_job || st.log->durable_end() < st.log->log_end())) {
+    schedule_commit(self);
+    return;
+  }
   fetch_request req;
   req.topic = st.cfg.topic;
   req.partition = st.cfg.partition;
@@ -1116,7 +1259,10 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.log_cfg = make_log_config(st.cfg.topic_cfg, st.cfg.flush);
-  if (st.cfg.store)
+  if (st.cfg.store && st.cfg.meta_writer)
+    st.checkpoint = std::make_unique<writer_partition_checkpoint>(
+      *st.cfg.meta_writer, st.cfg.topic, st.cfg.partition);
+  else if (st.cfg.store)
     st.checkpoint = std::make_unique<lmdb_partition_checkpoint>(
       *st.cfg.store, st.cfg.topic, st.cfg.partition);
   else
@@ -1274,7 +1420,13 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
         if (ec)
           log::warn("partition {}: cannot delete {}: {}", name_of(st),
                     st.cfg.dir.string(), ec.message());
-        if (st.cfg.store) {
+        if (st.cfg.store && st.cfg.meta_writer) {
+          if (auto key = snapshot_key(st)) {
+            st.cfg.meta_writer->erase_later(metadata_format::partitions_db,
+                                            *key);
+            st.cfg.meta_writer->erase_later(producer_snapshots_db, *key);
+          }
+        } else if (st.cfg.store) {
           metadata_batch batch;
           batch.erase_partition(st.cfg.topic, st.cfg.partition);
           if (auto key = snapshot_key(st))

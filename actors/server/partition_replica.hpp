@@ -40,7 +40,14 @@
 // flush_atom. Every produce already in the mailbox is appended before that
 // message arrives, so one log flush (one fdatasync per touched file) covers
 // them all. The flush handler then advances the high watermark and answers
-// every parked produce it covers, and wakes long-poll fetchers.
+// every parked produce it covers, and wakes long-poll fetchers. With
+// cfg.sync (ferryd) the fdatasync runs on the node's I/O threads: the flush
+// handler starts it (partition_log::begin_flush) and returns; produces keep
+// being appended; the pool's completion sends another flush_atom, whose
+// handler finishes the flush (end_flush), advances and answers, and starts
+// the next sync for what was appended meanwhile. A follower with cfg.sync
+// fetches again only once what it appended is durable (its fetch offset
+// tells the leader what it holds durably).
 //
 //   acks=0     answered at once (the client ignores the answer).
 //   acks=1     answered once the leader's position covers the batch.
@@ -89,6 +96,8 @@
 #include "broker/producer_state.hpp"
 
 #include <caf/actor_clock.hpp>
+
+#include <atomic>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
@@ -106,6 +115,8 @@ namespace ferry {
 
 class file_system;
 class metadata_store;
+class metadata_writer;
+class sync_pool;
 
 namespace metrics {
 class node_probe;
@@ -189,12 +200,18 @@ struct partition_replica_config {
   /// the error never passes through it) counts in ferry_request_errors_total.
   /// Null: not counted. Shared by every replica of the node.
   std::shared_ptr<metrics::node_probe> node_probe;
-  /// Read by the node when it spawns the replica: true runs it on its own
-  /// thread (caf::detached), so its group-commit fdatasync (milliseconds)
-  /// blocks only this replica, not a scheduler worker that the node, the
-  /// other replicas and the groups need. ferryd sets it; false (the
-  /// default) keeps replicas on the scheduler, as deterministic tests need.
-  bool dedicated_thread = false;
+  /// The node's I/O threads. Set (ferryd): the group commit's fdatasync
+  /// runs there (partition_log::begin_flush / end_flush) and this replica,
+  /// on the shared scheduler, keeps appending and serving meanwhile; the
+  /// pool's callback wakes it with a flush_atom. Null (the deterministic
+  /// tests' default): the replica calls fdatasync itself, inline.
+  std::shared_ptr<sync_pool> sync;
+  /// The node's batched metadata writes (with `store`): the tick's HW
+  /// checkpoint and producer snapshot, and their erasure on delete, are
+  /// queued there and written for many partitions in one LMDB transaction;
+  /// the log's own checkpoints (retention, truncation, epochs) go through
+  /// it synchronously (put_now). Null: every write is its own commit.
+  std::shared_ptr<metadata_writer> meta_writer;
 };
 
 /// Counters for tests and metrics.
@@ -256,6 +273,21 @@ struct partition_replica_state {
   uint64_t pending_bytes = 0;
   /// True while a flush_atom is in the mailbox.
   bool commit_scheduled = false;
+
+  /// A sync on cfg.sync's threads: its result, filled in there.
+  struct sync_slot {
+    std::atomic<bool> done{false};
+    caf::error result;
+  };
+  /// The flush in flight on cfg.sync (at most one), when it began, and the
+  /// slot its result lands in.
+  std::optional<flush_job> sync_job;
+  std::shared_ptr<sync_slot> sync_result;
+  std::chrono::steady_clock::time_point sync_began;
+  /// Follower with cfg.sync: batches appended by the last fetch, applied
+  /// through cfg.on_replicated once durable, and the leader's HW it gave.
+  std::vector<std::string> replicated_pending;
+  offset leader_hw{-1};
   /// Set by a failed flush: answered to every later produce and fetch.
   caf::error fenced;
 

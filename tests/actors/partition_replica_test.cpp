@@ -12,6 +12,7 @@
 #include "broker/file_system.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/sync_pool.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -822,6 +823,123 @@ TEST_F(partition_replica_test, full_disk_refuses_produce_and_recovers) {
   auto f = fetch(0);
   ASSERT_OK(f);
   EXPECT_EQ(base_offsets(f->data), (std::vector<int64_t>{0, 1}));
+}
+
+// -- the node's I/O threads (cfg.sync) ----------------------------------------
+// ferryd runs replicas on the shared scheduler and their fdatasync on a
+// sync_pool. Here the pool has no threads: the test runs its jobs
+// (run_pending), so every step between "appended" and "durable" is visible.
+
+class partition_replica_sync_test : public partition_replica_test {
+protected:
+  void SetUp() override {
+    partition_replica_test::SetUp();
+    pool_ = std::make_shared<sync_pool>(
+      sync_pool_options{.threads = 0, .syncfs_threshold = 0});
+    cfg_.sync = pool_;
+  }
+
+  void TearDown() override {
+    partition_replica_test::TearDown();
+    pool_.reset();
+  }
+
+  std::shared_ptr<sync_pool> pool_;
+};
+
+TEST_F(partition_replica_sync_test, produce_is_acked_once_the_pool_ran_the_sync) {
+  spawn();
+  auto h = request(produce_atom_v, produce_req(make_batch({.records = 2})));
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 0u) << "acked before anything was synced";
+  EXPECT_EQ(state().log->log_end(), offset{2});
+  EXPECT_EQ(state().log->durable_end(), offset{0});
+  EXPECT_EQ(pool_->stats().jobs, 1u);
+  auto syncs = faulty_.syncs_of(".log");
+  EXPECT_EQ(pool_->run_pending(), 1u);
+  EXPECT_EQ(faulty_.syncs_of(".log"), syncs + 1) << "the pool did not sync";
+  sched_->run(); // the pool's flush_atom: finish the commit, answer
+  auto r = await<produce_response>(h);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->base_offset, offset{0});
+  EXPECT_EQ(state().log->durable_end(), offset{2});
+  EXPECT_EQ(state().log->high_watermark(), offset{2});
+}
+
+TEST_F(partition_replica_sync_test, produces_during_a_running_sync_share_the_next_one) {
+  spawn();
+  auto first = request(produce_atom_v, produce_req(make_batch({})));
+  sched_->run();
+  ASSERT_EQ(pool_->stats().jobs, 1u);
+  // While the first sync is queued, more produces are appended (the replica
+  // is not blocked) but start no sync of their own.
+  std::vector<decltype(first)> more;
+  for (int i = 0; i < 5; ++i)
+    more.push_back(request(produce_atom_v, produce_req(make_batch({}))));
+  sched_->run();
+  EXPECT_EQ(state().log->log_end(), offset{6});
+  EXPECT_EQ(pool_->stats().jobs, 1u) << "a second sync while one was running";
+  EXPECT_EQ(answers_waiting(), 0u);
+  pool_->run_pending();
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 1u) << "only the first produce is durable";
+  ASSERT_OK(await<produce_response>(first));
+  EXPECT_EQ(state().log->durable_end(), offset{1});
+  EXPECT_EQ(pool_->stats().jobs, 2u) << "no sync for the five that waited";
+  pool_->run_pending();
+  sched_->run();
+  for (int i = 0; i < 5; ++i) {
+    auto r = await<produce_response>(more[i]);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->base_offset, offset{i + 1});
+  }
+  EXPECT_EQ(pool_->stats().fdatasyncs, 2u);
+  EXPECT_EQ(state().log->durable_end(), offset{6});
+}
+
+TEST_F(partition_replica_sync_test, a_failed_sync_on_the_pool_fences_the_replica) {
+  spawn();
+  ASSERT_EQ(pool_->run_pending(), 0u);
+  auto h = request(produce_atom_v, produce_req(make_batch({})));
+  sched_->run();
+  faulty_.fail_syncs(true);
+  pool_->run_pending();
+  faulty_.fail_syncs(false);
+  sched_->run();
+  auto r = await<produce_response>(h);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(is(r.error(), ec::io_error)) << describe(r.error());
+  auto again = produce(make_batch({}));
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(is(again.error(), ec::io_error)) << describe(again.error());
+  auto s = status();
+  ASSERT_OK(s);
+  EXPECT_FALSE(s->online);
+  EXPECT_EQ(s->high_watermark, offset{0});
+}
+
+TEST_F(partition_replica_sync_test, stop_with_a_sync_queued_flushes_and_answers) {
+  spawn();
+  auto h = request(produce_atom_v, produce_req(make_batch({.records = 3})));
+  sched_->run();
+  ASSERT_EQ(answers_waiting(), 0u);
+  auto stopped = request(stop_atom_v, false);
+  sched_->run();
+  // The stop flushed on the replica's own thread: the produce is durable
+  // and answered although the pool never ran its job.
+  auto r = await<produce_response>(h);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->last_offset, offset{2});
+  auto ok = await<bool>(stopped);
+  ASSERT_OK(ok);
+  replica_ = nullptr;
+  pool_->run_pending(); // the stale job: its replica is gone
+  sched_->run();
+  spawn();
+  auto s = status();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->log_end, offset{3});
+  EXPECT_EQ(s->high_watermark, offset{3});
 }
 
 // -- lifecycle ------------------------------------------------------------------
@@ -1813,6 +1931,41 @@ TEST_F(replication_test, new_follower_starts_at_the_leaders_log_start) {
        "up; it fetched from "
     << link->seen.back().from.value << " " << link->seen.size() << " times";
   EXPECT_EQ(state(follower).log->log_start(), offset{2});
+}
+
+// 9. With I/O threads (ferryd: cfg.sync), a follower's fetch offset still
+// means "durable here": it fetches again only once the pool synced what it
+// appended, and the leader's acks=all waits for that.
+TEST_F(replication_test, follower_with_io_threads_fetches_on_only_once_durable) {
+  auto pool = std::make_shared<sync_pool>(
+    sync_pool_options{.threads = 0, .syncfs_threshold = 0});
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  lcfg.sync = pool;
+  auto leader = spawn_replica(lcfg);
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  fcfg.sync = pool;
+  auto follower = spawn_replica(fcfg);
+  ASSERT_EQ(link->seen.size(), 1u);
+  auto r = produce(leader, make_batch({.records = 4}));
+  // The follower got the batch before the leader's sync (its parked fetch
+  // was woken by the append) and appended it, but has not synced it.
+  EXPECT_EQ(state(follower).log->log_end(), offset{4});
+  EXPECT_EQ(state(follower).log->durable_end(), offset{0});
+  EXPECT_EQ(link->seen.size(), 1u)
+    << "the follower fetched on (from " << link->seen.back().from.value
+    << ") before its copy was durable";
+  EXPECT_FALSE(r->done) << "acks=all answered before any sync";
+  for (int i = 0; i < 10 && pool->run_pending() > 0; ++i)
+    sched_->run();
+  ASSERT_GE(link->seen.size(), 2u) << "the follower never fetched on";
+  EXPECT_EQ(link->seen[1].from, offset{4});
+  EXPECT_EQ(state(follower).log->durable_end(), offset{4});
+  EXPECT_ANSWERED_OK(r);
+  EXPECT_EQ(status(leader).high_watermark, offset{4});
+  expect_identical_logs(lcfg.dir, fcfg.dir);
 }
 
 } // namespace
