@@ -307,7 +307,9 @@ cached_file_system::~cached_file_system() = default;
 size_t cached_file_system::default_max_open(uint64_t rlimit, size_t reserve) {
   if (rlimit <= reserve + 64)
     return 64;
-  return static_cast<size_t>(std::min<uint64_t>(rlimit - reserve, 1u << 30));
+  // Three quarters at most: a node stays well clear of the limit.
+  auto bound = std::min(rlimit - reserve, rlimit / 4 * 3);
+  return static_cast<size_t>(std::min<uint64_t>(bound, 1u << 30));
 }
 
 fd_cache_stats cached_file_system::stats() const {

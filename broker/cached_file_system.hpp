@@ -58,8 +58,8 @@ public:
   ~cached_file_system() override;
 
   /// The bound for a process whose open-file limit is `rlimit`: what is
-  /// left after `reserve` descriptors for sockets, LMDB and logs (at least
-  /// 64).
+  /// left after `reserve` descriptors for sockets, LMDB and logs, and at
+  /// most three quarters of the limit (at least 64).
   static size_t default_max_open(uint64_t rlimit, size_t reserve = 1024);
 
   fd_cache_stats stats() const;

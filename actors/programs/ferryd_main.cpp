@@ -334,7 +334,8 @@ int main(int argc, char** argv) {
                  "segment files of all partitions open at once; beyond it the "
                  "least recently used idle one is closed and reopened when "
                  "next needed (0: the open-file limit, raised to its hard "
-                 "maximum at start, minus 1024 for sockets and LMDB)")
+                 "maximum at start, minus 1024 for sockets and LMDB, at "
+                 "most three quarters of it)")
     ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   bool show_version = false;
   app.add_flag("--version", show_version, "print the version and exit");

@@ -132,6 +132,8 @@ bool covered(const partition_replica_state& st, offset last, acks_mode acks) {
   return last < st.log->high_watermark();
 }
 
+void wake_ticks(replica_ptr self);
+
 void schedule_commit(replica_ptr self) {
   auto& st = self->state;
   if (st.commit_scheduled)
@@ -766,6 +768,8 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     if (st.cfg.on_replicated)
       fresh.push_back(batch);
   }
+  if (appended)
+    wake_ticks(self);
   if (appended && st.cfg.sync) {
     // Durable on the I/O threads; follower_synced applies the rest and
     // follower_fetch waits for it.
@@ -908,6 +912,7 @@ void check_fetch_stall(replica_ptr self) {
 void set_role(replica_ptr self, const partition_assignment& pa,
               caf::actor leader_broker) {
   auto& st = self->state;
+  wake_ticks(self);
   bool was_leader = st.leader;
   auto old = st.assignment;
   st.assignment = pa;
@@ -965,6 +970,45 @@ void set_role(replica_ptr self, const partition_assignment& pa,
     }
     follower_fetch(self);
   }
+}
+
+// -- the periodic tick ----------------------------------------------------------
+
+void schedule_tick(replica_ptr self, std::chrono::milliseconds in) {
+  auto& st = self->state;
+  st.tick_due = self->clock().now() + in;
+  self->delayed_send(self, in, tick_atom_v);
+}
+
+// Activity on a quiet replica: back to the short period now.
+void wake_ticks(replica_ptr self) {
+  auto& st = self->state;
+  st.idle_ticks = 0;
+  if (!st.quiet || st.cfg.tick_interval.count() <= 0)
+    return;
+  st.quiet = false;
+  schedule_tick(self, st.cfg.tick_interval);
+}
+
+// After a tick: the period of the next one.
+void reschedule_tick(replica_ptr self) {
+  auto& st = self->state;
+  if (st.cfg.tick_interval.count() <= 0)
+    return;
+  bool idle = st.log && st.pending.empty() && !st.sync_job
+              && !st.isr_change_pending
+              && st.log->log_end() == st.tick_log_end
+              && st.log->high_watermark() == st.tick_hw
+              && st.isr.size() >= st.assignment.replicas.size();
+  if (st.log) {
+    st.tick_log_end = st.log->log_end();
+    st.tick_hw = st.log->high_watermark();
+  }
+  st.idle_ticks = idle ? st.idle_ticks + 1 : 0;
+  st.quiet = st.idle_ticks >= st.cfg.quiet_after
+             && st.cfg.quiet_tick_interval > st.cfg.tick_interval;
+  schedule_tick(self, st.quiet ? st.cfg.quiet_tick_interval
+                               : st.cfg.tick_interval);
 }
 
 // -- produce ------------------------------------------------------------------
@@ -1051,6 +1095,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
                         records, arrived, self->clock().now() + st.cfg.ack_timeout});
   st.pending_bytes += info->bytes;
   schedule_commit(self);
+  wake_ticks(self);
   // Followers copy the log end, not only what is flushed: handing them the
   // batch now lets their write and fdatasync run while ours does (the HW
   // still waits for this replica's flush, see leader_position). Answering
@@ -1339,7 +1384,7 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     self->quit(std::move(msg.reason));
   });
   if (st.cfg.tick_interval.count() > 0)
-    self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
+    schedule_tick(self, st.cfg.tick_interval);
   return {
     [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
       return counted(self->state, produce(self, req));
@@ -1380,14 +1425,15 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     },
     [self](expire_atom, uint64_t) { expire_waiters(self); },
     [self](tick_atom) {
+      auto& st = self->state;
+      if (st.cfg.tick_interval.count() > 0 && self->clock().now() < st.tick_due)
+        return; // a stale tick from before a wake-up (see tick_due)
       tick(self);
       check_isr_lag(self);
       check_fetch_stall(self);
-      if (self->state.leader)
+      if (st.leader)
         fail_overdue_produces(self);
-      auto& st = self->state;
-      if (st.cfg.tick_interval.count() > 0)
-        self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
+      reschedule_tick(self);
     },
     [self](purge_atom, offset before) -> caf::result<offset> {
       auto& st = self->state;

@@ -182,6 +182,14 @@ struct partition_replica_config {
   /// Period of retention, time-based flush, checkpoint and snapshot work.
   /// Zero disables the tick (tests drive it by sending tick_atom).
   std::chrono::milliseconds tick_interval{1000};
+  /// A replica that had nothing to do for quiet_after ticks in a row (no
+  /// appends, no parked produces, HW and ISR settled) ticks only every
+  /// quiet_tick_interval, until a produce, a replicated append or a role
+  /// change brings the short period back at once: 10,000 idle replicas
+  /// then cost 1,000 timer messages a second, not 10,000. Retention of an
+  /// idle partition is checked that much later (Kafka checks every 5 min).
+  std::chrono::milliseconds quiet_tick_interval{10000};
+  int quiet_after = 3;
   /// Long-poll fetches parked at once; more are answered immediately.
   size_t max_fetch_waiters = 1024;
   /// Upper bound of a fetch's max_wait_ms.
@@ -335,6 +343,16 @@ struct partition_replica_state {
   caf::actor_clock::time_point last_snapshot;
 
   partition_replica_stats stats;
+
+  /// The periodic tick (cfg.tick_interval > 0): when the scheduled one is
+  /// due (an earlier tick_atom is a stale one from before a wake-up and is
+  /// dropped), idle ticks in a row, whether ticking at the quiet period,
+  /// and the log end and HW at the last tick.
+  caf::actor_clock::time_point tick_due{};
+  int idle_ticks = 0;
+  bool quiet = false;
+  offset tick_log_end{-1};
+  offset tick_hw{-1};
 
   /// Closes the log if still open and answers parked requests.
   ~partition_replica_state();

@@ -792,6 +792,35 @@ TEST_F(partition_replica_test, tick_writes_hw_checkpoint_and_snapshot) {
 
 // -- failures -------------------------------------------------------------------
 
+TEST_F(partition_replica_test, an_idle_replica_ticks_rarely_until_a_produce) {
+  cfg_.tick_interval = 1s;
+  cfg_.quiet_tick_interval = 10s;
+  cfg_.quiet_after = 3;
+  spawn();
+  ASSERT_OK(produce(make_batch({})));
+  // Busy (an append since the last tick), then three idle ticks: quiet.
+  for (int i = 0; i < 4; ++i) {
+    sched_->advance_time(1s);
+    sched_->run();
+  }
+  EXPECT_TRUE(state().quiet) << state().idle_ticks << " idle ticks";
+  auto due = state().tick_due;
+  EXPECT_GE(due - sched_->clock().now(), 9s) << "no long period when quiet";
+  // A produce brings the short period back at once.
+  ASSERT_OK(produce(make_batch({})));
+  EXPECT_FALSE(state().quiet);
+  EXPECT_LE(state().tick_due - sched_->clock().now(), 1s);
+  // The stale long tick does not start a second chain of ticks: after it
+  // fired, one tick is pending, not two.
+  for (int i = 0; i < 20; ++i) {
+    sched_->advance_time(1s);
+    sched_->run();
+  }
+  EXPECT_TRUE(state().quiet);
+  EXPECT_LE(sched_->clock().schedule().size(), 1u)
+    << "more than one tick chain";
+}
+
 TEST_F(partition_replica_test, failed_flush_fences_the_replica) {
   spawn();
   ASSERT_OK(produce(make_batch({})));

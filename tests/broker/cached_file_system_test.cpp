@@ -163,7 +163,9 @@ TEST_F(cached_file_system_test, the_process_limit_gives_a_clear_error) {
 }
 
 TEST_F(cached_file_system_test, default_bound_leaves_room_for_sockets) {
-  EXPECT_EQ(cached_file_system::default_max_open(20000), 18976u);
+  EXPECT_EQ(cached_file_system::default_max_open(20000), 15000u);
+  EXPECT_EQ(cached_file_system::default_max_open(1u << 20), 786432u);
+  EXPECT_EQ(cached_file_system::default_max_open(4096), 3072u);
   EXPECT_EQ(cached_file_system::default_max_open(1024), 64u);
 }
 
