@@ -974,10 +974,25 @@ void set_role(replica_ptr self, const partition_assignment& pa,
 
 // -- the periodic tick ----------------------------------------------------------
 
-void schedule_tick(replica_ptr self, std::chrono::milliseconds in) {
+// `aligned`: the due time is rounded down to a whole second of the clock
+// (at least half the period away), so the quiet ticks of all replicas
+// fire together: CAF's clock thread wakes once a second for all of them
+// instead of once per replica.
+void schedule_tick(replica_ptr self, std::chrono::milliseconds in,
+                   bool aligned = false) {
   auto& st = self->state;
-  st.tick_due = self->clock().now() + in;
-  self->delayed_send(self, in, tick_atom_v);
+  auto now = self->clock().now();
+  auto due = now + in;
+  if (aligned) {
+    auto grid = std::chrono::duration_cast<std::chrono::seconds>(
+      due.time_since_epoch());
+    auto rounded = caf::actor_clock::time_point{
+      std::chrono::duration_cast<caf::actor_clock::duration_type>(grid)};
+    if (rounded > now + in / 2)
+      due = rounded;
+  }
+  st.tick_due = due;
+  self->delayed_send(self, due - now, tick_atom_v);
 }
 
 // Activity on a quiet replica: back to the short period now.
@@ -1007,8 +1022,10 @@ void reschedule_tick(replica_ptr self) {
   st.idle_ticks = idle ? st.idle_ticks + 1 : 0;
   st.quiet = st.idle_ticks >= st.cfg.quiet_after
              && st.cfg.quiet_tick_interval > st.cfg.tick_interval;
-  schedule_tick(self, st.quiet ? st.cfg.quiet_tick_interval
-                               : st.cfg.tick_interval);
+  if (st.quiet)
+    schedule_tick(self, st.cfg.quiet_tick_interval, true);
+  else
+    schedule_tick(self, st.cfg.tick_interval);
 }
 
 // -- produce ------------------------------------------------------------------

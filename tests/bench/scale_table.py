@@ -107,7 +107,8 @@ ROWS = [
 KEYS = 100_000      # distinct keys of the producer
 SIZE = 1024         # payload bytes
 IDLE_SECONDS = 5.0  # how long the idle CPU is measured
-SETTLE_SECONDS = 2.0  # pause after a create before idle figures are taken
+SETTLE_SECONDS = 15.0  # pause after a create before idle figures are taken:
+# replicas with nothing to do go quiet after 3 idle 1 s ticks (10 s ticks then)
 
 
 class RowFailed(Exception):
