@@ -15,6 +15,7 @@
 #include "broker/model.hpp"
 #include "broker/raft_types.hpp"
 
+#include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/type_id.hpp>
 
@@ -247,6 +248,19 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, produce_response& x) {
   return f(caf::meta::type_name("ferry::produce_response"), x.base_offset,
            x.last_offset, x.log_start, x.duplicate, x.leader);
+}
+
+/// One partition's answer within a multi-partition produce (a
+/// std::vector<produce_request> sent to a node, answered in the same
+/// order): the response, or the error that partition answered.
+struct produce_result {
+  produce_response response;
+  caf::error error;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, produce_result& x) {
+  return f(caf::meta::type_name("ferry::produce_result"), x.response, x.error);
 }
 
 /// Read records from one partition, with long poll.
@@ -999,4 +1013,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_ATOM(ferry, ferry, isr_atom, "isr")
   // Broker-only nodes (observers of the metadata log).
   CAF_ADD_TYPE_ID(ferry, (ferry::raft_log_chunk))
+  // Multi-partition produce (issue 15).
+  CAF_ADD_TYPE_ID(ferry, (ferry::produce_result))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::produce_request>))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::produce_result>))
 CAF_END_TYPE_ID_BLOCK(ferry)

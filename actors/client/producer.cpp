@@ -78,7 +78,10 @@ using clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 /// The producer's full interface: the public one plus connection updates.
-using producer_impl = producer_actor::extend<caf::reacts_to<connect_atom, broker_actor>>;
+/// connect_atom: a new bootstrap connection. produce_atom (alone): send the
+/// outbox (see producer_state::outbox).
+using producer_impl = producer_actor::extend<caf::reacts_to<connect_atom, broker_actor>,
+                                             caf::reacts_to<produce_atom>>;
 
 constexpr uint64_t housekeeping_tick = 0;
 /// The one linger timer (batch ids start at 1).
@@ -256,6 +259,20 @@ struct producer_state {
   bool housekeeping_scheduled = false;
   bool stopping = false;
 
+  /// Batches ready to go, by the node they go to: sent when the producer
+  /// has handled what is in its mailbox (a produce_atom to itself), so the
+  /// batches of many partitions of one node travel in ONE request (Kafka's
+  /// Produce request carries many partitions). A node with one batch gets
+  /// a plain single-partition produce.
+  struct outgoing {
+    topic_partition tp;
+    uint64_t id = 0;
+    uint64_t send_no = 0;
+    produce_request req;
+  };
+  std::vector<std::pair<broker_actor, std::vector<outgoing>>> outbox;
+  bool outbox_scheduled = false;
+
   static inline const char* name = "ferry.producer";
 };
 
@@ -403,6 +420,95 @@ void close_open(producer_pointer self, partition_queue& q);
 std::pair<broker_actor, int32_t> route_of(producer_pointer self,
                                           const partition_queue& q);
 
+void queue_outgoing(producer_pointer self, const broker_actor& hdl,
+                    const topic_partition& tp, uint64_t id, uint64_t sn,
+                    produce_request req) {
+  auto& st = self->state;
+  auto i = std::find_if(st.outbox.begin(), st.outbox.end(),
+                        [&](const auto& e) { return e.first == hdl; });
+  if (i == st.outbox.end()) {
+    st.outbox.emplace_back(hdl, std::vector<producer_state::outgoing>{});
+    i = std::prev(st.outbox.end());
+  }
+  i->second.push_back({tp, id, sn, std::move(req)});
+  if (!st.outbox_scheduled) {
+    st.outbox_scheduled = true;
+    self->send(self, produce_atom_v);
+  }
+}
+
+std::deque<batch_ptr>::iterator find_sent(partition_queue& q, uint64_t id,
+                                          uint64_t send_no);
+
+// Sends the outbox: one request per node (see producer_state::outbox).
+void send_outbox(producer_pointer self) {
+  auto& st = self->state;
+  st.outbox_scheduled = false;
+  auto outbox = std::move(st.outbox);
+  st.outbox.clear();
+  for (auto& [hdl, queued] : outbox) {
+    // A batch put back in its queue meanwhile (a reconnect, a new route)
+    // goes again later with a new send number: not this one.
+    std::vector<producer_state::outgoing> batch;
+    batch.reserve(queued.size());
+    for (auto& o : queued) {
+      auto q = st.queues.find(o.tp);
+      if (q != st.queues.end()
+          && find_sent(q->second, o.id, o.send_no) != q->second.in_flight.end())
+        batch.push_back(std::move(o));
+    }
+    if (batch.empty())
+      continue;
+    if (batch.size() == 1) {
+      auto& o = batch.front();
+      self->request(hdl, caf::infinite, produce_atom_v, std::move(o.req))
+        .then(
+          [self, tp = o.tp, id = o.id, sn = o.send_no](produce_response& r) {
+            on_produced(self, tp, id, sn, r);
+          },
+          [self, tp = o.tp, id = o.id, sn = o.send_no](caf::error& err) {
+            on_failed(self, tp, id, sn, std::move(err));
+          });
+      continue;
+    }
+    struct sent {
+      topic_partition tp;
+      uint64_t id;
+      uint64_t send_no;
+    };
+    std::vector<sent> keys;
+    std::vector<produce_request> reqs;
+    keys.reserve(batch.size());
+    reqs.reserve(batch.size());
+    for (auto& o : batch) {
+      keys.push_back({o.tp, o.id, o.send_no});
+      reqs.push_back(std::move(o.req));
+    }
+    self->request(hdl, caf::infinite, produce_atom_v, std::move(reqs))
+      .then(
+        [self, keys](std::vector<produce_result>& rs) {
+          for (size_t i = 0; i < keys.size(); ++i) {
+            auto& k = keys[i];
+            if (i >= rs.size())
+              on_failed(self, k.tp, k.id, k.send_no,
+                        make_error(ec::invalid_request,
+                                   "the node answered "
+                                     + std::to_string(rs.size())
+                                     + " of " + std::to_string(keys.size())
+                                     + " partitions"));
+            else if (rs[i].error)
+              on_failed(self, k.tp, k.id, k.send_no, std::move(rs[i].error));
+            else
+              on_produced(self, k.tp, k.id, k.send_no, rs[i].response);
+          }
+        },
+        [self, keys](caf::error& err) {
+          for (auto& k : keys)
+            on_failed(self, k.tp, k.id, k.send_no, err);
+        });
+  }
+}
+
 void send_ready(producer_pointer self, partition_queue& q) {
   auto& st = self->state;
   if ((st.idempotent && !st.pid_ready) || clock::now() < q.resume_at)
@@ -445,14 +551,7 @@ void send_ready(producer_pointer self, partition_queue& q) {
     // CAF's clock thread twice per request (~6k wake-ups/s at full speed);
     // housekeeping fails requests older than request.timeout.ms instead.
     ensure_housekeeping(self);
-    self->request(hdl, caf::infinite, produce_atom_v, std::move(req))
-      .then(
-        [self, tp = q.tp, id, sn](produce_response& r) {
-          on_produced(self, tp, id, sn, r);
-        },
-        [self, tp = q.tp, id, sn](caf::error& err) {
-          on_failed(self, tp, id, sn, std::move(err));
-        });
+    queue_outgoing(self, hdl, q.tp, id, sn, std::move(req));
   }
   // A lingered batch that waited for a slot goes now (close_open sends it).
   if (q.open && q.open_due && q.ready.empty()
@@ -1152,6 +1251,7 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
       if (!st.outstanding.empty())
         ensure_housekeeping(self);
     },
+    [self](produce_atom) { send_outbox(self); },
     [self](connect_atom, broker_actor& hdl) {
       auto& st = self->state;
       auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());

@@ -128,6 +128,12 @@ using group_coordinator_actor = caf::typed_actor<
 /// request here; it routes to partitions, coordinators and the metadata.
 using broker_actor = caf::typed_actor<
   caf::replies_to<produce_atom, produce_request>::with<produce_response>,
+  /// Batches for many partitions in one request (Kafka's Produce carries
+  /// many partitions): each is served as a single produce would be (by the
+  /// local replica, or forwarded to its leader's node); the answer holds one
+  /// produce_result per request, in order. Batches of one partition are
+  /// appended in their order in the vector.
+  caf::replies_to<produce_atom, std::vector<produce_request>>::with<std::vector<produce_result>>,
   caf::replies_to<fetch_atom, fetch_request>::with<fetch_response>,
   caf::replies_to<offsets_atom, list_offsets_request>::with<offset>,
   caf::replies_to<init_pid_atom>::with<producer_identity>,

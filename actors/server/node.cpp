@@ -324,6 +324,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
   return {
     // -- data path: delegated to the partition's replica ----------------------
     [self](produce_atom, produce_request& r) { return serve_produce(self, r); },
+    [self](produce_atom, std::vector<produce_request>& rs) {
+      return serve_produce_many(self, rs);
+    },
     [self](fetch_atom, fetch_request& r) { return serve_fetch(self, r); },
     [self](offsets_atom, list_offsets_request& r) {
       return serve_list_offsets(self, r);

@@ -294,6 +294,11 @@ caf::expected<route_target> route_client(self_ptr self,
                                          partition_id p, bool follower);
 caf::result<produce_response> serve_produce(self_ptr self,
                                             produce_request& req);
+
+/// A multi-partition produce (broker_actor): every request served as
+/// serve_produce would, the answers gathered in order.
+caf::result<std::vector<produce_result>>
+serve_produce_many(self_ptr self, std::vector<produce_request>& reqs);
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req);
 caf::result<offset> serve_list_offsets(self_ptr self,
                                        list_offsets_request& req);

@@ -136,6 +136,63 @@ caf::result<produce_response> serve_produce(self_ptr self,
   return rp;
 }
 
+caf::result<std::vector<produce_result>>
+serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
+  using results = std::vector<produce_result>;
+  auto rp = self->make_response_promise<results>();
+  if (reqs.empty()) {
+    rp.deliver(results{});
+    return rp;
+  }
+  when_ready(self, [self, rp, reqs = std::move(reqs)]() mutable {
+    struct gather {
+      results out;
+      size_t left = 0;
+      caf::typed_response_promise<results> rp;
+    };
+    auto g = std::make_shared<gather>();
+    g->out.resize(reqs.size());
+    g->left = reqs.size();
+    g->rp = rp;
+    auto done = [g](size_t i) {
+      if (--g->left == 0)
+        g->rp.deliver(std::move(g->out));
+    };
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto& req = reqs[i];
+      auto r = route_client(self, req.topic, req.partition, false);
+      if (!r) {
+        g->out[i].error = failed(self, std::move(r.error()));
+        done(i);
+        continue;
+      }
+      auto ok = [g, done, i, leader = r->local ? -1 : r->leader](
+                  produce_response& x) {
+        if (leader >= 0)
+          x.leader = leader; // the client goes there directly next
+        g->out[i].response = std::move(x);
+        done(i);
+      };
+      auto fail = [self, g, done, i](caf::error& err) {
+        g->out[i].error = failed(self, std::move(err));
+        done(i);
+      };
+      if (r->local) {
+        // The replica answers within its ack timeout.
+        self->request(r->local, caf::infinite, produce_atom_v, std::move(req))
+          .then(std::move(ok), std::move(fail));
+      } else {
+        if (self->state.probe)
+          self->state.probe->forwarded("produce");
+        self->request(r->remote, std::chrono::seconds{75}, produce_atom_v,
+                      std::move(req))
+          .then(std::move(ok), std::move(fail));
+      }
+    }
+  });
+  return rp;
+}
+
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req) {
   auto rp = self->make_response_promise<fetch_response>();
   when_ready(self, [self, rp, req = std::move(req)]() mutable {

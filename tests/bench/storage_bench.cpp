@@ -2,12 +2,18 @@
 // partition_log, optionally next to fio's fdatasync bandwidth on the same
 // disk. Prints a table (or --json). Figures go in notes, never in tests.
 
+#include "broker/file_system.hpp"
 #include "broker/partition_log.hpp"
+#include "broker/sync_pool.hpp"
 #include "broker/record_batch.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +37,7 @@ struct options {
   bool fio = false;
   bool json = false;
   bool keep = false;
+  bool sync_rounds = false;
 };
 
 [[noreturn]] void usage(int rc) {
@@ -43,7 +50,10 @@ struct options {
     "  --group-kb N        bytes appended per fdatasync: group commit (default 1024)\n"
     "  --fio               also run fio --rw=write --bs=1M --size=1G --fdatasync=1\n"
     "  --json              print JSON instead of a table\n"
-    "  --keep              keep the data directory\n";
+    "  --keep              keep the data directory\n"
+    "  --sync-rounds       only: the cost of making N files durable per round\n"
+    "                      (1 KB appended to each): fdatasync each on 1 or 8\n"
+    "                      threads vs. broker/sync_pool (one syncfs for >= 8)\n";
   std::exit(rc);
 }
 
@@ -64,6 +74,7 @@ options parse(int argc, char** argv) {
     else if (a == "--fio") o.fio = true;
     else if (a == "--json") o.json = true;
     else if (a == "--keep") o.keep = true;
+    else if (a == "--sync-rounds") o.sync_rounds = true;
     else if (a == "-h" || a == "--help") usage(0);
     else usage(2);
   }
@@ -105,10 +116,89 @@ double run_fio(const fs::path& dir) {
 
 } // namespace
 
+
+namespace {
+
+// --sync-rounds: ms per round of making `n` files durable after 1 KB was
+// appended to each, for each way of syncing them.
+void run_sync_rounds(const options& opt) {
+  auto& posix = default_file_system();
+  std::string kb(1024, 'x');
+  std::printf("| files per round | 1 thread, fdatasync each | 8 threads, fdatasync each | sync_pool (8 threads, syncfs >= 8) |\n");
+  std::printf("|---|---|---|---|\n");
+  for (size_t n : {1u, 10u, 50u, 200u, 1000u}) {
+    auto dir = opt.dir / ("rounds-" + std::to_string(n));
+    fs::create_directories(dir);
+    std::vector<std::shared_ptr<file_handle>> files;
+    for (size_t i = 0; i < n; ++i) {
+      auto f = posix.open(dir / ("f" + std::to_string(i)), open_mode::create_truncate);
+      if (!f)
+        die("open", f.error());
+      files.emplace_back(std::move(*f));
+    }
+    int rounds = n >= 1000 ? 5 : n >= 200 ? 20 : 100;
+    auto append_all = [&] {
+      for (auto& f : files)
+        if (auto err = f->append(kb))
+          die("append", err);
+    };
+    auto threads_ms = [&](size_t threads) {
+      auto t0 = clk::now();
+      for (int r = 0; r < rounds; ++r) {
+        append_all();
+        std::atomic<size_t> next{0};
+        std::vector<std::thread> ts;
+        for (size_t t = 0; t < threads; ++t)
+          ts.emplace_back([&] {
+            for (size_t i; (i = next++) < files.size();)
+              if (auto err = files[i]->sync())
+                die("fdatasync", err);
+          });
+        for (auto& t : ts)
+          t.join();
+      }
+      return seconds_since(t0) * 1000 / rounds;
+    };
+    auto pool_ms = [&] {
+      sync_pool pool{{.threads = 8, .syncfs_threshold = 8}};
+      auto t0 = clk::now();
+      for (int r = 0; r < rounds; ++r) {
+        append_all();
+        std::mutex mtx;
+        std::condition_variable cv;
+        size_t done = 0;
+        for (auto& f : files)
+          pool.submit(f, [&](caf::error err) {
+            if (err)
+              die("sync_pool", err);
+            std::lock_guard<std::mutex> guard{mtx};
+            ++done;
+            cv.notify_all();
+          });
+        std::unique_lock<std::mutex> lock{mtx};
+        cv.wait(lock, [&] { return done == files.size(); });
+      }
+      return seconds_since(t0) * 1000 / rounds;
+    };
+    double one = threads_ms(1);
+    double eight = threads_ms(8);
+    double pooled = pool_ms();
+    std::printf("| %zu | %.2f ms | %.2f ms | %.2f ms |\n", n, one, eight, pooled);
+  }
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
   auto opt = parse(argc, argv);
   fs::remove_all(opt.dir);
   fs::create_directories(opt.dir);
+  if (opt.sync_rounds) {
+    run_sync_rounds(opt);
+    if (!opt.keep)
+      fs::remove_all(opt.dir);
+    return 0;
+  }
   nlohmann::json result;
   result["record_bytes"] = opt.record_bytes;
   result["batch_bytes"] = opt.batch_bytes;

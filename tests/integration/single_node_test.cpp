@@ -262,6 +262,51 @@ TEST(SingleNode, CreateProduceFetch) {
   EXPECT_EQ(d.stop(), 0) << d.output();
 }
 
+// One request carrying batches for many partitions (what the producer sends
+// when batches of several partitions of one node are ready): each is
+// appended as a single produce would be, answered in order; a bad entry
+// fails alone; two batches of one partition land in their order.
+TEST(SingleNode, OneRequestCarriesBatchesForManyPartitions) {
+  ferryd_process d;
+  ASSERT_STARTED(d);
+  client c{d.port()};
+  ASSERT_TRUE(c.connected()) << c.error();
+  topic_config tc;
+  tc.partitions = 8;
+  ASSERT_TRUE(c.create("many", tc));
+  std::vector<produce_request> reqs;
+  for (int p = 0; p < 8; ++p)
+    reqs.push_back({"many", partition_id{p}, acks_mode::all,
+                    make_batch("p" + std::to_string(p), 2)});
+  reqs.push_back({"many", partition_id{3}, acks_mode::all, make_batch("again", 1)});
+  reqs.push_back({"many", partition_id{99}, acks_mode::all, make_batch("bad", 1)});
+  reqs.push_back({"nosuch", partition_id{0}, acks_mode::all, make_batch("bad", 1)});
+  auto rs = c.ask<std::vector<produce_result>>(produce_atom_v, reqs);
+  ASSERT_TRUE(rs) << describe(rs.error());
+  ASSERT_EQ(rs->size(), reqs.size());
+  for (int p = 0; p < 8; ++p) {
+    auto& r = (*rs)[static_cast<size_t>(p)];
+    EXPECT_FALSE(r.error) << p << ": " << describe(r.error);
+    EXPECT_EQ(r.response.base_offset, offset{0}) << p;
+    EXPECT_EQ(r.response.last_offset, offset{1}) << p;
+  }
+  EXPECT_FALSE((*rs)[8].error) << describe((*rs)[8].error);
+  EXPECT_EQ((*rs)[8].response.base_offset, offset{2})
+    << "the second batch of partition 3 did not follow the first";
+  EXPECT_TRUE(is((*rs)[9].error, ec::unknown_partition)) << describe((*rs)[9].error);
+  EXPECT_TRUE(is((*rs)[10].error, ec::unknown_topic)) << describe((*rs)[10].error);
+  auto p3 = c.read_all("many", 3);
+  ASSERT_EQ(p3.size(), 3u);
+  EXPECT_EQ(p3[0].second, "p3-0");
+  EXPECT_EQ(p3[2].second, "again-0");
+  // An empty request is answered with no results.
+  auto none = c.ask<std::vector<produce_result>>(produce_atom_v,
+                                                 std::vector<produce_request>{});
+  ASSERT_TRUE(none) << describe(none.error());
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(d.stop(), 0) << d.output();
+}
+
 TEST(SingleNode, ClusterDescribeShowsThisNodeAsController) {
   ferryd_process d{{"--node-id", "5"}};
   ASSERT_STARTED(d);
