@@ -18,10 +18,6 @@ namespace {
 
 class cached_handle;
 
-std::string name_of(const std::filesystem::path& p) {
-  return p.filename().string();
-}
-
 uint64_t soft_nofile_limit() {
   struct rlimit rl;
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -76,14 +72,7 @@ struct cached_file_system::cache {
 
 namespace {
 
-caf::error errno_error(int err, const std::string& what) {
-  auto code = ec::io_error;
-  if (err == ENOSPC || err == EDQUOT)
-    code = ec::disk_full;
-  else if (err == ENOENT)
-    code = ec::not_found;
-  return make_error(code, what + ": " + std::strerror(err));
-}
+using posix_io::errno_error;
 
 class cached_handle final : public file_handle {
 public:
@@ -113,46 +102,14 @@ public:
     pin p{*this};
     if (!p.fd)
       return std::move(p.fd.error());
-    const char* ptr = data.data();
-    size_t left = data.size();
-    while (left > 0) {
-      auto n = ::pwrite(*p.fd, ptr, left, static_cast<off_t>(size_));
-      if (n < 0) {
-        if (errno == EINTR)
-          continue;
-        return errno_error(errno, "append of " + std::to_string(data.size())
-                                    + " bytes to " + name_of(path_));
-      }
-      if (n == 0)
-        return errno_error(ENOSPC, "append of " + std::to_string(data.size())
-                                     + " bytes to " + name_of(path_));
-      ptr += n;
-      left -= static_cast<size_t>(n);
-      size_ += static_cast<uint64_t>(n);
-    }
-    return caf::none;
+    return posix_io::append(*p.fd, size_, data, path_);
   }
 
   caf::expected<size_t> read_at(uint64_t pos, std::span<char> out) const override {
     pin p{*this};
     if (!p.fd)
       return std::move(p.fd.error());
-    size_t done = 0;
-    while (done < out.size()) {
-      auto n = ::pread(*p.fd, out.data() + done, out.size() - done,
-                       static_cast<off_t>(pos + done));
-      if (n < 0) {
-        if (errno == EINTR)
-          continue;
-        return errno_error(errno, "read of " + std::to_string(out.size())
-                                    + " bytes at " + std::to_string(pos)
-                                    + " from " + name_of(path_));
-      }
-      if (n == 0)
-        break;
-      done += static_cast<size_t>(n);
-    }
-    return done;
+    return posix_io::read_at(*p.fd, pos, out, path_);
   }
 
   caf::error sync() override {
@@ -161,31 +118,22 @@ public:
       // Deleted meanwhile: nothing left to make durable.
       return is(p.fd.error(), ec::not_found) ? caf::none
                                              : std::move(p.fd.error());
-    while (::fdatasync(*p.fd) != 0)
-      if (errno != EINTR)
-        return errno_error(errno, "fdatasync of " + name_of(path_));
-    return caf::none;
+    return posix_io::fdatasync(*p.fd, path_);
   }
 
   caf::error sync_file_system() override {
     pin p{*this};
     if (!p.fd)
       return std::move(p.fd.error()); // not_found: sync_pool tries another
-    while (::syncfs(*p.fd) != 0)
-      if (errno != EINTR)
-        return errno_error(errno, "syncfs of the file system of "
-                                    + name_of(path_));
-    return caf::none;
+    return posix_io::syncfs(*p.fd, path_);
   }
 
   caf::error truncate(uint64_t size) override {
     pin p{*this};
     if (!p.fd)
       return std::move(p.fd.error());
-    while (::ftruncate(*p.fd, static_cast<off_t>(size)) != 0)
-      if (errno != EINTR)
-        return errno_error(errno, "truncate of " + name_of(path_) + " to "
-                                    + std::to_string(size) + " bytes");
+    if (auto err = posix_io::truncate(*p.fd, size, path_))
+      return err;
     size_ = size;
     return caf::none;
   }

@@ -11,10 +11,8 @@
 
 namespace ferry {
 
-namespace {
+namespace posix_io {
 
-/// Maps an errno to Ferry's codes: a full disk or quota is disk_full, a
-/// missing file not_found, the rest io_error.
 caf::error errno_error(int err, const std::string& what) {
   auto code = ec::io_error;
   if (err == ENOSPC || err == EDQUOT)
@@ -27,6 +25,84 @@ caf::error errno_error(int err, const std::string& what) {
                                 "`ulimit -n`)");
   return make_error(code, what + ": " + std::strerror(err));
 }
+
+namespace {
+
+std::string name_of(const std::filesystem::path& p) {
+  return p.filename().string();
+}
+
+} // namespace
+
+caf::error append(int fd, uint64_t& size, std::string_view data,
+                  const std::filesystem::path& p) {
+  const char* ptr = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    auto n = ::pwrite(fd, ptr, left, static_cast<off_t>(size));
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno_error(errno, "append of " + std::to_string(data.size())
+                                  + " bytes to " + name_of(p));
+    }
+    if (n == 0)
+      return errno_error(ENOSPC, "append of " + std::to_string(data.size())
+                                   + " bytes to " + name_of(p));
+    ptr += n;
+    left -= static_cast<size_t>(n);
+    size += static_cast<uint64_t>(n);
+  }
+  return caf::none;
+}
+
+caf::expected<size_t> read_at(int fd, uint64_t pos, std::span<char> out,
+                              const std::filesystem::path& p) {
+  size_t done = 0;
+  while (done < out.size()) {
+    auto n = ::pread(fd, out.data() + done, out.size() - done,
+                     static_cast<off_t>(pos + done));
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno_error(errno, "read of " + std::to_string(out.size())
+                                  + " bytes at " + std::to_string(pos)
+                                  + " from " + name_of(p));
+    }
+    if (n == 0)
+      break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+caf::error fdatasync(int fd, const std::filesystem::path& p) {
+  while (::fdatasync(fd) != 0)
+    if (errno != EINTR)
+      return errno_error(errno, "fdatasync of " + name_of(p));
+  return caf::none;
+}
+
+caf::error syncfs(int fd, const std::filesystem::path& p) {
+  while (::syncfs(fd) != 0)
+    if (errno != EINTR)
+      return errno_error(errno, "syncfs of the file system of " + name_of(p));
+  return caf::none;
+}
+
+caf::error truncate(int fd, uint64_t size, const std::filesystem::path& p) {
+  while (::ftruncate(fd, static_cast<off_t>(size)) != 0)
+    if (errno != EINTR)
+      return errno_error(errno, "truncate of " + name_of(p) + " to "
+                                  + std::to_string(size) + " bytes");
+  return caf::none;
+}
+
+} // namespace posix_io
+
+namespace {
+
+using posix_io::errno_error;
 
 std::string name_of(const std::filesystem::path& p) {
   return p.filename().string();
@@ -43,59 +119,20 @@ public:
   }
 
   caf::error append(std::string_view data) override {
-    const char* p = data.data();
-    size_t left = data.size();
-    while (left > 0) {
-      auto n = ::pwrite(fd_, p, left, static_cast<off_t>(size_));
-      if (n < 0) {
-        if (errno == EINTR)
-          continue;
-        return errno_error(errno, "append of " + std::to_string(data.size())
-                                    + " bytes to " + name_of(path_));
-      }
-      if (n == 0)
-        return errno_error(ENOSPC, "append of " + std::to_string(data.size())
-                                     + " bytes to " + name_of(path_));
-      p += n;
-      left -= static_cast<size_t>(n);
-      size_ += static_cast<uint64_t>(n);
-    }
-    return caf::none;
+    return posix_io::append(fd_, size_, data, path_);
   }
 
   caf::expected<size_t> read_at(uint64_t pos, std::span<char> out) const override {
-    size_t done = 0;
-    while (done < out.size()) {
-      auto n = ::pread(fd_, out.data() + done, out.size() - done,
-                       static_cast<off_t>(pos + done));
-      if (n < 0) {
-        if (errno == EINTR)
-          continue;
-        return errno_error(errno, "read of " + std::to_string(out.size())
-                                    + " bytes at " + std::to_string(pos)
-                                    + " from " + name_of(path_));
-      }
-      if (n == 0)
-        break;
-      done += static_cast<size_t>(n);
-    }
-    return done;
+    return posix_io::read_at(fd_, pos, out, path_);
   }
 
   caf::error sync() override {
-    while (::fdatasync(fd_) != 0) {
-      if (errno != EINTR)
-        return errno_error(errno, "fdatasync of " + name_of(path_));
-    }
-    return caf::none;
+    return posix_io::fdatasync(fd_, path_);
   }
 
   caf::error truncate(uint64_t size) override {
-    while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      if (errno != EINTR)
-        return errno_error(errno, "truncate of " + name_of(path_) + " to "
-                                    + std::to_string(size) + " bytes");
-    }
+    if (auto err = posix_io::truncate(fd_, size, path_))
+      return err;
     size_ = size;
     return caf::none;
   }
@@ -113,12 +150,7 @@ public:
   }
 
   caf::error sync_file_system() override {
-    while (::syncfs(fd_) != 0) {
-      if (errno != EINTR)
-        return errno_error(errno, "syncfs of the file system of "
-                                    + name_of(path_));
-    }
-    return caf::none;
+    return posix_io::syncfs(fd_, path_);
   }
 
 private:

@@ -108,6 +108,21 @@ public:
   virtual caf::error sync_dir(const std::filesystem::path& dir) = 0;
 };
 
+/// The POSIX calls under posix_file_system and cached_file_system: EINTR
+/// and short writes retried, errno mapped (errno_error: ENOSPC/EDQUOT are
+/// disk_full, ENOENT not_found, the rest io_error; EMFILE names the limit).
+namespace posix_io {
+caf::error errno_error(int err, const std::string& what);
+/// pwrite at `size` until all of `data` is written; `size` grows with it.
+caf::error append(int fd, uint64_t& size, std::string_view data,
+                  const std::filesystem::path& p);
+caf::expected<size_t> read_at(int fd, uint64_t pos, std::span<char> out,
+                              const std::filesystem::path& p);
+caf::error fdatasync(int fd, const std::filesystem::path& p);
+caf::error syncfs(int fd, const std::filesystem::path& p);
+caf::error truncate(int fd, uint64_t size, const std::filesystem::path& p);
+} // namespace posix_io
+
 /// The real file system (POSIX calls).
 class posix_file_system final : public file_system {
 public:
