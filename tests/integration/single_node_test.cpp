@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -539,6 +540,97 @@ TEST(SingleNode, SigkillWhileProducingKeepsEveryAckedBatchOnceInOrder) {
   for (size_t k = 1; k < batches.size(); ++k)
     EXPECT_LT(batches[k - 1].first, batches[k].first);
   EXPECT_EQ(all.size(), batches.size() * 4);
+  EXPECT_EQ(d.stop(), 0) << d.output();
+}
+
+// The issue-15 write path across a real crash: 64 partitions on a node
+// allowed 32 open segment files and 2 I/O threads, every round one
+// multi-partition request, SIGKILL in the middle. After the restart every
+// acknowledged batch is in its partition exactly once, at its offset, in
+// order, and the node never held more descriptors than its bound allows.
+TEST(SingleNode, SigkillAcrossManyPartitionsOnFewDescriptorsKeepsAckedBatches) {
+  constexpr int partitions = 64;
+  ferryd_process d{{"--max-open-files", "32", "--io-threads", "2"}};
+  ASSERT_STARTED(d);
+  auto open_fds = [](pid_t pid) {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(pid) + "/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+      ++n;
+    return n;
+  };
+  // acked[p]: round -> base offset of that round's batch in partition p.
+  std::vector<std::map<int, int64_t>> acked(partitions);
+  size_t most_fds = 0;
+  {
+    client c{d.port()};
+    ASSERT_TRUE(c.connected()) << c.error();
+    topic_config tc;
+    tc.partitions = partitions;
+    ASSERT_TRUE(c.create("wide", tc));
+    std::atomic<bool> killed{false};
+    std::thread killer{[&] {
+      std::this_thread::sleep_for(1500ms);
+      killed = true;
+      ::kill(d.pid(), SIGKILL);
+    }};
+    c.timeout = std::chrono::seconds{3};
+    for (int round = 0; round < 100000; ++round) {
+      std::vector<produce_request> reqs;
+      for (int p = 0; p < partitions; ++p)
+        reqs.push_back({"wide", partition_id{p}, acks_mode::all,
+                        make_batch("r" + std::to_string(round), 2, 100)});
+      auto rs = c.ask<std::vector<produce_result>>(produce_atom_v, reqs);
+      if (!rs) {
+        EXPECT_TRUE(killed.load()) << "failed before the kill: "
+                                   << describe(rs.error());
+        break;
+      }
+      ASSERT_EQ(rs->size(), static_cast<size_t>(partitions));
+      for (int p = 0; p < partitions; ++p) {
+        auto& r = (*rs)[static_cast<size_t>(p)];
+        if (!r.error)
+          acked[static_cast<size_t>(p)][round] = r.response.base_offset.value;
+        else
+          EXPECT_TRUE(killed.load()) << describe(r.error);
+      }
+      if (!killed.load())
+        most_fds = std::max(most_fds, open_fds(d.pid()));
+    }
+    killer.join();
+  }
+  d.kill9();
+  // 64 partitions x 3 segment files would be 192 descriptors; the bound is
+  // 32 (plus sockets, LMDB, logs, pipes).
+  EXPECT_LT(most_fds, 120u) << "the descriptor bound was not kept";
+  ASSERT_GT(acked[0].size(), 3u) << "too few acks before the kill";
+  ASSERT_TRUE(d.restart(false)) << d.output();
+  client c{d.port()};
+  ASSERT_TRUE(c.connected()) << c.error();
+  for (int p = 0; p < partitions; ++p) {
+    auto all = c.read_all("wide", p);
+    std::map<int, int64_t> found; // round -> offset of its first record
+    int last_round = -1;
+    for (auto& [off, value] : all) {
+      auto dash = value.find('-');
+      ASSERT_NE(dash, std::string::npos) << value;
+      int round = std::stoi(value.substr(1, dash - 1));
+      if (value.compare(dash + 1, 1, "0") != 0)
+        continue;
+      EXPECT_TRUE(found.emplace(round, off).second)
+        << "partition " << p << ": round " << round << " twice";
+      EXPECT_GT(round, last_round) << "partition " << p << " out of order";
+      last_round = round;
+    }
+    for (auto& [round, off] : acked[static_cast<size_t>(p)]) {
+      auto f = found.find(round);
+      ASSERT_NE(f, found.end())
+        << "partition " << p << ": acked round " << round << " lost";
+      EXPECT_EQ(f->second, off) << "partition " << p << " round " << round;
+    }
+  }
   EXPECT_EQ(d.stop(), 0) << d.output();
 }
 
