@@ -671,6 +671,13 @@ TEST(Cluster, AckedWritesSurviveLeaderKillsThreePartitions) {
   acked_writes_survive_leader_kills(3, 3);
 }
 
+// Issue 15: replication across many partitions of each node (replicas on
+// the shared scheduler, their syncs on the I/O threads, the producer's
+// multi-partition requests) with partition leaders SIGKILLed.
+TEST(Cluster, AckedWritesSurviveLeaderKillsFortyPartitions) {
+  acked_writes_survive_leader_kills(40, 2);
+}
+
 // -- 3 ------------------------------------------------------------------------
 
 TEST(Cluster, FollowerRestartCatchesUp) {
