@@ -262,8 +262,8 @@ struct producer_state {
   /// Batches ready to go, by the node they go to: sent when the producer
   /// has handled what is in its mailbox (a produce_atom to itself), so the
   /// batches of many partitions of one node travel in ONE request (Kafka's
-  /// Produce request carries many partitions). A node with one batch gets
-  /// a plain single-partition produce.
+  /// Produce request carries many partitions). A node with fewer than
+  /// multi_partition_min batches gets plain single-partition produces.
   struct outgoing {
     topic_partition tp;
     uint64_t id = 0;
@@ -440,6 +440,14 @@ void queue_outgoing(producer_pointer self, const broker_actor& hdl,
 std::deque<batch_ptr>::iterator find_sent(partition_queue& q, uint64_t id,
                                           uint64_t send_no);
 
+// Fewer batches for one node than this go as single-partition produces:
+// the replica answers those itself (the node only delegates) instead of
+// the node gathering the answers. 1 node, 3 partitions, 2026-12-01: every
+// ready batch in one request 355k/435k msgs/s, with this threshold
+// 476k/422k (within run-to-run noise; the build before issue 15 gave
+// 505k/521k in the same session).
+constexpr size_t multi_partition_min = 8;
+
 // Sends the outbox: one request per node (see producer_state::outbox).
 void send_outbox(producer_pointer self) {
   auto& st = self->state;
@@ -459,16 +467,16 @@ void send_outbox(producer_pointer self) {
     }
     if (batch.empty())
       continue;
-    if (batch.size() == 1) {
-      auto& o = batch.front();
-      self->request(hdl, caf::infinite, produce_atom_v, std::move(o.req))
-        .then(
-          [self, tp = o.tp, id = o.id, sn = o.send_no](produce_response& r) {
-            on_produced(self, tp, id, sn, r);
-          },
-          [self, tp = o.tp, id = o.id, sn = o.send_no](caf::error& err) {
-            on_failed(self, tp, id, sn, std::move(err));
-          });
+    if (batch.size() < multi_partition_min) {
+      for (auto& o : batch)
+        self->request(hdl, caf::infinite, produce_atom_v, std::move(o.req))
+          .then(
+            [self, tp = o.tp, id = o.id, sn = o.send_no](produce_response& r) {
+              on_produced(self, tp, id, sn, r);
+            },
+            [self, tp = o.tp, id = o.id, sn = o.send_no](caf::error& err) {
+              on_failed(self, tp, id, sn, std::move(err));
+            });
       continue;
     }
     struct sent {
