@@ -427,7 +427,8 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](connect_atom, int32_t id, const caf::actor& p) {
       peer_link_changed(self, id, p);
     },
-    [self](connect_atom, int32_t) -> int32_t {
+    [self](connect_atom, int32_t id) -> int32_t {
+      peer_probed(self, id);
       return self->state.cfg.node_id;
     },
     [self](update_atom, const raft_status& rs) {

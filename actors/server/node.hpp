@@ -90,6 +90,18 @@
 //   completes CAF's connect (the server speaks first) and would otherwise
 //   flap up and down every few seconds. down_since keeps the start of an
 //   outage across such flaps.
+// - One dialer per pair: two nodes that dial each other at the same moment
+//   can leave CAF 0.17.6's BASP routing table pointing at a connection the
+//   other side has not mapped (routing_table::select_alternative on a
+//   handle never added), after which that side receives this node's
+//   requests with no sender and its answers are lost: the link stays
+//   "connected but does not answer" for good (seen at cluster start). So
+//   of each pair one node dials first (a broker-only node dials the voters;
+//   otherwise the higher id dials the lower); the other keeps its link
+//   parked, with no connection, until the dialer's probe arrives (its
+//   connection is established then, and CAF closes the second one as
+//   redundant) or peer_dial_fallback passed, and parks it again whenever it
+//   goes down or does not connect within two probe timeouts.
 // - Controller (the node whose quorum member leads): fences a voter or a
 //   registered broker that has not been up (linked and probed) for
 //   fence_after (one never
@@ -216,6 +228,9 @@ struct node_config {
   /// A peer link that connected counts as up once the peer answered a probe
   /// within this time (see "Links" in the file comment).
   std::chrono::milliseconds peer_probe_timeout{1000};
+  /// A link to a peer that dials first is dialed from this side anyway
+  /// after this long without the peer's probe (see "One dialer per pair").
+  std::chrono::milliseconds peer_dial_fallback{10000};
   /// A new controller waits this long for brokers it has not seen yet.
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).
@@ -353,6 +368,13 @@ struct node_state {
   std::map<int32_t, caf::actor_clock::time_point> linked_at;
   /// Each link's listener (linked to the node; unlinked before a close).
   std::map<int32_t, caf::actor> link_listeners;
+  /// Links to peers that dial first, waiting with no connection for the
+  /// peer's probe (since when); those dialed from here, since when (parked
+  /// again if not connected within two probe timeouts); when each peer last
+  /// probed this node.
+  std::map<int32_t, caf::actor_clock::time_point> parked;
+  std::map<int32_t, caf::actor_clock::time_point> dialed_at;
+  std::map<int32_t, caf::actor_clock::time_point> probed_by;
   /// When this node last became the controller.
   caf::actor_clock::time_point controller_since{};
   /// Fences proposed and not answered yet.

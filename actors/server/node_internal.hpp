@@ -396,6 +396,12 @@ bool is_controller(const node_state& st);
 void register_self(self_ptr self);
 void control(self_ptr self);
 void probe_peer(self_ptr self, int32_t id);
+bool dials_first(const node_state& st, int32_t id);
+void stop_link_actors(self_ptr self, int32_t id);
+void dial(self_ptr self, int32_t id);
+void park_link(self_ptr self, int32_t id);
+void peer_probed(self_ptr self, int32_t id);
+void tend_parked_links(self_ptr self);
 void cluster_tick(self_ptr self);
 void close_link(self_ptr self, int32_t id);
 void open_link(self_ptr self, int32_t id, const std::string& host,

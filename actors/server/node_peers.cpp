@@ -198,6 +198,7 @@ void probe_peer(self_ptr self, int32_t id) {
           return;
         }
         st.unconfirmed.erase(u);
+        st.dialed_at.erase(id);
         st.unanswered.erase(id);
         st.down_since.erase(id);
         st.seen_up.insert(id);
@@ -270,6 +271,7 @@ void cluster_tick(self_ptr self) {
       register_self(self);
   }
   sync_broker_links(self);
+  tend_parked_links(self);
   for (auto& [id, hdl] : st.unconfirmed)
     probe_peer(self, id);
   if (is_controller(st))
@@ -277,8 +279,9 @@ void cluster_tick(self_ptr self) {
   self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
 }
 
-/// Opens (or reopens, after the endpoint changed) the link to node `id`.
-void close_link(self_ptr self, int32_t id) {
+/// Ends the link's listener and connection (the node keeps what it knows
+/// of the peer's outage).
+void stop_link_actors(self_ptr self, int32_t id) {
   auto& st = self->state;
   // The listener is linked to the node: unlink first, else it takes the
   // node down when the closed connection releases it (exit "unreachable").
@@ -291,11 +294,19 @@ void close_link(self_ptr self, int32_t id) {
     self->send_exit(old->second, caf::exit_reason::user_shutdown);
     st.links.erase(old);
   }
+  st.unconfirmed.erase(id);
+  st.probing.erase(id);
+  st.dialed_at.erase(id);
+}
+
+/// Closes the link to node `id` and forgets its endpoint.
+void close_link(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  stop_link_actors(self, id);
+  st.parked.erase(id);
   st.link_endpoints.erase(id);
   st.linked_at.erase(id);
   st.seen_up.erase(id);
-  st.unconfirmed.erase(id);
-  st.probing.erase(id);
   st.unanswered.erase(id);
   st.peers.erase(id);
   st.down_since.erase(id);
@@ -303,25 +314,105 @@ void close_link(self_ptr self, int32_t id) {
     self->send(st.raft, connect_atom_v, id, caf::actor{});
 }
 
-void open_link(self_ptr self, int32_t id, const std::string& host,
-               uint16_t port) {
+/// Whether this node dials node `id` first (see "One dialer per pair" in
+/// node.hpp): a broker-only node dials the voters, else the higher id.
+bool dials_first(const node_state& st, int32_t id) {
+  bool me_voter = is_voter(st, st.cfg.node_id);
+  if (me_voter != is_voter(st, id))
+    return !me_voter;
+  return st.cfg.node_id > id;
+}
+
+/// Starts the connection of the link to node `id` (its endpoint known).
+void dial(self_ptr self, int32_t id) {
   auto& st = self->state;
-  if (st.links.count(id) > 0)
-    close_link(self, id);
+  auto ep = st.link_endpoints.find(id);
+  if (ep == st.link_endpoints.end() || st.links.count(id) > 0)
+    return;
+  st.parked.erase(id);
   connection_config cc;
-  cc.host = host;
-  cc.port = port;
+  cc.host = ep->second.first;
+  cc.port = ep->second.second;
   cc.backoff_min = std::chrono::milliseconds{100};
   cc.backoff_max = std::chrono::milliseconds{1000};
   auto link = spawn_connection(self->system(), cc);
   auto listener = self->spawn<caf::linked>(peer_listener, id,
                                            caf::actor_cast<caf::actor>(self));
   self->send(link, subscribe_atom_v, listener);
-  st.links[id] = link; // never seen yet: controller_grace applies
+  st.links[id] = link;
   st.link_listeners[id] = caf::actor_cast<caf::actor>(listener);
+  if (!dials_first(st, id))
+    st.dialed_at[id] = now(self);
+}
+
+/// Stops the connection of the link to a peer that dials first: it waits
+/// for the peer's probe (or peer_dial_fallback) again.
+void park_link(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  stop_link_actors(self, id);
+  st.parked[id] = now(self);
+}
+
+/// A peer's probe arrived (its connection to this node is established): a
+/// parked link to it is dialed now, CAF closes the second connection as
+/// redundant.
+void peer_probed(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  st.probed_by[id] = now(self);
+  if (st.shutting_down || st.parked.count(id) == 0)
+    return;
+  log::debug("node: node {} dialed this node: linking back", id);
+  dial(self, id);
+}
+
+/// Opens (or reopens, after the endpoint changed) the link to node `id`.
+void open_link(self_ptr self, int32_t id, const std::string& host,
+               uint16_t port) {
+  auto& st = self->state;
+  if (st.link_endpoints.count(id) > 0)
+    close_link(self, id);
   st.link_endpoints[id] = std::make_pair(host, port);
-  st.linked_at[id] = now(self);
+  st.linked_at[id] = now(self); // never seen yet: controller_grace applies
   st.down_since.erase(id);
+  // A peer that dials first and has probed this node lately (a broker that
+  // linked to the voters before it registered) is connected already.
+  auto probed = st.probed_by.find(id);
+  bool connected = probed != st.probed_by.end()
+                   && now(self) - probed->second
+                        < std::chrono::duration_cast<caf::timespan>(
+                          st.cfg.peer_dial_fallback);
+  if (dials_first(st, id) || connected)
+    dial(self, id);
+  else
+    st.parked[id] = now(self);
+}
+
+/// The links to peers that dial first: dialed after peer_dial_fallback
+/// without their probe; parked again when not connected within two probe
+/// timeouts of dialing.
+void tend_parked_links(self_ptr self) {
+  auto& st = self->state;
+  auto t = now(self);
+  auto fallback
+    = std::chrono::duration_cast<caf::timespan>(st.cfg.peer_dial_fallback);
+  auto connect_wait
+    = std::chrono::duration_cast<caf::timespan>(st.cfg.peer_probe_timeout * 2);
+  std::vector<int32_t> due;
+  for (auto& [id, since] : st.parked)
+    if (t - since >= fallback)
+      due.push_back(id);
+  for (auto id : due) {
+    log::info("node: node {} has not dialed this node for {} ms: dialing it",
+              id, st.cfg.peer_dial_fallback.count());
+    dial(self, id);
+  }
+  due.clear();
+  for (auto& [id, at] : st.dialed_at)
+    if (t - at >= connect_wait && st.peers.count(id) == 0
+        && st.unconfirmed.count(id) == 0)
+      due.push_back(id);
+  for (auto id : due)
+    park_link(self, id);
 }
 
 bool is_voter(const node_state& st, int32_t id) {
@@ -347,7 +438,7 @@ void sync_broker_links(self_ptr self) {
     open_link(self, id, b.host, b.port);
   }
   std::vector<int32_t> gone;
-  for (auto& [id, link] : st.links)
+  for (auto& [id, ep] : st.link_endpoints)
     if (!is_voter(st, id) && regs.count(id) == 0)
       gone.push_back(id);
   for (auto id : gone) {
@@ -458,7 +549,10 @@ void peer_link_changed(self_ptr self, int32_t id, const caf::actor& peer) {
   }
   st.unconfirmed.erase(id);
   st.down_since.emplace(id, now(self)); // an outage starts (or goes on)
-  if (st.peers.erase(id) == 0)
+  bool was_up = st.peers.erase(id) > 0;
+  if (!dials_first(st, id))
+    park_link(self, id); // the peer dials again; this side waits for it
+  if (!was_up)
     return;
   log::warn("node: link to node {} is down", id);
   if (st.raft)

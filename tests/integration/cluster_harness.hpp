@@ -271,7 +271,10 @@ public:
         if (!node(id).wait_started(30s)) {
           auto out = node(id).output();
           why += "node " + std::to_string(id) + " did not start:\n" + tail(out, 3000) + "\n";
-          port_taken = port_taken || out.find("in use") != std::string::npos;
+          // CAF 0.17 says "tcp socket creation failed" when the bind
+          // fails because another process took the port meanwhile.
+          port_taken = port_taken || out.find("in use") != std::string::npos
+                       || out.find("cannot listen on") != std::string::npos;
         }
       if (why.empty() || !port_taken)
         break;
@@ -333,7 +336,8 @@ public:
         return "";
       }
       why = tail(proc->output(), 3000);
-      if (why.find("in use") == std::string::npos)
+      if (why.find("in use") == std::string::npos
+          && why.find("cannot listen on") == std::string::npos)
         break;
     }
     return "broker-only node " + std::to_string(id) + " did not start:\n" + why;

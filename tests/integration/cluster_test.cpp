@@ -56,6 +56,12 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -972,6 +978,130 @@ TEST(Cluster, ClientsSendToPartitionLeadersDirectly) {
             << p_last - produced_before << " produce and " << f_last - fetched_before
             << " fetch requests relayed until the clients followed (" << rounds
             << " rounds)\n";
+  std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
+}
+
+/// A loopback TCP listener that stands in for a node which never speaks: it
+/// accepts connections (and holds them) and counts them.
+class silent_listener {
+public:
+  silent_listener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+        || ::listen(fd_, 16) != 0
+        || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return;
+    port_ = ntohs(addr.sin_port);
+  }
+  silent_listener(const silent_listener&) = delete;
+  silent_listener& operator=(const silent_listener&) = delete;
+  ~silent_listener() {
+    close();
+  }
+  uint16_t port() const {
+    return port_;
+  }
+  /// Accepts connections until `want` were accepted (0: all that arrive)
+  /// or `wait` passed; the number accepted so far.
+  size_t accept_for(std::chrono::milliseconds wait, size_t want = 0) {
+    auto until = steady::now() + wait;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - steady::now());
+      if (fd_ < 0 || left.count() <= 0 || (want > 0 && accepted_.size() >= want))
+        return accepted_.size();
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) > 0) {
+        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0)
+          accepted_.push_back(c);
+      }
+    }
+  }
+  void close() {
+    for (auto c : accepted_)
+      ::close(c);
+    accepted_.clear();
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = -1;
+  }
+
+private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::vector<int> accepted_;
+};
+
+// One node of each pair dials first: two nodes that dial each other at the
+// same moment can leave CAF's BASP routing tables disagreeing, after which
+// one side's requests are never answered (node.hpp, "One dialer per pair").
+// Node 1 (the lowest voter) dials neither node 2 nor node 3 on its own; node 3
+// dials both; once node 3's probe arrived, node 1 links back to it (node 1
+// sees node 3 alive without having waited for the fallback); node 2 never
+// dials, so node 1 dials it after peer_dial_fallback (10 s). Node 2 is a
+// silent listener, a different one in each node's --voters, which tells who
+// dialed it.
+TEST(Cluster, OneNodeOfEachPairDialsFirst) {
+  auto t0 = steady::now();
+  auto ports = free_tcp_ports(2);
+  ASSERT_EQ(ports.size(), 2u);
+  silent_listener node2_for_1, node2_for_3, node3_stand_in;
+  ASSERT_NE(node2_for_1.port(), 0);
+  ASSERT_NE(node2_for_3.port(), 0);
+  ASSERT_NE(node3_stand_in.port(), 0);
+  auto ep = [](uint16_t p) { return "127.0.0.1:" + std::to_string(p); };
+  // Node 3's address in node 1's --voters is a listener first (does node 1
+  // dial it?), then node 3 itself on the same port.
+  const uint16_t p1 = ports[0];
+  const uint16_t p3 = node3_stand_in.port();
+  ferryd_process n1{{"--node-id", "1", "--voters",
+                     "1@" + ep(p1) + ",2@" + ep(node2_for_1.port()) + ",3@" + ep(p3),
+                     "--http-port", "-1"}};
+  ASSERT_TRUE(n1.start(p1)) << n1.output();
+  EXPECT_EQ(node2_for_1.accept_for(2s), 0u) << "node 1 dialed node 2 first";
+  EXPECT_EQ(node3_stand_in.accept_for(10ms), 0u) << "node 1 dialed node 3 first";
+  node3_stand_in.close();
+  ferryd_process n3{{"--node-id", "3", "--voters",
+                     "1@" + ep(p1) + ",2@" + ep(node2_for_3.port()) + ",3@" + ep(p3),
+                     "--http-port", "-1"}};
+  ASSERT_TRUE(n3.start(p3)) << n3.output();
+  EXPECT_GE(node2_for_3.accept_for(10s, 1), 1u) << "node 3 did not dial node 2\n" << n3.output();
+
+  client_system cs;
+  ferry::connection_config cc;
+  cc.host = "127.0.0.1";
+  cc.port = p1;
+  cc.connect_wait = 1s;
+  auto link = cs.track(ferry::spawn_connection(*cs.sys, cc));
+  bool alive = wait_until(20s, [&] {
+    auto b = ask<ferry::broker_actor>(*cs.sys, link, 2s, ferry::connect_atom_v);
+    if (!b)
+      return false;
+    auto cd = ask<ferry::cluster_description>(*cs.sys, *b, 3s, ferry::cluster_atom_v);
+    if (!cd)
+      return false;
+    for (auto& n : cd->nodes)
+      if (n.id == 3 && n.alive)
+        return true;
+    return false;
+  });
+  ASSERT_TRUE(alive) << "node 1 never saw node 3 alive\n" << n1.output() << "\n" << n3.output();
+  EXPECT_EQ(n1.output().find("node 3 has not dialed this node"), std::string::npos)
+    << "node 1 linked back to node 3 only after the fallback:\n" << n1.output();
+  std::cout << "[cluster] node 1 sees node 3 alive at " << seconds_since(t0) << " s\n";
+  // Node 2 never dials node 1: after the fallback node 1 dials it.
+  EXPECT_GE(node2_for_1.accept_for(20s, 1), 1u) << "node 1 never dialed node 2\n" << n1.output();
+  EXPECT_NE(n1.output().find("node 2 has not dialed this node for 10000 ms: dialing it"),
+            std::string::npos)
+    << n1.output();
+  std::cout << "[cluster] node 1 dialed node 2 at " << seconds_since(t0) << " s\n";
+  // The listeners go first: a connect stuck in CAF's handshake then fails.
+  node2_for_1.close();
+  node2_for_3.close();
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
 }
 
