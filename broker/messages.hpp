@@ -311,6 +311,23 @@ typename Inspector::result_type inspect(Inspector& f, fetch_response& x) {
            x.diverging_epoch, x.diverging_end, x.leader);
 }
 
+/// One partition's answer within a multi-partition follower fetch (a
+/// std::vector<fetch_request> a follower node's fetch session sends to the
+/// leader node, answered in the same order): the response or the error, or
+/// `waiting`: that partition had nothing when the round was answered (for
+/// another partition's data), so its request stays in the session.
+struct fetch_result {
+  fetch_response response;
+  caf::error error;
+  bool waiting = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_result& x) {
+  return f(caf::meta::type_name("ferry::fetch_result"), x.response, x.error,
+           x.waiting);
+}
+
 /// Offset lookup: earliest, latest or by timestamp.
 struct list_offsets_request {
   std::string topic;
@@ -1017,4 +1034,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::produce_result))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::produce_request>))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::produce_result>))
+  // Follower fetch sessions, one per pair of nodes (issue 15).
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_result))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::fetch_request>))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::fetch_result>))
 CAF_END_TYPE_ID_BLOCK(ferry)

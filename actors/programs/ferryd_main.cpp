@@ -250,6 +250,7 @@ struct options {
   int64_t produce_ack_timeout_ms = 20000;
   /// Threads of the node's sync pool; 0: sync_pool::default_threads.
   int io_threads = 0;
+  bool fetch_sessions = true;
   /// Segment files open at once; 0: cached_file_system::default_max_open.
   int64_t max_open_files = 0;
 };
@@ -325,6 +326,11 @@ int main(int argc, char** argv) {
                  "request_timed_out, a retriable error; the batch stays in the "
                  "log and may still commit")
     ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--fetch-sessions", opt.fetch_sessions,
+                 "cluster mode: true (default) moves all follower fetches "
+                 "from one leader node in one request per round (one "
+                 "fetch loop per pair of nodes); false: one long poll per "
+                 "partition, as before (for comparison)");
   app.add_option("--io-threads", opt.io_threads,
                  "threads that run the group commit's fdatasync for every "
                  "partition of this node (0: 4 per core, at least 4); "
@@ -532,6 +538,7 @@ int main(int argc, char** argv) {
     nc.replica_defaults.sync = sync;
     nc.replica_defaults.fs = &segment_files;
     nc.replica_defaults.meta_writer = meta_writer;
+    nc.fetch_sessions = opt.fetch_sessions;
     nc.replica_defaults.replica_lag_max =
       std::chrono::milliseconds{opt.replica_lag_max_ms};
     nc.replica_defaults.ack_timeout =

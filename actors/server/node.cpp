@@ -58,6 +58,9 @@ void finish_shutdown(self_ptr self) {
   for (auto& [id, link] : st.links)
     self->send_exit(link, caf::exit_reason::user_shutdown);
   st.links.clear();
+  for (auto& [id, s] : st.fetch_sessions)
+    self->send_exit(s.handle, caf::exit_reason::user_shutdown);
+  st.fetch_sessions.clear();
   st.peers.clear();
   if (st.disk_sampler)
     self->send_exit(st.disk_sampler, caf::exit_reason::user_shutdown);
@@ -328,6 +331,9 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       return serve_produce_many(self, rs);
     },
     [self](fetch_atom, fetch_request& r) { return serve_fetch(self, r); },
+    [self](fetch_atom, std::vector<fetch_request>& rs) {
+      return serve_fetch_many(self, rs);
+    },
     [self](offsets_atom, list_offsets_request& r) {
       return serve_list_offsets(self, r);
     },

@@ -170,6 +170,7 @@
 #include "actors/server/group_coordinator.hpp"
 #include "actors/server/queue_coordinator.hpp"
 #include "actors/protocol/interfaces.hpp"
+#include "actors/server/fetch_session.hpp"
 #include "actors/server/partition_replica.hpp"
 #include "broker/raft_core.hpp"
 
@@ -231,6 +232,9 @@ struct node_config {
   /// A link to a peer that dials first is dialed from this side anyway
   /// after this long without the peer's probe (see "One dialer per pair").
   std::chrono::milliseconds peer_dial_fallback{10000};
+  /// Follower replicas fetch through one fetch session per leader node
+  /// (actors/server/fetch_session.hpp) instead of one long poll each.
+  bool fetch_sessions = true;
   /// A new controller waits this long for brokers it has not seen yet.
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).
@@ -375,6 +379,13 @@ struct node_state {
   std::map<int32_t, caf::actor_clock::time_point> parked;
   std::map<int32_t, caf::actor_clock::time_point> dialed_at;
   std::map<int32_t, caf::actor_clock::time_point> probed_by;
+  /// This node's fetch session to each leader node and the broker it
+  /// fetches from.
+  struct session_link {
+    fetch_session_actor handle;
+    caf::actor broker;
+  };
+  std::map<int32_t, session_link> fetch_sessions;
   /// When this node last became the controller.
   caf::actor_clock::time_point controller_since{};
   /// Fences proposed and not answered yet.

@@ -165,6 +165,12 @@ inline caf::actor leader_handle(const node_state& st,
   return caf::actor_cast<caf::actor>(i->second);
 }
 
+/// The handle a follower replica of `pa` fetches through: this node's
+/// fetch session to the leader's node (spawned on first use, pointed at
+/// that node's current broker), or the broker itself without sessions;
+/// null while the leader's node is not linked.
+caf::actor replica_leader(self_ptr self, const partition_assignment& pa);
+
 /// True when the current message came from a peer node (it was forwarded
 /// there already, or it is a peer's replica or quorum member).
 inline bool from_peer(self_ptr self) {
@@ -300,6 +306,8 @@ caf::result<produce_response> serve_produce(self_ptr self,
 caf::result<std::vector<produce_result>>
 serve_produce_many(self_ptr self, std::vector<produce_request>& reqs);
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req);
+caf::result<std::vector<fetch_result>>
+serve_fetch_many(self_ptr self, std::vector<fetch_request>& reqs);
 caf::result<offset> serve_list_offsets(self_ptr self,
                                        list_offsets_request& req);
 caf::result<offset> purge_partition(self_ptr self, topic_partition& tp,

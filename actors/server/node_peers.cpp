@@ -550,6 +550,12 @@ void peer_link_changed(self_ptr self, int32_t id, const caf::actor& peer) {
   st.unconfirmed.erase(id);
   st.down_since.emplace(id, now(self)); // an outage starts (or goes on)
   bool was_up = st.peers.erase(id) > 0;
+  if (auto fs = st.fetch_sessions.find(id); fs != st.fetch_sessions.end()
+                                            && fs->second.broker) {
+    // Rounds in flight over the lost link fail now, not after their timeout.
+    fs->second.broker = caf::actor{};
+    self->send(fs->second.handle, update_atom_v, caf::actor{});
+  }
   if (!dials_first(st, id))
     park_link(self, id); // the peer dials again; this side waits for it
   if (!was_up)

@@ -106,7 +106,7 @@ void spawn_replica(self_ptr self, const topic_partition& key,
         return n ? caf::error{} : std::move(n.error());
       };
     rc.assignment = pa;
-    rc.leader_broker = leader_handle(st, pa);
+    rc.leader_broker = replica_leader(self, pa);
     rc.controller = caf::actor_cast<caf::actor>(self);
     r.assignment = pa;
     r.leader_handle = rc.leader_broker;
@@ -178,7 +178,7 @@ void reconcile(self_ptr self) {
           log::info("node: new config for {}", tp_name(name, pa.partition));
         }
         if (cluster_mode(st)) {
-          auto lh = leader_handle(st, pa);
+          auto lh = replica_leader(self, pa);
           if (!(r.assignment == pa) || r.leader_handle != lh) {
             self->send(r.handle, update_atom_v, pa, lh);
             r.assignment = pa;
@@ -190,6 +190,26 @@ void reconcile(self_ptr self) {
     }
   }
   check_create_waiters(self);
+}
+
+caf::actor replica_leader(self_ptr self, const partition_assignment& pa) {
+  auto& st = self->state;
+  auto b = leader_handle(st, pa);
+  if (!b || !st.cfg.fetch_sessions)
+    return b;
+  auto& s = st.fetch_sessions[pa.leader];
+  if (!s.handle) {
+    fetch_session_config fc;
+    fc.node_id = st.cfg.node_id;
+    fc.leader_id = pa.leader;
+    fc.leader_broker = b;
+    s.handle = spawn_fetch_session(self->system(), std::move(fc));
+    s.broker = b;
+  } else if (s.broker != b) {
+    s.broker = b;
+    self->send(s.handle, update_atom_v, b);
+  }
+  return caf::actor_cast<caf::actor>(s.handle);
 }
 
 // -- waiting for replicas and gathering their status -------------------------

@@ -202,6 +202,131 @@ caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req) {
   return rp;
 }
 
+namespace {
+
+/// Nothing for the follower in `r` (see fetch_session.cpp).
+bool idle_fetch(const fetch_request& req, const fetch_response& r) {
+  return r.data.empty() && r.diverging_end < offset{0}
+         && r.log_start <= req.from && r.next_offset == req.from;
+}
+
+/// One round of a follower node's fetch session (serve_fetch_many).
+struct fetch_round {
+  std::vector<fetch_request> reqs;
+  std::vector<partition_actor> replicas; // null: answered with an error
+  std::vector<fetch_result> out;
+  std::vector<bool> got;
+  size_t left = 0;
+  bool delivered = false;
+  caf::typed_response_promise<std::vector<fetch_result>> rp;
+
+  void deliver() {
+    if (delivered)
+      return;
+    delivered = true;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!got[i])
+        out[i].waiting = true;
+    rp.deliver(std::move(out));
+  }
+};
+
+/// Phase 2: every partition idle at once, so each waits (parks in its
+/// replica) up to its max wait; the first with something answers the
+/// round, the rest come back `waiting` (a replica keeps one parked fetch
+/// per follower: the next round's replaces it).
+void park_round(self_ptr self, std::shared_ptr<fetch_round> g) {
+  g->left = 0;
+  for (size_t i = 0; i < g->reqs.size(); ++i)
+    if (g->replicas[i]) {
+      g->got[i] = false;
+      ++g->left;
+    }
+  for (size_t i = 0; i < g->reqs.size(); ++i) {
+    if (!g->replicas[i])
+      continue;
+    self->request(g->replicas[i], caf::infinite, fetch_atom_v, g->reqs[i])
+      .then(
+        [g, i](fetch_response& r) {
+          if (g->delivered)
+            return;
+          bool something = !idle_fetch(g->reqs[i], r);
+          g->out[i].response = std::move(r);
+          g->got[i] = true;
+          if (something || --g->left == 0)
+            g->deliver();
+        },
+        [g, i](caf::error& err) {
+          if (g->delivered)
+            return;
+          g->out[i].error = std::move(err);
+          g->got[i] = true;
+          g->deliver();
+        });
+  }
+}
+
+} // namespace
+
+caf::result<std::vector<fetch_result>>
+serve_fetch_many(self_ptr self, std::vector<fetch_request>& reqs) {
+  using results = std::vector<fetch_result>;
+  auto rp = self->make_response_promise<results>();
+  if (reqs.empty()) {
+    rp.deliver(results{});
+    return rp;
+  }
+  when_ready(self, [self, rp, reqs = std::move(reqs)]() mutable {
+    auto g = std::make_shared<fetch_round>();
+    g->rp = rp;
+    g->out.resize(reqs.size());
+    g->got.assign(reqs.size(), true);
+    g->replicas.resize(reqs.size());
+    g->reqs = std::move(reqs);
+    // Phase 1: every partition answers at once (no wait).
+    g->left = g->reqs.size();
+    auto done = [self, g] {
+      if (--g->left > 0)
+        return;
+      for (size_t i = 0; i < g->reqs.size(); ++i)
+        if (g->out[i].error || !idle_fetch(g->reqs[i], g->out[i].response)
+            || g->reqs[i].max_wait_ms <= 0) {
+          g->deliver();
+          return;
+        }
+      park_round(self, g);
+    };
+    for (size_t i = 0; i < g->reqs.size(); ++i) {
+      auto& req = g->reqs[i];
+      auto r = req.replica_id >= 0
+                 ? route(self, req.topic, req.partition)
+                 : caf::expected<partition_actor>{make_error(
+                   ec::invalid_request,
+                   "a multi-partition fetch is for followers only")};
+      if (!r) {
+        g->out[i].error = failed(self, std::move(r.error()));
+        done();
+        continue;
+      }
+      g->replicas[i] = *r;
+      auto now_req = req;
+      now_req.max_wait_ms = 0;
+      self->request(*r, caf::infinite, fetch_atom_v, std::move(now_req))
+        .then(
+          [g, i, done](fetch_response& x) {
+            g->out[i].response = std::move(x);
+            done();
+          },
+          [self, g, i, done](caf::error& err) {
+            g->out[i].error = failed(self, std::move(err));
+            g->replicas[i] = nullptr;
+            done();
+          });
+    }
+  });
+  return rp;
+}
+
 caf::result<offset> serve_list_offsets(self_ptr self,
                                        list_offsets_request& req) {
   auto rp = self->make_response_promise<offset>();

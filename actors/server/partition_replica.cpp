@@ -1213,6 +1213,16 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
     observe_fetch(st, req, *resp, arrived);
     return std::move(*resp);
   }
+  if (req.replica_id >= 0) {
+    // One parked fetch per follower: a fetch session's next round replaces
+    // the one its last round left here (answered now; nobody reads it).
+    for (auto i = st.waiters.begin(); i != st.waiters.end(); ++i)
+      if (i->second.request.replica_id == req.replica_id) {
+        answer_waiter(st, i->second, read_fetch(st, i->second.request));
+        st.waiters.erase(i);
+        break;
+      }
+  }
   auto wait = std::min(std::chrono::milliseconds{req.max_wait_ms},
                        st.cfg.max_fetch_wait);
   auto id = st.next_waiter_id++;
