@@ -250,7 +250,7 @@ struct options {
   int64_t produce_ack_timeout_ms = 20000;
   /// Threads of the node's sync pool; 0: sync_pool::default_threads.
   int io_threads = 0;
-  bool fetch_sessions = true;
+  bool fetch_sessions = false;
   /// Segment files open at once; 0: cached_file_system::default_max_open.
   int64_t max_open_files = 0;
 };
@@ -327,10 +327,10 @@ int main(int argc, char** argv) {
                  "log and may still commit")
     ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   app.add_option("--fetch-sessions", opt.fetch_sessions,
-                 "cluster mode: true (default) moves all follower fetches "
-                 "from one leader node in one request per round (one "
-                 "fetch loop per pair of nodes); false: one long poll per "
-                 "partition, as before (for comparison)");
+                 "cluster mode: true moves all follower fetches from one "
+                 "leader node in one request per round (one fetch loop per "
+                 "pair of nodes; experimental, measured slower so far); "
+                 "false (default): one long poll per partition");
   app.add_option("--io-threads", opt.io_threads,
                  "threads that run the group commit's fdatasync for every "
                  "partition of this node (0: 4 per core, at least 4); "

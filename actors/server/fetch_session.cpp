@@ -33,9 +33,12 @@ struct fetch_session_state {
   std::set<topic_partition> answered;
   /// Where the next round starts taking pending requests.
   topic_partition cursor;
-  bool round_out = false;
+  /// The rounds in flight (by number) and the partitions in each.
+  std::map<uint64_t, std::vector<topic_partition>> out;
   bool lingering = false;
   uint64_t round = 0;
+  uint64_t linger_gen = 0;
+  caf::actor_clock::time_point last_sent{};
 
   static inline const char* name = "ferry.fetch_session";
 };
@@ -52,10 +55,14 @@ bool idle(const fetch_request& req, const fetch_response& r) {
 
 void maybe_send(session_ptr self);
 
-void on_round(session_ptr self, const std::vector<topic_partition>& order,
+void on_round(session_ptr self, uint64_t round,
               std::vector<fetch_result>& results) {
   auto& st = self->state;
-  st.round_out = false;
+  auto o = st.out.find(round);
+  if (o == st.out.end())
+    return; // failed already (link change)
+  auto order = std::move(o->second);
+  st.out.erase(o);
   auto now = self->clock().now();
   for (size_t i = 0; i < order.size(); ++i) {
     auto& tp = order[i];
@@ -113,14 +120,19 @@ void on_round(session_ptr self, const std::vector<topic_partition>& order,
   maybe_send(self);
 }
 
-void fail_round(session_ptr self, const caf::error& err) {
+void fail_round(session_ptr self, uint64_t round, const caf::error& err) {
   auto& st = self->state;
-  st.round_out = false;
+  auto o = st.out.find(round);
+  if (o == st.out.end())
+    return;
   log::debug("fetch session {} -> {}: round failed: {}", st.cfg.node_id,
              st.cfg.leader_id, err);
-  for (auto& [tp, e] : st.in_flight)
-    e.rp.deliver(err);
-  st.in_flight.clear();
+  for (auto& tp : o->second)
+    if (auto f = st.in_flight.find(tp); f != st.in_flight.end()) {
+      f->second.rp.deliver(err);
+      st.in_flight.erase(f);
+    }
+  st.out.erase(o);
   maybe_send(self);
 }
 
@@ -156,35 +168,39 @@ void send_round(session_ptr self) {
     st.cursor = i->first;
   else if (!st.pending.empty())
     st.cursor = st.pending.begin()->first;
-  st.round_out = true;
   ++st.round;
+  st.out.emplace(st.round, order);
+  st.last_sent = self->clock().now();
   auto timeout = std::chrono::milliseconds{max_wait} + st.cfg.round_margin;
   self
     ->request(caf::actor_cast<broker_actor>(st.cfg.leader_broker), timeout,
               fetch_atom_v, std::move(reqs))
     .then(
-      [self, round = st.round,
-       order = std::move(order)](std::vector<fetch_result>& results) {
-        if (round == self->state.round && self->state.round_out)
-          on_round(self, order, results);
+      [self, round = st.round](std::vector<fetch_result>& results) {
+        on_round(self, round, results);
       },
       [self, round = st.round](caf::error& err) {
-        if (round == self->state.round && self->state.round_out)
-          fail_round(self, err);
+        fail_round(self, round, err);
       });
 }
 
 void maybe_send(session_ptr self) {
   auto& st = self->state;
-  if (st.round_out || st.pending.empty() || !st.cfg.leader_broker)
+  if (st.pending.empty() || !st.cfg.leader_broker
+      || st.out.size() >= st.cfg.max_rounds_out)
     return;
-  if (st.answered.empty()) {
+  // Wait (linger) for the replicas just answered, and after sending a
+  // round: requests trickling in go together in the next one.
+  bool wait = !st.answered.empty()
+              || (!st.out.empty()
+                  && self->clock().now() - st.last_sent < st.cfg.linger);
+  if (!wait) {
     send_round(self);
     return;
   }
   if (!st.lingering) {
     st.lingering = true;
-    self->delayed_send(self, st.cfg.linger, tick_atom_v, st.round);
+    self->delayed_send(self, st.cfg.linger, tick_atom_v, ++st.linger_gen);
   }
 }
 
@@ -213,23 +229,23 @@ fetch_session(session_ptr self, fetch_session_config cfg) {
       if (broker == st.cfg.leader_broker)
         return;
       st.cfg.leader_broker = std::move(broker);
-      if (st.round_out) {
-        // Sent over the old link: its answer may never come. Its requests
-        // fail now (the replicas retry), a late answer is dropped.
-        ++st.round;
-        fail_round(self, make_error(ec::request_timed_out,
-                                    "the link to leader node "
-                                      + std::to_string(st.cfg.leader_id)
-                                      + " changed during the fetch"));
-        return;
-      }
+      // Rounds sent over the old link: their answers may never come. Their
+      // requests fail now (the replicas retry), late answers are dropped.
+      auto err = make_error(ec::request_timed_out,
+                            "the link to leader node "
+                              + std::to_string(st.cfg.leader_id)
+                              + " changed during the fetch");
+      while (!st.out.empty())
+        fail_round(self, st.out.begin()->first, err);
       maybe_send(self);
     },
-    [self](tick_atom, uint64_t round) {
+    [self](tick_atom, uint64_t gen) {
       auto& st = self->state;
-      if (!st.lingering || round != st.round || st.round_out)
+      if (!st.lingering || gen != st.linger_gen)
         return;
-      send_round(self);
+      st.lingering = false;
+      st.answered.clear();
+      maybe_send(self);
     },
   };
 }

@@ -5,8 +5,8 @@
 // (fetch_atom, fetch_request) here instead of to L's broker (the node hands
 // the replicas this actor as their leader's handle). The session sends all
 // the requests it holds to L as ONE (fetch_atom, std::vector<fetch_request>)
-// per round, at most one round in flight (Kafka's replica fetcher thread per
-// broker pair, KIP-227), and answers each replica from the round's result:
+// per round (Kafka's replica fetcher thread per broker pair, KIP-227), and
+// answers each replica from the round's result:
 // - data, a divergence, a moved log start, an error, or a high watermark
 //   that moved: the replica gets it (and fetches again, from the session);
 // - nothing (`waiting`, or an empty answer with the same high watermark):
@@ -20,11 +20,16 @@
 // much to catch up on many partitions.
 //
 // The next round waits for the replicas just answered to ask again (they
-// append and sync first; without waiting, each busy partition would miss
-// every other round and then wait for the others' long poll), for at most
-// `linger`.
+// append and sync first; without waiting, each would go in a round of its
+// own), for at most `linger`. Requests that arrive while rounds are out go
+// in a new round (up to max_rounds_out): the leader node then answers the
+// round it holds parked for this follower (its partitions come back
+// `waiting` and go again), so a partition whose data is waiting for this
+// follower's ack never waits for another partition's long poll.
 //
-// Thread-free: an event-based actor on the node's scheduler.
+// Thread-free: an event-based actor on the node's scheduler. Experimental
+// and off by default (ferryd --fetch-sessions): measured slower than one
+// long poll per partition so far; see actors/README.md, "Fetch sessions".
 
 #include "actors/protocol/interfaces.hpp"
 
@@ -59,6 +64,10 @@ struct fetch_session_config {
   /// together (each its share, at least min_partition_bytes, at most what
   /// its replica asked for; a replica answers at least one whole batch).
   size_t max_round_partitions = 512;
+  /// Rounds in flight at once: requests that arrive while a round is
+  /// parked at the leader (nothing for its partitions) go in a new one,
+  /// which makes the leader answer the parked one (see serve_fetch_many).
+  size_t max_rounds_out = 4;
   size_t round_max_bytes = 32u << 20;
   size_t min_partition_bytes = 64u << 10;
 };

@@ -233,8 +233,10 @@ struct node_config {
   /// after this long without the peer's probe (see "One dialer per pair").
   std::chrono::milliseconds peer_dial_fallback{10000};
   /// Follower replicas fetch through one fetch session per leader node
-  /// (actors/server/fetch_session.hpp) instead of one long poll each.
-  bool fetch_sessions = true;
+  /// (actors/server/fetch_session.hpp) instead of one long poll each. Off
+  /// by default: measured slower so far (actors/README.md, "Fetch
+  /// sessions").
+  bool fetch_sessions = false;
   /// A new controller waits this long for brokers it has not seen yet.
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).
@@ -386,6 +388,9 @@ struct node_state {
     caf::actor broker;
   };
   std::map<int32_t, session_link> fetch_sessions;
+  /// Leader side: per follower node, the round of its fetch session parked
+  /// here (nothing for it yet); a newer round from that node answers it.
+  std::map<int32_t, std::function<void()>> parked_rounds;
   /// When this node last became the controller.
   caf::actor_clock::time_point controller_since{};
   /// Fences proposed and not answered yet.

@@ -236,6 +236,11 @@ struct fetch_round {
 /// round, the rest come back `waiting` (a replica keeps one parked fetch
 /// per follower: the next round's replaces it).
 void park_round(self_ptr self, std::shared_ptr<fetch_round> g) {
+  self->state.parked_rounds[g->reqs.front().replica_id]
+    = [w = std::weak_ptr<fetch_round>{g}] {
+        if (auto r = w.lock())
+          r->deliver();
+      };
   g->left = 0;
   for (size_t i = 0; i < g->reqs.size(); ++i)
     if (g->replicas[i]) {
@@ -277,6 +282,14 @@ serve_fetch_many(self_ptr self, std::vector<fetch_request>& reqs) {
     return rp;
   }
   when_ready(self, [self, rp, reqs = std::move(reqs)]() mutable {
+    // The follower node's round parked here is answered now: this newer one
+    // carries requests that must not wait for its long poll.
+    auto& parked = self->state.parked_rounds;
+    if (auto k = parked.find(reqs.front().replica_id); k != parked.end()) {
+      auto kick = std::move(k->second);
+      parked.erase(k);
+      kick();
+    }
     auto g = std::make_shared<fetch_round>();
     g->rp = rp;
     g->out.resize(reqs.size());

@@ -301,6 +301,7 @@ class Node:
                 "--metrics-port", "-1", "--http-port", "-1"]
         if self.voters:
             args += ["--node-id", str(self.node_id), "--voters", self.voters]
+        args += FERRYD_EXTRA
         with open(self.log_path, "ab") as f:
             self.log_offset = f.tell()
             self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT,
@@ -794,6 +795,8 @@ def print_report(env, results):
     print(f"Ferry scale table: {env['date']}, commit {env['commit']}, {env['mode']} run")
     print(f"bin {env['bin']} (ferryd built {env['ferryd_mtime']}), {env['cores']} cores, "
           f"open-file limit {env['nofile']}, load {env['load']}")
+    if FERRYD_EXTRA:
+        print("ferryd " + " ".join(FERRYD_EXTRA))
     print(f"one producer, {SIZE} B, acks=all, {KEYS:,} distinct keys; node figures at the end "
           "of the run (3 nodes: the largest node); CPU s = ferryd (all nodes) + ferry-bench")
     print()
@@ -913,6 +916,10 @@ def on_signal(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
+# Extra ferryd arguments for every node (--ferryd-arg).
+FERRYD_EXTRA = []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -932,7 +939,11 @@ def main():
     ap.add_argument("--tmp", default=tempfile.gettempdir(),
                     help="where the nodes' data dirs go (default: %(default)s)")
     ap.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
+    ap.add_argument("--ferryd-arg", action="append", default=[],
+                    help="an extra ferryd argument for every node (repeatable), e.g. "
+                         "--ferryd-arg=--fetch-sessions=false to compare")
     args = ap.parse_args()
+    FERRYD_EXTRA.extend(args.ferryd_arg)
     if args.list:
         for r in select_rows("", args.quick):
             print(f"{r['id']:22} {setup_label(r)}" + (f", {r['m']:,} messages" if "m" in r else ""))
