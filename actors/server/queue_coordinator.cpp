@@ -1221,11 +1221,25 @@ void pump_dlq(self_ptr self, queue_partition_state& p) {
     return;
   auto pending = p.table->pending_dead_letters();
   const dead_letter_info* info = nullptr;
-  for (auto& d : pending)
-    if (p.cache.count(d.off) > 0) {
-      info = &d;
-      break;
-    }
+  // The record the stored sequence number belongs to goes first: its write
+  // may have reached the DLQ before a crash (its save did not), and only the
+  // same sequence makes the DLQ answer "written before" instead of storing
+  // it twice. Another record first would take a new sequence, and so would
+  // this one after it.
+  if (p.producer && p.producer->last_offset >= offset{0})
+    for (auto& d : pending)
+      if (d.off == p.producer->last_offset) {
+        if (p.cache.count(d.off) == 0)
+          return; // wait until the reader has re-read it
+        info = &d;
+        break;
+      }
+  if (info == nullptr)
+    for (auto& d : pending)
+      if (p.cache.count(d.off) > 0) {
+        info = &d;
+        break;
+      }
   if (info == nullptr)
     return; // none, or the reader has not re-read them yet
   if (!p.producer || p.producer->pid.value < 0) {

@@ -890,6 +890,39 @@ TEST_F(QueueCoordinatorTest, CrashBetweenDlqProduceAndDoneWritesOneCopy) {
   EXPECT_EQ(read_topic(*world, "t.g.dlq").size(), 2u);
 }
 
+// A DLQ write that reached the broker before a crash, while another record
+// of the partition was waiting for the DLQ: after the restart the record
+// of the stored sequence goes first (the broker answers "written before"),
+// then the other with the next sequence. Had the other gone first it would
+// have taken a new sequence, and the first one after it another: written
+// twice (seen under load in QueueWork.TenThousandRecords...).
+TEST_F(QueueCoordinatorTest, CrashWithAnotherDeadLetterWaitingWritesEachOnce) {
+  start(1);
+  produce("t", 0, {{"a", "poison-a"}, {"b", "poison-b"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  world->hold_produce_replies = true;
+  ack_ok("m1", got[1], queue_ack_kind::reject, "bad b"); // offset 1 first
+  sched->run();
+  ASSERT_EQ(world->produces.size(), 1u);
+  ack_ok("m1", got[0], queue_ack_kind::reject, "bad a"); // waits: DLQ busy
+  sched->run();
+  ASSERT_EQ(world->produces.size(), 1u);
+  EXPECT_EQ(describe_partition().dead_letter_pending, 2);
+  stop(true); // crash: the first write is in the DLQ, its save is not
+  world->hold_produce_replies = false;
+  start(2);
+  sched->run();
+  ASSERT_EQ(world->produces.size(), 3u);
+  EXPECT_EQ(world->produces[1].seq, world->produces[0].seq);
+  EXPECT_TRUE(world->produces[1].duplicate) << "the record of the stored sequence goes first";
+  EXPECT_EQ(world->produces[2].seq, world->produces[0].seq + 1);
+  EXPECT_FALSE(world->produces[2].duplicate);
+  auto dlq = read_topic(*world, "t.g.dlq");
+  ASSERT_EQ(dlq.size(), 2u) << "each dead letter once";
+  EXPECT_EQ(describe_partition().dead_letter_pending, 0);
+}
+
 TEST_F(QueueCoordinatorTest, CrashBeforeTheDlqProduceArrivedWritesIt) {
   start(1);
   produce("t", 0, {{"k", "poison"}});
