@@ -46,13 +46,6 @@ struct fetch_session_state {
 using session_ptr
   = fetch_session_actor::stateful_pointer<fetch_session_state>;
 
-/// Nothing for the follower: no data, no divergence, no log start past its
-/// offset.
-bool idle(const fetch_request& req, const fetch_response& r) {
-  return r.data.empty() && r.diverging_end < offset{0}
-         && r.log_start <= req.from && r.next_offset == req.from;
-}
-
 void maybe_send(session_ptr self);
 
 void on_round(session_ptr self, uint64_t round,
@@ -91,7 +84,8 @@ void on_round(session_ptr self, uint64_t round,
                      && hw->second == r.response.high_watermark;
       auto waited = now - e.since;
       bool expired = waited >= std::chrono::milliseconds{e.req.max_wait_ms};
-      if (!expired && (r.waiting || (idle(e.req, r.response) && same_hw))) {
+      if (!expired
+          && (r.waiting || (fetch_is_idle(e.req, r.response) && same_hw))) {
         st.pending.emplace(tp, std::move(e)); // next round, same long poll
         continue;
       }

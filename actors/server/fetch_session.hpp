@@ -72,6 +72,14 @@ struct fetch_session_config {
   size_t min_partition_bytes = 64u << 10;
 };
 
+/// Nothing for a follower in answer `r` to `req`: no data, no divergence,
+/// no log start past its offset (the session keeps such a request for the
+/// next round; the leader node parks a round of only such answers).
+inline bool fetch_is_idle(const fetch_request& req, const fetch_response& r) {
+  return r.data.empty() && r.diverging_end < offset{0}
+         && r.log_start <= req.from && r.next_offset == req.from;
+}
+
 fetch_session_actor spawn_fetch_session(caf::actor_system& sys,
                                         fetch_session_config cfg);
 

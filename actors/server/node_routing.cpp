@@ -204,12 +204,6 @@ caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req) {
 
 namespace {
 
-/// Nothing for the follower in `r` (see fetch_session.cpp).
-bool idle_fetch(const fetch_request& req, const fetch_response& r) {
-  return r.data.empty() && r.diverging_end < offset{0}
-         && r.log_start <= req.from && r.next_offset == req.from;
-}
-
 /// One round of a follower node's fetch session (serve_fetch_many).
 struct fetch_round {
   std::vector<fetch_request> reqs;
@@ -255,7 +249,7 @@ void park_round(self_ptr self, std::shared_ptr<fetch_round> g) {
         [g, i](fetch_response& r) {
           if (g->delivered)
             return;
-          bool something = !idle_fetch(g->reqs[i], r);
+          bool something = !fetch_is_idle(g->reqs[i], r);
           g->out[i].response = std::move(r);
           g->got[i] = true;
           if (something || --g->left == 0)
@@ -302,7 +296,7 @@ serve_fetch_many(self_ptr self, std::vector<fetch_request>& reqs) {
       if (--g->left > 0)
         return;
       for (size_t i = 0; i < g->reqs.size(); ++i)
-        if (g->out[i].error || !idle_fetch(g->reqs[i], g->out[i].response)
+        if (g->out[i].error || !fetch_is_idle(g->reqs[i], g->out[i].response)
             || g->reqs[i].max_wait_ms <= 0) {
           g->deliver();
           return;
