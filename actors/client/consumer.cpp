@@ -32,6 +32,8 @@ caf::error validate(const consumer_config& cfg) {
       return bad("empty topic name");
   if (cfg.fetch_max_bytes <= 0 || cfg.fetch_min_bytes < 0 || cfg.max_poll_records <= 0)
     return bad("fetch.max.bytes and max.poll.records must be > 0");
+  if (cfg.fetch_max_total_bytes <= 0)
+    return bad("fetch_max_total_bytes must be > 0");
   if (cfg.heartbeat_interval.count() <= 0 || cfg.session_timeout.count() <= 0
       || cfg.auto_commit_interval.count() <= 0 || cfg.request_timeout.count() <= 0)
     return bad("heartbeat, session, auto-commit and request timeouts must be > 0");
@@ -64,6 +66,9 @@ struct part_state {
   offset committed{-1}; ///< last committed by us (skip re-commits)
   bool resolving = false;
   bool fetching = false;
+  /// The last fetch ended at the high watermark: the next one is a long
+  /// poll and reserves nothing of fetch_max_total_bytes.
+  bool caught_up = false;
   int32_t via = -1; ///< the leader link of the fetch in flight; -1: bootstrap
   uint64_t epoch = 0; ///< bumps on seek/reset: older replies are dropped
   std::deque<consumed_message> buffer;
@@ -90,6 +95,11 @@ struct consumer_state {
   std::vector<poll_waiter> waiters;
   uint64_t next_waiter = 1;
   size_t rotate = 0; ///< where the next poll starts, for fairness
+  /// Bytes reserved by fetches in flight that may bring data back (not
+  /// caught up); bounded by cfg.fetch_max_total_bytes.
+  int64_t reserved_bytes = 0;
+  bool budget_blocked = false; ///< a fetch waits for reserved_bytes to fall
+  topic_partition kick_after; ///< the last partition that reserved bytes
   caf::error fatal; ///< surfaced by every poll (e.g. fenced)
 
   // Group membership.
@@ -206,6 +216,7 @@ void serve_waiters(consumer_pointer self) {
 void set_position(consumer_pointer self, part_state& p, offset pos) {
   p.position = pos;
   p.fetch_at = pos;
+  p.caught_up = false;
   p.resolving = false;
   p.buffer.clear();
   p.buffered_bytes = 0;
@@ -398,6 +409,7 @@ void on_fetched(consumer_pointer self, part_state& p, fetch_response& resp) {
   if (pos == 0 && !p.error && resp.next_offset > from)
     next = resp.next_offset; // nothing returned, but the broker moved on
   p.fetch_at = next;
+  p.caught_up = p.fetch_at >= resp.high_watermark;
   if (p.error) {
     p.retry_at = clock::now() + milliseconds{1000};
     serve_waiters(self);
@@ -405,6 +417,19 @@ void on_fetched(consumer_pointer self, part_state& p, fetch_response& resp) {
 }
 
 void refresh_leaders(consumer_pointer self);
+
+void fetch_all(consumer_pointer self);
+
+// A fetch's reply (or failure) gives its reservation back; fetches that
+// waited for it start, beginning after the last partition that reserved.
+void release_fetch_bytes(consumer_pointer self, int64_t reserve) {
+  auto& st = self->state;
+  st.reserved_bytes -= reserve;
+  if (reserve > 0 && st.budget_blocked) {
+    st.budget_blocked = false;
+    fetch_all(self);
+  }
+}
 
 void maybe_fetch(consumer_pointer self, part_state& p) {
   auto& st = self->state;
@@ -421,6 +446,15 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
   }
   if (!hdl)
     return;
+  int64_t reserve = p.caught_up ? 0 : st.cfg.fetch_max_bytes;
+  if (reserve > 0 && st.reserved_bytes > 0
+      && st.reserved_bytes + reserve > st.cfg.fetch_max_total_bytes) {
+    st.budget_blocked = true;
+    return;
+  }
+  st.reserved_bytes += reserve;
+  if (reserve > 0)
+    st.kick_after = p.tp;
   p.fetching = true;
   p.via = via;
   auto epoch = p.epoch;
@@ -435,7 +469,8 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
   self->request(hdl, st.cfg.fetch_max_wait + st.cfg.request_timeout, fetch_atom_v,
                 std::move(req))
     .then(
-      [self, tp, epoch](fetch_response& resp) {
+      [self, tp, epoch, reserve](fetch_response& resp) {
+        release_fetch_bytes(self, reserve);
         auto& st = self->state;
         auto i = st.parts.find(tp);
         if (i == st.parts.end() || i->second.epoch != epoch)
@@ -449,13 +484,15 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
         serve_waiters(self);
         maybe_fetch(self, p);
       },
-      [self, tp, epoch](caf::error& err) {
+      [self, tp, epoch, reserve](caf::error& err) {
+        release_fetch_bytes(self, reserve);
         auto& st = self->state;
         auto i = st.parts.find(tp);
         if (i == st.parts.end() || i->second.epoch != epoch)
           return;
         auto& p = i->second;
         p.fetching = false;
+        p.caught_up = false;
         if (code_of(err) == ec::offset_out_of_range) {
           p.buffer.clear();
           p.buffered_bytes = 0;
@@ -475,9 +512,15 @@ void maybe_fetch(consumer_pointer self, part_state& p) {
       });
 }
 
+// Every partition that may fetch does, beginning after the last one that
+// took part of fetch_max_total_bytes (so a budget that frees up goes round).
 void fetch_all(consumer_pointer self) {
-  for (auto& [tp, p] : self->state.parts)
-    maybe_fetch(self, p);
+  auto& parts = self->state.parts;
+  auto start = parts.upper_bound(self->state.kick_after);
+  for (auto i = start; i != parts.end(); ++i)
+    maybe_fetch(self, i->second);
+  for (auto i = parts.begin(); i != start; ++i)
+    maybe_fetch(self, i->second);
 }
 
 // -- commits ---------------------------------------------------------------------

@@ -1,0 +1,263 @@
+// The stream consumer's fetch budget (consumer_config::fetch_max_total_bytes)
+// on CAF's deterministic test scheduler: a fake broker holds every fetch it
+// gets until the test tells it to answer, so the fetches in flight can be
+// counted. A consumer reading a backlog keeps at most the budget in flight;
+// partitions that reached their high watermark long-poll outside it, so a
+// tailing consumer still waits on every partition.
+
+#include "actors/client/consumer.hpp"
+
+#include "actors/protocol/interfaces.hpp"
+#include "broker/error.hpp"
+#include "broker/record_batch.hpp"
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace ferry {
+namespace {
+
+constexpr int64_t records_per_partition = 4;
+
+/// A fetch the fake broker holds.
+struct held_fetch {
+  fetch_request req;
+  caf::typed_response_promise<fetch_response> rp;
+};
+
+struct fetch_log {
+  std::vector<held_fetch> held; ///< not answered yet
+  size_t fetches = 0;           ///< all fetches received
+  size_t max_held_with_data = 0; ///< most held at once that had data to give
+};
+
+std::string batch_of(const topic_partition& tp, offset from, int64_t n) {
+  std::vector<record> rs;
+  for (int64_t i = 0; i < n; ++i) {
+    record r;
+    r.offset_delta = static_cast<int32_t>(i);
+    r.timestamp = 1000;
+    r.value = tp.topic + "/" + std::to_string(tp.partition.value) + "@"
+              + std::to_string(from.value + i);
+    rs.push_back(std::move(r));
+  }
+  batch_meta meta;
+  meta.base_offset = from;
+  auto b = encode_batch(meta, rs);
+  return b ? *b : std::string{};
+}
+
+/// Every partition holds records [0, records_per_partition). Fetches are held;
+/// (tick_atom, count, per_fetch) answers the oldest `count` held ones, each
+/// with up to `per_fetch` records from its offset.
+caf::behavior fake_broker(caf::event_based_actor* self, std::shared_ptr<fetch_log> log) {
+  auto with_data = [log] {
+    size_t n = 0;
+    for (auto& h : log->held)
+      if (h.req.from.value < records_per_partition)
+        ++n;
+    return n;
+  };
+  return {
+    [](offsets_atom, list_offsets_request&) { return offset{0}; },
+    [self, log, with_data](fetch_atom, fetch_request& req) {
+      ++log->fetches;
+      auto rp = self->make_response_promise<fetch_response>();
+      log->held.push_back(held_fetch{req, rp});
+      log->max_held_with_data = std::max(log->max_held_with_data, with_data());
+      return rp;
+    },
+    [log](tick_atom, int32_t count, int32_t per_fetch) {
+      for (int32_t k = 0; k < count && !log->held.empty(); ++k) {
+        auto h = std::move(log->held.front());
+        log->held.erase(log->held.begin());
+        fetch_response resp;
+        resp.high_watermark = offset{records_per_partition};
+        resp.log_end = resp.high_watermark;
+        auto n = std::min<int64_t>(per_fetch, records_per_partition - h.req.from.value);
+        resp.next_offset = h.req.from;
+        if (n > 0) {
+          topic_partition tp{h.req.topic, h.req.partition};
+          resp.data = batch_of(tp, h.req.from, n);
+          resp.next_offset = h.req.from + n;
+        }
+        h.rp.deliver(std::move(resp));
+      }
+    },
+  };
+}
+
+/// Stands in for client_connection: remembers the listener.
+struct fake_conn_state {
+  std::shared_ptr<connection_listener> listener;
+};
+
+connection_actor::behavior_type
+fake_connection(connection_actor::stateful_pointer<fake_conn_state> self,
+                std::shared_ptr<connection_listener> slot) {
+  self->state.listener = slot;
+  return {
+    [](connect_atom) -> caf::result<broker_actor> {
+      return make_error(ec::request_timed_out, "fake");
+    },
+    [self](subscribe_atom, connection_listener& l) { *self->state.listener = l; },
+    [](connect_atom, uint64_t, broker_actor&) {},
+    [](connect_atom, uint64_t, caf::error&) {},
+    [](tick_atom) {},
+    [self](stop_atom) { self->quit(); },
+  };
+}
+
+class ConsumerFetchTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    register_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    listener = std::make_shared<connection_listener>();
+    conn = sys->spawn(fake_connection, listener);
+    log = std::make_shared<fetch_log>();
+    broker = sys->spawn(fake_broker, log);
+    sched->run();
+  }
+
+  void TearDown() override {
+    if (consumer)
+      caf::anon_send_exit(consumer, caf::exit_reason::kill);
+    caf::anon_send_exit(conn, caf::exit_reason::kill);
+    caf::anon_send_exit(broker, caf::exit_reason::kill);
+    sched->run();
+    sys.reset();
+  }
+
+  /// A consumer of `partitions` partitions of "t" from the earliest offset,
+  /// connected to the fake broker.
+  void start(int partitions, int32_t max_bytes, int64_t total) {
+    consumer_config c;
+    for (int i = 0; i < partitions; ++i)
+      c.partitions.push_back(topic_partition{"t", partition_id{i}});
+    c.auto_offset_reset = "earliest";
+    c.route_to_leaders = false;
+    c.enable_auto_commit = false;
+    c.fetch_max_bytes = max_bytes;
+    c.fetch_max_total_bytes = total;
+    auto h = spawn_consumer(*sys, c, conn);
+    ASSERT_TRUE(h) << describe(h.error());
+    consumer = *h;
+    sched->run();
+    ASSERT_TRUE(*listener);
+    caf::anon_send(*listener, connect_atom_v, caf::actor_cast<broker_actor>(broker));
+    sched->run();
+  }
+
+  /// Every partition's fetch is held, each at the end of the data.
+  bool all_caught_up(size_t partitions) const {
+    if (log->held.size() != partitions)
+      return false;
+    for (auto& h : log->held)
+      if (h.req.from.value != records_per_partition)
+        return false;
+    return true;
+  }
+
+  void answer(int32_t count, int32_t per_fetch) {
+    caf::anon_send(broker, tick_atom_v, count, per_fetch);
+    sched->run();
+  }
+
+  /// Everything buffered in the consumer, by polls that do not wait.
+  std::vector<consumed_message> drain() {
+    std::vector<consumed_message> all;
+    for (int round = 0; round < 100; ++round) {
+      auto got = std::make_shared<std::optional<std::vector<consumed_message>>>();
+      auto dest = consumer;
+      sys->spawn([got, dest](caf::event_based_actor* self) {
+        self->request(dest, caf::infinite, poll_atom_v, int32_t{0})
+          .then([got](std::vector<consumed_message>& xs) { *got = std::move(xs); },
+                [got](caf::error&) { *got = std::vector<consumed_message>{}; });
+      });
+      sched->run();
+      if (!*got || (*got)->empty())
+        break;
+      for (auto& m : **got)
+        all.push_back(std::move(m));
+    }
+    return all;
+  }
+
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::shared_ptr<connection_listener> listener;
+  connection_actor conn;
+  std::shared_ptr<fetch_log> log;
+  caf::actor broker;
+  consumer_actor consumer;
+};
+
+TEST_F(ConsumerFetchTest, BacklogFetchesStayWithinTheBudgetAndTailingPollsEveryPartition) {
+  // 10 partitions with a backlog, 1,000 bytes per fetch, 3,000 in flight.
+  start(10, 1000, 3000);
+  ASSERT_EQ(log->held.size(), 3u) << "a backlog fetches 3 partitions at a time";
+  for (auto& h : log->held)
+    EXPECT_EQ(h.req.max_bytes, 1000);
+  // Each answer (one record: not at the high watermark yet) frees its bytes
+  // for the next fetch: still 3 in flight, and the others get their turn.
+  std::map<int32_t, int> fetched;
+  for (int k = 0; k < 12; ++k) {
+    fetched[log->held.front().req.partition.value]++;
+    answer(1, 1);
+    EXPECT_EQ(log->held.size(), 3u);
+  }
+  EXPECT_EQ(fetched.size(), 10u) << "every partition was fetched within 12 answers";
+  // Answer the rest fully: each partition reaches its high watermark, and
+  // its next fetch is a long poll outside the budget.
+  for (int k = 0; k < 200 && !all_caught_up(10); ++k)
+    answer(1, static_cast<int32_t>(records_per_partition));
+  EXPECT_TRUE(all_caught_up(10)) << "a caught-up consumer long-polls every partition";
+  EXPECT_LE(log->max_held_with_data, 3u);
+  // Every record came through once, in order per partition.
+  auto msgs = drain();
+  ASSERT_EQ(msgs.size(), static_cast<size_t>(10 * records_per_partition));
+  std::map<int32_t, int64_t> next;
+  for (auto& m : msgs) {
+    EXPECT_EQ(m.off.value, next[m.partition.value]) << "partition " << m.partition.value;
+    next[m.partition.value] = m.off.value + 1;
+    EXPECT_EQ(m.value, "t/" + std::to_string(m.partition.value) + "@"
+                         + std::to_string(m.off.value));
+  }
+}
+
+TEST_F(ConsumerFetchTest, ABudgetBelowOneFetchStillFetchesOneAtATime) {
+  start(4, 1000, 10);
+  ASSERT_EQ(log->held.size(), 1u);
+  for (int k = 0; k < 100 && !all_caught_up(4); ++k)
+    answer(1, static_cast<int32_t>(records_per_partition));
+  EXPECT_TRUE(all_caught_up(4));
+  EXPECT_LE(log->max_held_with_data, 1u);
+  EXPECT_EQ(drain().size(), static_cast<size_t>(4 * records_per_partition));
+}
+
+TEST_F(ConsumerFetchTest, ANonPositiveBudgetIsAnInvalidConfig) {
+  consumer_config c;
+  c.partitions.push_back(topic_partition{"t", partition_id{0}});
+  c.fetch_max_total_bytes = 0;
+  auto h = spawn_consumer(*sys, c, conn);
+  ASSERT_FALSE(h);
+  EXPECT_EQ(code_of(h.error()), ec::invalid_config);
+  EXPECT_NE(describe(h.error()).find("fetch_max_total_bytes"), std::string::npos);
+}
+
+} // namespace
+} // namespace ferry
