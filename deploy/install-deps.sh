@@ -9,11 +9,12 @@ PACKAGES=(
   # libraries
   libcaf-dev liblmdb-dev prometheus-cpp-dev liblz4-dev libzstd-dev zlib1g-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-dev
+  libssl-dev  # TLS: libcaf_openssl's OpenSSL, and ferry's certificate checks
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev  # Qt6Charts CMake config needs Qt6OpenGL
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # tools used by tests, demos and benchmark comparisons
-  curl fio xvfb python3 prometheus
+  curl fio xvfb python3 prometheus openssl
   python3-kafka python3-lz4 python3-zstandard  # tests/tools/make_kafka_vectors.py
 )
 

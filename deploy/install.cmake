@@ -47,7 +47,7 @@ set(ferry_public_headers
   actors/client/admin.hpp actors/client/client_connection.hpp
   actors/client/consumer.hpp actors/client/leader_links.hpp
   actors/client/producer.hpp actors/client/queue_consumer.hpp
-  actors/client/stream_dlq.hpp
+  actors/client/stream_dlq.hpp actors/client/tls.hpp
   actors/protocol/interfaces.hpp
   broker/messages.hpp broker/model.hpp broker/raft_types.hpp broker/error.hpp
   broker/record_batch.hpp broker/compression.hpp broker/crc32c.hpp

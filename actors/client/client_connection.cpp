@@ -1,11 +1,14 @@
 #include "actors/client/client_connection.hpp"
 
+#include "actors/client/tls.hpp"
+
 #include "broker/error.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -288,7 +291,8 @@ void start_attempt(connection_pointer self) {
   auto* sys = &self->system();
   auto& ep = st.endpoints[st.current];
   st.worker = std::thread{[sys, me, id, done, host = ep.host, port = ep.port] {
-    auto res = sys->middleman().remote_actor<broker_actor>(host, port);
+    auto res = uses_tls(*sys) ? caf::openssl::remote_actor<broker_actor>(*sys, host, port)
+                              : sys->middleman().remote_actor<broker_actor>(host, port);
     if (res)
       caf::anon_send(me, connect_atom_v, id, std::move(*res));
     else
@@ -417,6 +421,14 @@ connection_actor::behavior_type connection(connection_pointer self,
         self->quit();
         return;
       }
+      if (err == caf::sec::disconnect_during_handshake)
+        err = make_error(ec::request_timed_out,
+                         uses_tls(self->system())
+                           ? "the TLS handshake failed (a node without TLS, or one that "
+                             "refused this client's certificate, or whose certificate "
+                             "does not chain to this client's CA file)"
+                           : "the node closed the connection during the handshake (a "
+                             "node with TLS needs --tls-cert, --tls-key and --tls-ca)");
       st.last_error = std::move(err);
       st.last_error_at = where(st);
       next_endpoint(self);

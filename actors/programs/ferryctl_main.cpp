@@ -15,6 +15,7 @@
 #include "actors/programs/ferryctl_work.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 
 #include <caf/actor_system.hpp>
@@ -54,6 +55,7 @@ struct options {
   bool json = false;
   int64_t connect_timeout_ms = 5000;
   int64_t request_timeout_ms = 30000;
+  ferry::tls_settings tls;
 
   // topic
   std::string name;
@@ -1036,6 +1038,13 @@ int main(int argc, char** argv) {
   app.add_option("--request-timeout", opt.request_timeout_ms, "ms per request; admin requests answered not_leader or coordinator_not_available (an election, a restarting node) are sent again until it runs out")
     ->capture_default_str();
 
+  app.add_option("--tls-cert", opt.tls.certificate,
+                 "PEM client certificate for a node started with TLS (with --tls-key "
+                 "and --tls-ca; the node asks every client for one); also $FERRY_TLS_CERT");
+  app.add_option("--tls-key", opt.tls.key, "PEM private key of --tls-cert; also $FERRY_TLS_KEY");
+  app.add_option("--tls-ca", opt.tls.ca,
+                 "PEM CA certificates the node's certificate must chain to; also $FERRY_TLS_CA");
+
   std::function<int(context&)> run;
 
   // topic
@@ -1180,6 +1189,15 @@ int main(int argc, char** argv) {
 
   caf::actor_system_config cfg;
   configure_client(cfg);
+  tls_from_environment(opt.tls);
+  if (opt.tls.requested()) {
+    if (auto err = check_tls(opt.tls, tls_role::client)) {
+      std::fprintf(stderr, "ferryctl: --tls-cert/--tls-key/--tls-ca: %s\n",
+                   describe(err).c_str());
+      return 2;
+    }
+    configure_tls(cfg, opt.tls);
+  }
   cfg.set("scheduler.max-threads", 2);
   cfg.set("logger.console", caf::atom("none"));
   int rc = 0;

@@ -5,6 +5,7 @@
 // producer or consumer.
 
 #include "actors/client/client_connection.hpp"
+#include "actors/client/tls.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -24,6 +25,13 @@ struct client_system {
 
   client_system() {
     ferry::configure_client(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+
+  /// Every connection of this system uses TLS with these files.
+  explicit client_system(const ferry::tls_settings& tls) {
+    ferry::configure_client(cfg);
+    ferry::configure_tls(cfg, tls);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
 
