@@ -4,7 +4,8 @@
 // A Ferry node's CAF port speaks TLS when ferryd is started with
 // --tls-cert, --tls-key and --tls-ca. CAF 0.17.6 (libcaf_openssl) then
 // requires a certificate on BOTH sides, signed by a CA the other side
-// trusts: every client presents a certificate (mutual TLS). The CAF transport tells actors nothing about the
+// trusts: every client presents a certificate (mutual TLS), and so does a
+// node dialling a peer. The CAF transport tells actors nothing about the
 // peer's certificate; who is calling is a separate, in-band matter.
 //
 // TLS is a property of the whole actor system (CAF reads openssl.* from
@@ -12,14 +13,13 @@
 // system starts, and every connection it opens (client_connection) and
 // every port it publishes (publish_broker) uses TLS.
 //
-// Not yet between cluster nodes: with libcaf_openssl a second connection
-// between two nodes (a node dialling back a peer that dialled it, see
-// "One dialer per pair" in actors/server/node.hpp; or both dialling) made
-// their link go down and up every ~100 ms in a 3-node test (2026-12-01),
-// where plain TCP closes the second connection as redundant and keeps the
-// first. ferryd refuses --tls-* with --voters until node links keep to one
-// connection (the passive side could adopt the proxy its peer's probe
-// arrives from instead of dialling back).
+// Between cluster nodes: with libcaf_openssl a second connection between
+// two nodes (a node dialling back a peer that dialled it, see "One dialer
+// per pair" in actors/server/node.hpp; or both dialling) made their link go
+// down and up every ~100 ms in a 3-node test (2026-12-01), where plain TCP
+// closes the second connection as redundant and keeps the first. So with
+// TLS the passive side of a pair never dials back: its link adopts the
+// proxy the peer's probe arrived from (adopted_link, node_peers.cpp).
 //
 // CAF's pitfalls, which check_tls() exists to close:
 // - with none of openssl.certificate/key/cafile set CAF falls back to

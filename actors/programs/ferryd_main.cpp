@@ -21,8 +21,8 @@
 // Tests and scripts wait for those lines to learn the ports. Logs go to
 // stderr.
 // TLS: --tls-cert, --tls-key and --tls-ca (all three, checked before
-// anything starts) make the CAF port speak mutual TLS with clients
-// (actors/client/tls.hpp); a cluster node (--voters) refuses them for now. ferryd serves checked
+// anything starts) make the CAF port speak mutual TLS, for clients and
+// node-to-node links alike (actors/client/tls.hpp). ferryd serves checked
 // copies of the files from <data-dir>/tls/; SIGHUP checks the files again
 // and swaps the copies if they pass (new connections use them; existing
 // ones keep theirs), else keeps the old ones and logs why.
@@ -448,17 +448,6 @@ int main(int argc, char** argv) {
                    ferry::describe(err).c_str());
       return 2;
     }
-  }
-  if (opt.tls.requested() && !opt.voters.empty()) {
-    // CAF 0.17.6 with libcaf_openssl drops the link between two nodes when
-    // a second connection between them is opened (the dial-back of "One
-    // dialer per pair", node.hpp): links went up and down every ~100 ms in
-    // a 3-node test. Until node links keep to one connection, refuse.
-    std::fprintf(stderr,
-                 "ferryd: --tls-* with --voters: TLS between cluster nodes is not "
-                 "supported yet (only a single node serves TLS clients); see "
-                 "actors/client/tls.hpp\n");
-    return 2;
   }
   if (!is_loopback(opt.host) && !opt.insecure) {
     std::fprintf(stderr,

@@ -434,7 +434,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       peer_link_changed(self, id, p);
     },
     [self](connect_atom, int32_t id) -> int32_t {
-      peer_probed(self, id);
+      peer_probed(self, id, self->current_sender());
       return self->state.cfg.node_id;
     },
     [self](update_atom, const raft_status& rs) {

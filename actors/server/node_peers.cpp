@@ -5,6 +5,8 @@
 
 #include "actors/server/node_internal.hpp"
 
+#include "actors/client/tls.hpp"
+
 namespace ferry::node_detail {
 
 /// Receives a peer link's broker handle changes and hands them to the node
@@ -16,6 +18,49 @@ peer_listener(connection_listener::pointer self, int32_t id, caf::actor node) {
       self->send(caf::actor_cast<broker_actor>(node), connect_atom_v, id,
                  caf::actor_cast<caf::actor>(b));
     },
+  };
+}
+
+/// The link to a peer that dialled this node, over the peer's own
+/// connection: it holds the proxy the peer's probe came from and tells its
+/// listeners when that proxy goes down (the connection closed); it never
+/// dials. With TLS a second connection between two nodes takes their link
+/// down (actors/client/tls.hpp), so there the passive side adopts the
+/// peer's connection instead of dialling back.
+struct adopted_link_state {
+  // Not an aggregate: CAF would try to build it from the actor pointer.
+  adopted_link_state() = default;
+  ferry::broker_actor peer;
+  std::vector<connection_listener> listeners;
+  static inline const char* name = "ferry.adopted_link";
+};
+
+connection_actor::behavior_type
+adopted_link(connection_actor::stateful_pointer<adopted_link_state> self, ferry::broker_actor peer) {
+  self->state.peer = peer;
+  self->monitor(peer);
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& st = self->state;
+    if (!st.peer || msg.source != st.peer.address())
+      return;
+    st.peer = nullptr;
+    for (auto& l : st.listeners)
+      self->send(l, connect_atom_v, ferry::broker_actor{});
+  });
+  return {
+    [self](connect_atom) -> caf::result<ferry::broker_actor> {
+      if (self->state.peer)
+        return self->state.peer;
+      return make_error(ec::request_timed_out, "the peer's connection closed");
+    },
+    [self](subscribe_atom, connection_listener& l) {
+      self->state.listeners.push_back(l);
+      self->send(l, connect_atom_v, self->state.peer);
+    },
+    [](connect_atom, uint64_t, ferry::broker_actor&) {},
+    [](connect_atom, uint64_t, caf::error&) {},
+    [](tick_atom) {},
+    [self](stop_atom) { self->quit(); },
   };
 }
 
@@ -323,19 +368,25 @@ bool dials_first(const node_state& st, int32_t id) {
   return st.cfg.node_id > id;
 }
 
-/// Starts the connection of the link to node `id` (its endpoint known).
-void dial(self_ptr self, int32_t id) {
+/// Starts the connection of the link to node `id` (its endpoint known);
+/// with `adopt`, the link uses that proxy (the peer's connection) instead.
+void dial(self_ptr self, int32_t id, ferry::broker_actor adopt) {
   auto& st = self->state;
   auto ep = st.link_endpoints.find(id);
   if (ep == st.link_endpoints.end() || st.links.count(id) > 0)
     return;
   st.parked.erase(id);
-  connection_config cc;
-  cc.host = ep->second.first;
-  cc.port = ep->second.second;
-  cc.backoff_min = std::chrono::milliseconds{100};
-  cc.backoff_max = std::chrono::milliseconds{1000};
-  auto link = spawn_connection(self->system(), cc);
+  connection_actor link;
+  if (adopt) {
+    link = self->system().spawn(adopted_link, std::move(adopt));
+  } else {
+    connection_config cc;
+    cc.host = ep->second.first;
+    cc.port = ep->second.second;
+    cc.backoff_min = std::chrono::milliseconds{100};
+    cc.backoff_max = std::chrono::milliseconds{1000};
+    link = spawn_connection(self->system(), cc);
+  }
   auto listener = self->spawn<caf::linked>(peer_listener, id,
                                            caf::actor_cast<caf::actor>(self));
   self->send(link, subscribe_atom_v, listener);
@@ -355,12 +406,18 @@ void park_link(self_ptr self, int32_t id) {
 
 /// A peer's probe arrived (its connection to this node is established): a
 /// parked link to it is dialed now, CAF closes the second connection as
-/// redundant.
-void peer_probed(self_ptr self, int32_t id) {
+/// redundant. With TLS the link adopts the peer's connection instead
+/// (`sender`: the peer's node actor; see adopted_link).
+void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender) {
   auto& st = self->state;
   st.probed_by[id] = now(self);
   if (st.shutting_down || st.parked.count(id) == 0)
     return;
+  if (uses_tls(self->system()) && sender) {
+    log::debug("node: node {} dialed this node: using its connection", id);
+    dial(self, id, caf::actor_cast<ferry::broker_actor>(sender));
+    return;
+  }
   log::debug("node: node {} dialed this node: linking back", id);
   dial(self, id);
 }

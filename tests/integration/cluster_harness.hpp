@@ -214,6 +214,10 @@ public:
   /// Nodes talk to each other through a link_proxy (see the file comment).
   explicit cluster(behind_proxy_t) : proxied_(true) {
   }
+  /// The harness's own clients (readiness checks, links, producers) use
+  /// TLS with these files; the nodes need matching --tls-* args.
+  explicit cluster(const ferry::tls_settings& client_tls) : cs(client_tls) {
+  }
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 

@@ -3,7 +3,8 @@
 // certificate from its CA and refuses every other kind (none, plaintext,
 // another CA, expired), and keeps serving; it refuses to start with TLS
 // half-configured or broken; SIGHUP swaps in new files only when they
-// pass the checks. Cluster nodes refuse TLS for now (actors/client/tls.hpp). Certificates come from Debian's `openssl`; `openssl s_client` checks
+// pass the checks; a 3-node cluster replicates and fails over over mutual
+// TLS. Certificates come from Debian's `openssl`; `openssl s_client` checks
 // the port as an outside tool sees it.
 
 #include "cluster_harness.hpp"
@@ -227,19 +228,54 @@ TEST(Tls, SighupSwapsInCheckedFilesAndKeepsTheOldOnesOtherwise) {
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
 }
 
-TEST(Tls, ClusterNodesRefuseTlsUntilNodeLinksKeepToOneConnection) {
-  // See actors/client/tls.hpp: a second TLS connection between two nodes
-  // takes their link down, so a node with --voters refuses --tls-*.
+TEST(Tls, ThreeNodeClusterReplicatesAndFailsOverOverMutualTls) {
   test_certs certs;
   ASSERT_TRUE(certs.ok()) << certs.why();
-  ASSERT_TRUE(certs.make_cert("node")) << certs.why();
-  ferry::test::temp_dir dir{"ferry-tls-cluster"};
-  std::vector<std::string> args{"--data-dir", (dir.path() / "d").string(), "--node-id", "1",
-                                "--voters", "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3",
-                                "--metrics-port", "-1", "--http-port", "-1"};
-  for (auto& a : certs.args("node"))
-    args.push_back(a);
-  auto r = run_command(FERRYD_PATH, args, 20s);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(contains(r.err, "TLS between cluster nodes is not supported yet")) << r.err;
+  for (auto* name : {"node", "client"})
+    ASSERT_TRUE(certs.make_cert(name)) << certs.why();
+  ferry::test::cluster c{certs.settings("client")};
+  c.add_node_args(certs.args("node"));
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "secure";
+  auto why = c.create_topic(topic, 1);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  auto bootstrap = c.endpoints();
+  auto prod = ferry::test::make_producer(c, bootstrap);
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  auto send = [&](const std::string& value) {
+    std::vector<ferry::client_message> msgs(1);
+    msgs[0].topic = topic;
+    msgs[0].value = value;
+    return ferry::test::ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 60s,
+                                                                 ferry::produce_atom_v, msgs);
+  };
+  auto first = send("before");
+  ASSERT_TRUE(first) << ferry::error_text(first.error()) << "\n" << c.dump();
+  // acks=all over RF=3: both followers fetched it over TLS links. The
+  // links stay up: each pair of nodes keeps one connection (node 1 adopts
+  // the connections of nodes 2 and 3, node 2 that of node 3).
+  std::string out;
+  for (int id = 1; id <= 3; ++id)
+    EXPECT_FALSE(contains(c.node(id).output(), "is down")) << "node " << id << "\n"
+                                                          << c.node(id).output();
+  auto leader = c.leader_of(topic, 0);
+  ASSERT_GE(leader, 1) << c.dump();
+  c.kill(leader);
+  ASSERT_TRUE(ferry::test::wait_until(30s, [&] {
+    auto l = c.leader_of(topic, 0);
+    return l >= 1 && l != leader;
+  })) << "no new leader after killing node " << leader << "\n" << c.dump();
+  auto second = send("after");
+  ASSERT_TRUE(second) << ferry::error_text(second.error()) << "\n" << c.dump();
+  auto restarted = c.restart(leader);
+  ASSERT_TRUE(restarted.empty()) << restarted;
+  // Read back through ferryctl with TLS from the restarted node, once it
+  // has caught up.
+  ASSERT_TRUE(ferry::test::wait_until(30s, [&] {
+    auto r = ctl(c.endpoint(leader), certs.args("client"),
+                 {"consume", topic, "--from-beginning", "--max", "2", "--timeout", "5000"});
+    out = r.out + r.err;
+    return r.exit_code == 0 && contains(r.out, "before") && contains(r.out, "after");
+  })) << out << "\n" << c.dump();
 }
