@@ -8,6 +8,7 @@
 
 #include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
+#include "tests/fake_connection.hpp"
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -71,26 +72,7 @@ caf::behavior fake_broker(caf::event_based_actor*, std::shared_ptr<broker_log> l
   };
 }
 
-/// Stands in for client_connection: remembers the listener.
-struct fake_conn_state {
-  std::shared_ptr<connection_listener> listener;
-};
-
-connection_actor::behavior_type
-fake_connection(connection_actor::stateful_pointer<fake_conn_state> self,
-                std::shared_ptr<connection_listener> slot) {
-  self->state.listener = slot;
-  return {
-    [](connect_atom) -> caf::result<broker_actor> {
-      return make_error(ec::request_timed_out, "fake");
-    },
-    [self](subscribe_atom, connection_listener& l) { *self->state.listener = l; },
-    [](connect_atom, uint64_t, broker_actor&) {},
-    [](connect_atom, uint64_t, caf::error&) {},
-    [](tick_atom) {},
-    [self](stop_atom) { self->quit(); },
-  };
-}
+using test::fake_connection;
 
 template <class T>
 struct reply {

@@ -9,6 +9,7 @@
 
 #include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
+#include "tests/fake_connection.hpp"
 #include "broker/record_batch.hpp"
 
 #include <caf/all.hpp>
@@ -97,26 +98,7 @@ caf::behavior fake_broker(caf::event_based_actor* self, std::shared_ptr<fetch_lo
   };
 }
 
-/// Stands in for client_connection: remembers the listener.
-struct fake_conn_state {
-  std::shared_ptr<connection_listener> listener;
-};
-
-connection_actor::behavior_type
-fake_connection(connection_actor::stateful_pointer<fake_conn_state> self,
-                std::shared_ptr<connection_listener> slot) {
-  self->state.listener = slot;
-  return {
-    [](connect_atom) -> caf::result<broker_actor> {
-      return make_error(ec::request_timed_out, "fake");
-    },
-    [self](subscribe_atom, connection_listener& l) { *self->state.listener = l; },
-    [](connect_atom, uint64_t, broker_actor&) {},
-    [](connect_atom, uint64_t, caf::error&) {},
-    [](tick_atom) {},
-    [self](stop_atom) { self->quit(); },
-  };
-}
+using test::fake_connection;
 
 class ConsumerFetchTest : public ::testing::Test {
 protected:
