@@ -5,6 +5,7 @@
 
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <charconv>
 #include <exception>
@@ -60,5 +61,10 @@ exposer::start(const std::string& host_port, std::shared_ptr<registry> reg) {
 }
 
 exposer::~exposer() = default;
+
+std::string text_format(registry& reg) {
+  auto families = reg.prometheus_registry()->Collect();
+  return prometheus::TextSerializer{}.Serialize(families);
+}
 
 } // namespace ferry::metrics

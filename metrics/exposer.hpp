@@ -23,6 +23,11 @@ namespace ferry::metrics {
 
 class registry;
 
+/// The Prometheus text format of everything in `reg` (what /metrics
+/// serves); thread-safe. ferryd serves it over TLS with the HTTP gateway's
+/// metrics mode, since civetweb's TLS does not work with OpenSSL 3.
+std::string text_format(registry& reg);
+
 class exposer {
 public:
   /// Serves `reg` at http://<host_port>/metrics. `host_port` is

@@ -36,9 +36,12 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <algorithm>
 #include <array>
@@ -52,6 +55,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -60,6 +64,7 @@ namespace ferry {
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using json = http_api::json;
 using steady = std::chrono::steady_clock;
@@ -85,6 +90,7 @@ struct api_response {
   std::string body;
   std::string allow;    ///< Allow header (405)
   std::string location; ///< Location header (201)
+  std::string content_type = "application/json";
 };
 
 std::string dump(const json& j) {
@@ -92,7 +98,7 @@ std::string dump(const json& j) {
 }
 
 api_response reply(unsigned status, const json& j) {
-  return api_response{status, dump(j), {}, {}};
+  return api_response{status, dump(j), {}, {}, "application/json"};
 }
 
 api_response reply_error(unsigned status, const std::string& code,
@@ -209,6 +215,38 @@ struct gateway_core : std::enable_shared_from_this<gateway_core> {
   /// Null-key records of one request go to one partition; requests rotate.
   std::atomic<uint64_t> next_partition{0};
 
+  /// The TLS context new connections use (null: plain HTTP). Replaced by
+  /// reload_tls(); a session keeps the one it started with.
+  std::mutex tls_mtx;
+  std::shared_ptr<ssl::context> tls;
+
+  /// Refused TLS handshakes, and when one was last logged.
+  std::atomic<uint64_t> failed_handshakes{0};
+  std::mutex warn_mtx;
+  steady::time_point last_handshake_warning{};
+  uint64_t unlogged_handshakes = 0;
+
+  std::shared_ptr<ssl::context> tls_context() {
+    std::lock_guard<std::mutex> guard{tls_mtx};
+    return tls;
+  }
+
+  /// Logs a refused handshake, at most every 10 s (with the count since).
+  void handshake_failed(const std::string& peer, const beast::error_code& ec) {
+    failed_handshakes.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> guard{warn_mtx};
+    auto now = steady::now();
+    if (now - last_handshake_warning < std::chrono::seconds{10}) {
+      ++unlogged_handshakes;
+      return;
+    }
+    last_handshake_warning = now;
+    auto before = std::exchange(unlogged_handshakes, 0);
+    log::warn("{}: refused a TLS connection from {}: {}{}", cfg.name, peer, ec.message(),
+              before ? " (and " + std::to_string(before) + " more in the last 10 s)"
+                     : std::string{});
+  }
+
   /// Declared last: destroyed first, with the handlers (and sessions) it
   /// still holds, while the members above are intact.
   net::io_context ioc;
@@ -245,41 +283,124 @@ struct gateway_core : std::enable_shared_from_this<gateway_core> {
 
 // -- the session: one HTTP connection ----------------------------------------------
 
+/// One HTTP connection, plain or TLS (basic_session below). reply_sink
+/// holds it through this interface.
 class session : public std::enable_shared_from_this<session> {
 public:
-  session(tcp::socket&& socket, gateway_core& core)
-    : core_(core), stream_(std::move(socket)) {
+  virtual ~session() = default;
+
+  virtual void start() = 0;
+
+  virtual net::any_io_executor executor() = 0;
+
+  /// Writes the reply of the current request. On the strand.
+  virtual void respond(api_response r) = 0;
+
+  /// Closes the socket. Only while no thread runs the io_context.
+  virtual void close_now() = 0;
+};
+
+/// Routes one request that has been read (defined after the router).
+void dispatch(gateway_core& core, http::request<http::string_body> req,
+              std::shared_ptr<session> s);
+
+std::string peer_of(const tcp::socket& socket) {
+  beast::error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec)
+    return "an unknown peer";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+/// Stream is beast::tcp_stream (plain HTTP) or
+/// beast::ssl_stream<beast::tcp_stream> (https).
+template <class Stream>
+class basic_session : public session {
+public:
+  static constexpr bool is_tls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  /// Plain HTTP; `buffer` holds bytes already read (TLS detection).
+  /// `on_tls_port`: the port speaks TLS and this client did not; its
+  /// request is answered with a 400 that says so.
+  basic_session(beast::tcp_stream&& stream, gateway_core& core,
+                beast::flat_buffer buffer, bool on_tls_port)
+    : core_(core),
+      stream_(std::move(stream)),
+      buffer_(std::move(buffer)),
+      plain_on_tls_port_(on_tls_port) {
   }
 
-  void start() {
+  /// https: the handshake reads `buffer` first.
+  basic_session(beast::tcp_stream&& stream, gateway_core& core,
+                beast::flat_buffer buffer, std::shared_ptr<ssl::context> ctx)
+    : core_(core),
+      ctx_(std::move(ctx)),
+      stream_(std::move(stream), *ctx_),
+      buffer_(std::move(buffer)) {
+  }
+
+  void start() override {
     net::dispatch(stream_.get_executor(),
-                  [self = shared_from_this()] { self->read_header(); });
+                  [self = self()] { self->begin(); });
   }
 
-  net::any_io_executor executor() {
+  net::any_io_executor executor() override {
     return stream_.get_executor();
   }
 
-  /// Writes the reply of the current request. On the strand.
-  void respond(api_response r) {
+  void respond(api_response r) override {
     write(std::move(r), !keep_alive_, false);
   }
 
-  /// Closes the socket. Only while no thread runs the io_context.
-  void close_now() {
+  void close_now() override {
     beast::error_code ec;
-    stream_.socket().close(ec);
+    socket().close(ec);
   }
 
 private:
+  std::shared_ptr<basic_session> self() {
+    return std::static_pointer_cast<basic_session>(shared_from_this());
+  }
+
+  tcp::socket& socket() {
+    return beast::get_lowest_layer(stream_).socket();
+  }
+
+  void expires_after(std::chrono::milliseconds t) {
+    beast::get_lowest_layer(stream_).expires_after(t);
+  }
+
+  void begin() {
+    if constexpr (is_tls) {
+      expires_after(core_.cfg.io_timeout);
+      stream_.async_handshake(ssl::stream_base::server, buffer_.data(),
+                              [self = self()](beast::error_code ec, size_t used) {
+                                self->on_handshake(ec, used);
+                              });
+    } else {
+      read_header();
+    }
+  }
+
+  void on_handshake(beast::error_code ec, size_t used) {
+    if (ec) {
+      if (ec != net::error::operation_aborted)
+        core_.handshake_failed(peer_of(socket()), ec);
+      beast::error_code ignored;
+      socket().close(ignored);
+      return;
+    }
+    buffer_.consume(used);
+    read_header();
+  }
+
   void read_header() {
     parser_.emplace();
     parser_->body_limit(core_.cfg.max_body_bytes);
     parser_->header_limit(core_.cfg.max_header_bytes);
-    stream_.expires_after(core_.cfg.idle_timeout);
+    expires_after(core_.cfg.idle_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec,
-                                                        size_t) {
+                            [self = self()](beast::error_code ec, size_t) {
                               self->on_header(ec);
                             });
   }
@@ -292,13 +413,13 @@ private:
     keep_alive_ = req.keep_alive();
     if (parser_->is_done())
       return handle();
-    stream_.expires_after(core_.cfg.io_timeout);
-    if (beast::iequals(req[http::field::expect], "100-continue")) {
+    expires_after(core_.cfg.io_timeout);
+    if (!plain_on_tls_port_
+        && beast::iequals(req[http::field::expect], "100-continue")) {
       continue_ = http::response<http::empty_body>{http::status::continue_,
                                                    version_};
       http::async_write(stream_, continue_,
-                        [self = shared_from_this()](beast::error_code ec,
-                                                    size_t) {
+                        [self = self()](beast::error_code ec, size_t) {
                           if (ec)
                             return self->close();
                           self->read_body();
@@ -309,8 +430,10 @@ private:
   }
 
   void read_body() {
+    if (plain_on_tls_port_)
+      return handle(); // answered without reading a body
     http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                     [self = self()](beast::error_code ec, size_t) {
                        if (ec)
                          return self->fail_read(ec);
                        self->handle();
@@ -320,7 +443,8 @@ private:
   /// A request could not be read: answer what can be answered, then close.
   void fail_read(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout
-        || ec == net::error::operation_aborted)
+        || ec == net::error::operation_aborted
+        || ec == ssl::error::stream_truncated)
       return close();
     if (ec == http::error::body_limit)
       return write(reply_error(413, to_string(ec::message_too_large),
@@ -341,14 +465,25 @@ private:
     close(); // I/O error: nobody to answer
   }
 
-  void handle();
+  void handle() {
+    if (plain_on_tls_port_) {
+      auto r = reply_error(400, to_string(ec::invalid_request),
+                           "this port speaks TLS: use https:// (and the "
+                           "cluster's CA and a client certificate)");
+      return write(std::move(r), true, !parser_->is_done());
+    }
+    auto req = parser_->release();
+    // A long poll may take its time; the broker bounds it.
+    beast::get_lowest_layer(stream_).expires_never();
+    dispatch(core_, std::move(req), shared_from_this());
+  }
 
   void write(api_response r, bool close_after, bool drain) {
     res_ = http::response<http::string_body>{};
     res_.version(version_);
     res_.result(r.status);
     res_.set(http::field::server, "ferry");
-    res_.set(http::field::content_type, "application/json");
+    res_.set(http::field::content_type, r.content_type);
     if (!r.allow.empty())
       res_.set(http::field::allow, r.allow);
     if (!r.location.empty())
@@ -356,10 +491,10 @@ private:
     res_.body() = std::move(r.body);
     res_.keep_alive(!close_after);
     res_.prepare_payload();
-    stream_.expires_after(core_.cfg.io_timeout);
+    expires_after(core_.cfg.io_timeout);
     http::async_write(stream_, res_,
-                      [self = shared_from_this(), close_after,
-                       drain](beast::error_code ec, size_t) {
+                      [self = self(), close_after, drain](beast::error_code ec,
+                                                          size_t) {
                         if (ec)
                           return self->close();
                         if (drain)
@@ -372,42 +507,140 @@ private:
 
   /// After an error reply to a request whose body was not read: stop
   /// sending and read (and drop) what the client still sends, so closing
-  /// does not reset the connection before the client read the reply.
+  /// does not reset the connection before the client read the reply. (With
+  /// TLS the connection cannot half-close: it reads, then closes.)
   void drain() {
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.expires_after(std::chrono::seconds{5});
+    if constexpr (!is_tls) {
+      beast::error_code ec;
+      socket().shutdown(tcp::socket::shutdown_send, ec);
+    }
+    expires_after(std::chrono::seconds{5});
     drain_more();
   }
 
   void drain_more() {
-    stream_.async_read_some(
-      net::buffer(drain_buf_),
-      [self = shared_from_this()](beast::error_code ec, size_t n) {
-        self->drained_ += n;
-        if (ec || self->drained_ > (64u << 20))
-          return self->close();
-        self->drain_more();
-      });
+    stream_.async_read_some(net::buffer(drain_buf_),
+                            [self = self()](beast::error_code ec, size_t n) {
+                              self->drained_ += n;
+                              if (ec || self->drained_ > (64u << 20))
+                                return self->close();
+                              self->drain_more();
+                            });
   }
 
   void close() {
+    if constexpr (is_tls) {
+      // close_notify, then the socket (bounded: the peer may be gone).
+      if (closing_)
+        return close_socket();
+      closing_ = true;
+      expires_after(std::chrono::seconds{2});
+      stream_.async_shutdown([self = self()](beast::error_code) {
+        self->close_socket();
+      });
+    } else {
+      close_socket();
+    }
+  }
+
+  void close_socket() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
+    socket().shutdown(tcp::socket::shutdown_both, ec);
+    socket().close(ec);
   }
 
   gateway_core& core_;
-  beast::tcp_stream stream_;
+  std::shared_ptr<ssl::context> ctx_; ///< before stream_, which uses it
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::empty_body> continue_;
   http::response<http::string_body> res_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
+  bool plain_on_tls_port_ = false;
+  bool closing_ = false;
   std::array<char, 16384> drain_buf_;
   size_t drained_ = 0;
 };
+
+using plain_session = basic_session<beast::tcp_stream>;
+using tls_session = basic_session<beast::ssl_stream<beast::tcp_stream>>;
+
+/// On a TLS port: reads the first bytes of a connection to tell a TLS
+/// ClientHello from a plain HTTP request, then hands the connection (and
+/// the bytes read) to the session of that kind.
+class tls_detector : public std::enable_shared_from_this<tls_detector> {
+public:
+  tls_detector(tcp::socket&& socket, gateway_core& core,
+               std::shared_ptr<ssl::context> ctx)
+    : core_(core), ctx_(std::move(ctx)), stream_(std::move(socket)) {
+  }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->stream_.expires_after(self->core_.cfg.idle_timeout);
+      beast::async_detect_ssl(self->stream_, self->buffer_,
+                              [self](beast::error_code ec, bool tls) {
+                                self->on_detect(ec, tls);
+                              });
+    });
+  }
+
+private:
+  void on_detect(beast::error_code ec, bool tls) {
+    if (ec) {
+      beast::error_code ignored;
+      stream_.socket().close(ignored);
+      return;
+    }
+    std::shared_ptr<session> s;
+    if (tls)
+      s = std::make_shared<tls_session>(std::move(stream_), core_, std::move(buffer_),
+                                        std::move(ctx_));
+    else
+      s = std::make_shared<plain_session>(std::move(stream_), core_,
+                                          std::move(buffer_), true);
+    core_.track(s);
+    s->start();
+  }
+
+  gateway_core& core_;
+  std::shared_ptr<ssl::context> ctx_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+};
+
+/// A server context for `t` (TLS 1.2 or newer), or the error naming the
+/// file that did not load.
+caf::expected<std::shared_ptr<ssl::context>> make_tls_context(const http_tls_config& t) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  beast::error_code ec;
+  auto fail = [&](const std::string& what, const std::string& file) {
+    return make_error(ec::invalid_config, "http TLS: cannot load the " + what + " "
+                                            + file + ": " + ec.message());
+  };
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2
+                     | ssl::context::no_sslv3 | ssl::context::no_tlsv1
+                     | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use,
+                   ec);
+  ctx->use_certificate_chain_file(t.certificate, ec);
+  if (ec)
+    return fail("certificate", t.certificate);
+  ctx->use_private_key_file(t.key, ssl::context::pem, ec);
+  if (ec)
+    return fail("key", t.key);
+  ctx->load_verify_file(t.ca, ec);
+  if (ec)
+    return fail("CA file", t.ca);
+  auto mode = ssl::verify_peer;
+  if (t.require_client_certificate)
+    mode |= ssl::verify_fail_if_no_peer_cert;
+  ctx->set_verify_mode(mode, ec);
+  if (ec)
+    return fail("verify mode for", t.ca);
+  return ctx;
+}
 
 // -- reply_sink: from the CAF side to a session's strand -----------------------------
 
@@ -1282,21 +1515,42 @@ void route(gateway_core& core, api_request req, sink_ptr sink) {
   sink->post_error(404, ec::not_found, "no such endpoint");
 }
 
-void session::handle() {
-  auto req = parser_->release();
-  stream_.expires_never(); // a long poll may take its time; the broker bounds it
+void dispatch(gateway_core& core, http::request<http::string_body> req,
+              std::shared_ptr<session> s) {
   api_request ar;
   ar.method = req.method();
   ar.body = std::move(req.body());
-  auto sink = std::make_shared<reply_sink>(core_.shared_from_this(),
-                                           shared_from_this());
+  auto sink = std::make_shared<reply_sink>(core.shared_from_this(), std::move(s));
   auto target = req.target();
   if (!parse_target(std::string_view{target.data(), target.size()}, ar)) {
     sink->post_error(400, ec::invalid_request,
                      "malformed request target (path or query)");
     return;
   }
-  route(core_, std::move(ar), std::move(sink));
+  if (core.cfg.metrics_text) {
+    if (ar.segments != std::vector<std::string>{"metrics"}) {
+      sink->post_error(404, ec::not_found, "this port serves only GET /metrics");
+      return;
+    }
+    if (ar.method != http::verb::get && ar.method != http::verb::head) {
+      sink->post([] {
+        auto r = reply_error(405, to_string(ec::invalid_request),
+                             "use GET /metrics");
+        r.allow = "GET";
+        return r;
+      });
+      return;
+    }
+    auto* text = &core.cfg.metrics_text;
+    sink->post([text] {
+      api_response r;
+      r.body = (*text)();
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      return r;
+    });
+    return;
+  }
+  route(core, std::move(ar), std::move(sink));
 }
 
 } // namespace
@@ -1337,9 +1591,15 @@ struct http_gateway::impl {
         }
         beast::error_code ignored;
         socket.set_option(tcp::no_delay{true}, ignored);
-        auto s = std::make_shared<session>(std::move(socket), *core);
-        core->track(s);
-        s->start();
+        if (auto ctx = core->tls_context()) {
+          std::make_shared<tls_detector>(std::move(socket), *core, std::move(ctx))
+            ->start();
+        } else {
+          std::shared_ptr<session> s = std::make_shared<plain_session>(
+            beast::tcp_stream{std::move(socket)}, *core, beast::flat_buffer{}, false);
+          core->track(s);
+          s->start();
+        }
         accept();
       });
   }
@@ -1388,6 +1648,12 @@ http_gateway::listen(http_gateway_config cfg) {
   auto host = cfg.host;
   auto wanted = cfg.port;
   auto p = std::make_shared<impl>(std::move(cfg));
+  if (p->core->cfg.tls.enabled()) {
+    auto ctx = make_tls_context(p->core->cfg.tls);
+    if (!ctx)
+      return std::move(ctx.error());
+    p->core->tls = std::move(*ctx);
+  }
   beast::error_code ec;
   auto addr = net::ip::make_address(host, ec);
   if (ec)
@@ -1425,6 +1691,18 @@ void http_gateway::serve(caf::actor_system& sys, broker_actor broker) {
     return;
   p.core->sys = &sys;
   p.core->broker = std::move(broker);
+  run_threads();
+}
+
+void http_gateway::serve_metrics() {
+  auto& p = *impl_;
+  if (!p.threads.empty() || p.done || !p.core->cfg.metrics_text)
+    return;
+  run_threads();
+}
+
+void http_gateway::run_threads() {
+  auto& p = *impl_;
   p.accept();
   auto n = std::max(1, p.core->cfg.threads);
   for (int i = 0; i < n; ++i)
@@ -1438,6 +1716,22 @@ void http_gateway::serve(caf::actor_system& sys, broker_actor broker) {
         }
       }
     });
+}
+
+caf::error http_gateway::reload_tls() {
+  auto& core = *impl_->core;
+  if (!core.cfg.tls.enabled())
+    return make_error(ec::invalid_config, "http: TLS is off on this port");
+  auto ctx = make_tls_context(core.cfg.tls);
+  if (!ctx)
+    return std::move(ctx.error());
+  std::lock_guard<std::mutex> guard{core.tls_mtx};
+  core.tls = std::move(*ctx);
+  return {};
+}
+
+uint64_t http_gateway::failed_handshakes() const {
+  return impl_->core->failed_handshakes.load(std::memory_order_relaxed);
 }
 
 uint16_t http_gateway::port() const {

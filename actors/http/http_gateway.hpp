@@ -38,6 +38,22 @@
 // every connection and joins the threads; replies that arrive later are
 // dropped. Construct and stop from one thread; stop before the actor system
 // ends.
+//
+// TLS (https): with `tls` set the port speaks TLS 1.2+ only. Whether a
+// connection starts with a TLS ClientHello is detected first: a plain HTTP
+// request on a TLS port gets a plain 400 ("this port speaks TLS, use
+// https://") and the connection closes; a failed handshake (no client
+// certificate where one is required, one from another CA, an expired one)
+// closes that connection only and is logged (at most every 10 s, with the
+// number since). reload_tls() builds a new server context from the same
+// files: connections accepted afterwards use it, open ones keep theirs.
+//
+// Metrics mode: with `metrics_text` set the server answers only
+// GET /metrics (Prometheus text format, from that function, run on an io
+// thread) and needs no actor system: start it with serve_metrics(). ferryd
+// uses it for the metrics port when TLS is on (civetweb, which serves the
+// plain metrics port, crashes on its first TLS connection with Debian 12's
+// OpenSSL 3: it calls symbols OpenSSL 3 no longer exports).
 
 #include "actors/protocol/interfaces.hpp"
 
@@ -47,12 +63,28 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 namespace ferry {
 
+/// The TLS files of an https port (PEM).
+struct http_tls_config {
+  std::string certificate; ///< the server's certificate (chain)
+  std::string key;         ///< its private key, unencrypted
+  std::string ca;          ///< CAs a client certificate must chain to
+  /// true: a client without a valid certificate from `ca` is refused
+  /// (Kafka's ssl.client.auth=required). false: one is asked for, and a
+  /// presented one must be valid, but a client may come without (requested).
+  bool require_client_certificate = true;
+
+  bool enabled() const { return !certificate.empty(); }
+};
+
 struct http_gateway_config {
+  /// What the log calls this port ("http", "metrics").
+  std::string name = "http";
   /// Address and port to listen on; port 0 picks a free one.
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
@@ -80,13 +112,18 @@ struct http_gateway_config {
   int32_t default_max_bytes = 1 << 20;
   /// How long a topic's partition count is reused for keyed produce.
   std::chrono::milliseconds metadata_ttl{2000};
+  /// TLS on this port (off when tls.certificate is empty).
+  http_tls_config tls;
+  /// Metrics mode (see the file comment): the text of GET /metrics.
+  std::function<std::string()> metrics_text;
 };
 
 /// The HTTP server of one node. Not copyable; see the file comment.
 class http_gateway {
 public:
   /// Binds and listens (connections wait in the backlog until serve()).
-  /// Errors: ec::io_error naming the address (port taken, bad address).
+  /// Errors: ec::io_error naming the address (port taken, bad address);
+  /// ec::invalid_config naming the file when a TLS file does not load.
   static caf::expected<std::unique_ptr<http_gateway>>
   listen(http_gateway_config cfg);
 
@@ -99,6 +136,16 @@ public:
   /// is the node's front door. Call once.
   void serve(caf::actor_system& sys, broker_actor broker);
 
+  /// Starts a metrics-mode server (cfg.metrics_text set). Call once.
+  void serve_metrics();
+
+  /// Loads the TLS files named in the config again, for new connections.
+  /// On an error (naming the file) the current context stays.
+  caf::error reload_tls();
+
+  /// TLS handshakes that failed (refused clients), since listen().
+  uint64_t failed_handshakes() const;
+
   /// The port actually bound (useful with port 0).
   uint16_t port() const;
 
@@ -109,6 +156,7 @@ public:
 private:
   struct impl;
   explicit http_gateway(std::shared_ptr<impl> p);
+  void run_threads();
   std::shared_ptr<impl> impl_;
 };
 

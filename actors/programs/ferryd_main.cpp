@@ -21,14 +21,18 @@
 // Tests and scripts wait for those lines to learn the ports. Logs go to
 // stderr.
 // TLS: --tls-cert, --tls-key and --tls-ca (all three, checked before
-// anything starts) make the CAF port speak mutual TLS, for clients and
-// node-to-node links alike (actors/client/tls.hpp). ferryd serves checked
-// copies of the files from <data-dir>/tls/; SIGHUP checks the files again
-// and swaps the copies if they pass (new connections use them; existing
-// ones keep theirs), else keeps the old ones and logs why.
-// Listening on an address other than loopback needs --insecure for now:
-// the HTTP API and metrics have no TLS yet, and no port authenticates its
-// callers.
+// anything starts) turn TLS on for every port: the CAF port speaks mutual
+// TLS, for clients and node-to-node links alike (actors/client/tls.hpp);
+// the HTTP API and the metrics port speak https, requiring a client
+// certificate from the CA too unless --tls-client-auth requested (metrics
+// are then served by the HTTP gateway's metrics mode, not civetweb).
+// ferryd serves checked copies of the files from <data-dir>/tls/; SIGHUP
+// checks the files again and swaps the copies if they pass (new
+// connections use them; existing ones keep theirs), else keeps the old
+// ones and logs why.
+// Listening on an address other than loopback needs TLS with client
+// certificates required on every port, or --insecure: no port
+// authenticates users yet.
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
 // (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
@@ -327,6 +331,8 @@ struct options {
   /// Segment files open at once; 0: cached_file_system::default_max_open.
   int64_t max_open_files = 0;
   ferry::tls_settings tls;
+  /// HTTP API and metrics with TLS: "required" or "requested".
+  std::string tls_client_auth = "required";
   bool insecure = false;
 };
 
@@ -428,9 +434,15 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", opt.tls.ca,
                  "PEM CA certificates that clients' and peers' certificates must chain "
                  "to; also FERRY_TLS_CA");
+  app.add_option("--tls-client-auth", opt.tls_client_auth,
+                 "with TLS, whether the HTTP API and metrics ports require a client "
+                 "certificate from --tls-ca (required) or only check one if sent "
+                 "(requested); the CAF port always requires one")
+    ->check(CLI::IsMember({"required", "requested"}));
   app.add_flag("--insecure", opt.insecure,
-               "allow listening on an address other than loopback although the HTTP "
-               "API and metrics have no TLS and no port authenticates callers");
+               "allow listening on an address other than loopback without TLS that "
+               "requires client certificates on every port (no port authenticates "
+               "users yet)");
   app.add_flag("--version", show_version, "print the version and exit");
   try {
     app.parse(argc, argv);
@@ -449,11 +461,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!is_loopback(opt.host) && !opt.insecure) {
+  bool mutual_everywhere = opt.tls.requested() && opt.tls_client_auth == "required";
+  if (!is_loopback(opt.host) && !opt.insecure && !mutual_everywhere) {
     std::fprintf(stderr,
-                 "ferryd: refusing to listen on %s: only loopback addresses are safe "
-                 "today (the HTTP API and metrics have no TLS, and no port "
-                 "authenticates its callers); pass --insecure to listen there anyway\n",
+                 "ferryd: refusing to listen on %s: without TLS that requires client "
+                 "certificates on every port (--tls-cert/--tls-key/--tls-ca, "
+                 "--tls-client-auth required) any process that reaches it could read "
+                 "and delete every topic; pass --insecure to listen there anyway\n",
                  opt.host.c_str());
     return 2;
   }
@@ -521,9 +535,11 @@ int main(int argc, char** argv) {
   }
   ferry::log::info("ferryd {} starting: node {}, data dir {}", ferry_version,
                    opt.node_id, data_dir.string());
-  if (!is_loopback(opt.host))
-    ferry::log::warn("listening on {} with --insecure: the HTTP API and metrics are "
-                     "plaintext and no port authenticates its callers", opt.host);
+  if (!is_loopback(opt.host) && !mutual_everywhere)
+    ferry::log::warn("listening on {} with --insecure: {}", opt.host,
+                     opt.tls.requested()
+                       ? "the HTTP API and metrics accept clients without a certificate"
+                       : "every port is plaintext and unauthenticated");
   ferry::tls_settings served_tls;
   if (opt.tls.requested()) {
     if (auto err = install_tls(opt.tls, data_dir / "tls", served_tls)) {
@@ -531,8 +547,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     auto left = ferry::certificate_seconds_left(opt.tls.certificate);
-    ferry::log::info("TLS on the CAF port: certificate {} (expires in {} days), CA {}",
-                     opt.tls.certificate, left ? *left / 86400 : -1, opt.tls.ca);
+    ferry::log::info("TLS on every port: certificate {} (expires in {} days), CA {}; "
+                     "client certificates: CAF port required, HTTP and metrics {}",
+                     opt.tls.certificate, left ? *left / 86400 : -1, opt.tls.ca,
+                     opt.tls_client_auth);
   }
   auto advertised = opt.advertised_host.empty() ? opt.host : opt.advertised_host;
   if (advertised == "0.0.0.0" || advertised == "::" || advertised == "[::]")
@@ -560,7 +578,42 @@ int main(int argc, char** argv) {
   // Metrics first: a taken port fails before any recovery work.
   std::shared_ptr<ferry::metrics::registry> metrics_registry;
   std::unique_ptr<ferry::metrics::exposer> metrics_exposer;
-  if (opt.metrics_port >= 0) {
+  // With TLS the HTTP gateway's metrics mode serves /metrics (see
+  // http_gateway.hpp: civetweb's TLS fails with OpenSSL 3).
+  std::unique_ptr<ferry::http_gateway> metrics_tls;
+  uint16_t metrics_port = 0;
+  auto metrics_failed = [&](const caf::error& err) {
+    auto msg = ferry::describe(err);
+    ferry::log::critical("cannot serve metrics on {}:{}: {}", opt.host, opt.metrics_port,
+                         msg);
+    std::fprintf(stderr, "ferryd: cannot serve metrics on %s:%d: %s\n", opt.host.c_str(),
+                 opt.metrics_port, msg.c_str());
+    ferry::log::flush();
+    return 1;
+  };
+  auto tls_of_port = [&] {
+    return ferry::http_tls_config{served_tls.certificate, served_tls.key, served_tls.ca,
+                                  opt.tls_client_auth == "required"};
+  };
+  if (opt.metrics_port >= 0 && !served_tls.certificate.empty()) {
+    metrics_registry = std::make_shared<ferry::metrics::registry>();
+    ferry::http_gateway_config mc;
+    mc.host = opt.host;
+    mc.port = static_cast<uint16_t>(opt.metrics_port);
+    mc.name = "metrics";
+    mc.threads = 1;
+    mc.tls = tls_of_port();
+    mc.metrics_text = [reg = metrics_registry.get()] {
+      return ferry::metrics::text_format(*reg);
+    };
+    auto gw = ferry::http_gateway::listen(std::move(mc));
+    if (!gw) {
+      return metrics_failed(gw.error());
+    }
+    metrics_tls = std::move(*gw);
+    metrics_tls->serve_metrics();
+    metrics_port = metrics_tls->port();
+  } else if (opt.metrics_port >= 0) {
     metrics_registry = std::make_shared<ferry::metrics::registry>();
     auto host = opt.host.find(':') != std::string::npos
                   ? "[" + opt.host + "]" // IPv6
@@ -568,15 +621,10 @@ int main(int argc, char** argv) {
     auto ex = ferry::metrics::exposer::start(
       host + ":" + std::to_string(opt.metrics_port), metrics_registry);
     if (!ex) {
-      auto msg = ferry::describe(ex.error());
-      ferry::log::critical("cannot serve metrics on {}:{}: {}", opt.host,
-                           opt.metrics_port, msg);
-      std::fprintf(stderr, "ferryd: cannot serve metrics on %s:%d: %s\n",
-                   opt.host.c_str(), opt.metrics_port, msg.c_str());
-      ferry::log::flush();
-      return 1;
+      return metrics_failed(ex.error());
     }
     metrics_exposer = std::move(*ex);
+    metrics_port = metrics_exposer->port();
   }
   // The HTTP API binds now (a taken port fails before recovery) and serves
   // once the node is published. It must end before the actor system.
@@ -585,6 +633,8 @@ int main(int argc, char** argv) {
     ferry::http_gateway_config hc;
     hc.host = opt.host;
     hc.port = static_cast<uint16_t>(opt.http_port);
+    if (!served_tls.certificate.empty())
+      hc.tls = tls_of_port();
     auto gw = ferry::http_gateway::listen(std::move(hc));
     if (!gw) {
       auto msg = ferry::describe(gw.error());
@@ -600,6 +650,10 @@ int main(int argc, char** argv) {
   // own thread while the node shuts down, and is joined at the end.
   std::thread metrics_stopper;
   auto stop_metrics = [&] {
+    if (metrics_tls) {
+      metrics_tls->stop();
+      metrics_tls.reset();
+    }
     if (metrics_exposer && !metrics_stopper.joinable())
       metrics_stopper = std::thread{
         [ex = std::move(metrics_exposer), host = opt.host]() mutable {
@@ -650,7 +704,7 @@ int main(int argc, char** argv) {
     nc.host = advertised;
     nc.shutdown_timeout = std::chrono::seconds{opt.shutdown_timeout_s};
     nc.metrics = metrics_registry;
-    nc.metrics_port = metrics_exposer ? metrics_exposer->port() : 0;
+    nc.metrics_port = metrics_port;
     nc.http_port = http ? http->port() : 0;
     // Replicas run on the scheduler; their fdatasync on these threads.
     nc.replica_defaults.sync = sync;
@@ -738,15 +792,16 @@ int main(int argc, char** argv) {
         // The stable line tests and scripts wait for.
         std::printf("listening on %s:%u\n", opt.host.c_str(),
                     static_cast<unsigned>(*actual));
-        if (metrics_exposer) {
-          ferry::log::info("metrics at http://{}:{}/metrics", opt.host,
-                           metrics_exposer->port());
+        const char* scheme = served_tls.certificate.empty() ? "http" : "https";
+        if (metrics_port != 0) {
+          ferry::log::info("metrics at {}://{}:{}/metrics", scheme, opt.host,
+                           metrics_port);
           std::printf("metrics on %s:%u\n", opt.host.c_str(),
-                      static_cast<unsigned>(metrics_exposer->port()));
+                      static_cast<unsigned>(metrics_port));
         }
         if (http) {
           http->serve(sys, node);
-          ferry::log::info("HTTP API at http://{}:{}/v1", opt.host,
+          ferry::log::info("HTTP API at {}://{}:{}/v1", scheme, opt.host,
                            http->port());
           std::printf("http on %s:%u\n", opt.host.c_str(),
                       static_cast<unsigned>(http->port()));
@@ -766,6 +821,11 @@ int main(int argc, char** argv) {
             ferry::log::error("SIGHUP: kept the current TLS files: {}", err);
             continue;
           }
+          for (auto* gw : {http.get(), metrics_tls.get()})
+            if (gw)
+              if (auto err = gw->reload_tls())
+                ferry::log::error("SIGHUP: the {} port kept its TLS context: {}",
+                                  gw == http.get() ? "HTTP" : "metrics", err);
           auto left = ferry::certificate_seconds_left(opt.tls.certificate);
           ferry::log::info("SIGHUP: reloaded the TLS files (certificate expires in {} "
                            "days); new connections use them",

@@ -39,6 +39,7 @@ using namespace std::chrono_literals;
 using ferry::test::child_process;
 using ferry::test::ferryd_process;
 using ferry::test::run_command;
+using ferry::test::free_port;
 using ferry::test::http_get;
 using json = nlohmann::json;
 
@@ -57,22 +58,6 @@ std::string url_encode(const std::string& s) {
     }
   }
   return out;
-}
-
-/// A port that was free a moment ago (bind to 0, read it, close).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  uint16_t port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0
-      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
 }
 
 // -- the Prometheus text format -----------------------------------------------

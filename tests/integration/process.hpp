@@ -64,6 +64,23 @@
 
 namespace ferry::test {
 
+/// A port that was free a moment ago (bind to 0, read it, close).
+inline uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0
+      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+
 using namespace std::chrono_literals;
 
 /// Exit status as a shell shows it: the exit code, or 128 + signal number.
@@ -457,6 +474,7 @@ public:
       args.push_back("0");
     }
     metrics_port_ = 0;
+    http_port_ = 0;
     if (child_)
       history_ += child_->combined();
     child_ = child_process::start(program_, args);
@@ -486,6 +504,11 @@ public:
       R"(listening on [^\n]*\n(metrics on ([^\s:]+):([0-9]+)\r?\n)?)"};
     if (auto mm = child_->wait_for(metrics_on, 1s); mm && !(*mm)[3].empty())
       metrics_port_ = static_cast<uint16_t>(std::stoi((*mm)[3]));
+    // And "http on" after it, when the HTTP API is on.
+    static const std::regex http_on{
+      R"(listening on [^\n]*\n(metrics on [^\n]*\n)?(http on ([^\s:]+):([0-9]+)\r?\n)?)"};
+    if (auto mh = child_->wait_for(http_on, 1s); mh && !(*mh)[4].empty())
+      http_port_ = static_cast<uint16_t>(std::stoi((*mh)[4]));
     return true;
   }
 
@@ -521,6 +544,8 @@ public:
   uint16_t port() const { return port_; }
   /// The metrics port from "metrics on HOST:PORT"; 0 with metrics disabled.
   uint16_t metrics_port() const { return metrics_port_; }
+  /// The HTTP API's port from "http on HOST:PORT"; 0 with it disabled.
+  uint16_t http_port() const { return http_port_; }
   const std::string& host() const { return host_; }
   /// "127.0.0.1:PORT", as ferryctl's --broker takes it.
   std::string endpoint() const { return host_ + ":" + std::to_string(port_); }
@@ -543,6 +568,7 @@ private:
   std::string host_ = "127.0.0.1";
   uint16_t port_ = 0;
   uint16_t metrics_port_ = 0;
+  uint16_t http_port_ = 0;
 };
 
 } // namespace ferry::test

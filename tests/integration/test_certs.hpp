@@ -8,6 +8,7 @@
 #include "tests/temp_dir.hpp"
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,16 @@ public:
               "-keyout", path(name + ".key"), "-out", path(name + ".csr"), "-subj",
               "/CN=" + name}))
       return false;
+    // Names of 127.0.0.1, so https clients that check the host (curl,
+    // Prometheus) accept a node's certificate; harmless on a client's.
+    auto ext = path("san.ext");
+    if (!std::filesystem::exists(ext)) {
+      std::ofstream out{ext};
+      out << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+    }
     return run({"x509", "-req", "-in", path(name + ".csr"), "-CA", path(ca + ".pem"), "-CAkey",
                 path(ca + ".key"), "-CAcreateserial", "-out", path(name + ".pem"), "-days",
-                std::to_string(days)});
+                std::to_string(days), "-extfile", ext});
   }
 
   /// certificate name.pem, key name.key, CA ca.pem.

@@ -16,6 +16,7 @@
 #include "broker/error.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <signal.h>
 
@@ -58,6 +59,29 @@ std::string s_client(test_certs& certs, uint16_t port, std::vector<std::string> 
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+
+/// `curl` against https://127.0.0.1:port/path trusting the cluster CA, with
+/// `extra` args (a client certificate...). stdout is the body followed by
+/// a last line with the HTTP status (000 when no reply came).
+ferry::test::command_result curl(test_certs& certs, const std::string& scheme, uint16_t port,
+                                 const std::string& path, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"-sS", "--max-time", "10", "--cacert", certs.path("ca.pem"),
+                                "-w", "\n%{http_code}"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.push_back(scheme + "://127.0.0.1:" + std::to_string(port) + path);
+  return run_command("/usr/bin/curl", args, 30s);
+}
+
+std::vector<std::string> client_cert(test_certs& certs, const std::string& name) {
+  return {"--cert", certs.path(name + ".pem"), "--key", certs.path(name + ".key")};
+}
+
+/// The status line curl printed last.
+std::string status_of(const ferry::test::command_result& r) {
+  auto nl = r.out.rfind('\n');
+  return nl == std::string::npos ? r.out : r.out.substr(nl + 1);
 }
 
 } // namespace
@@ -109,7 +133,7 @@ TEST(Tls, MutualTlsServesGoodClientsAndRefusesEveryOther) {
   ASSERT_TRUE(certs.make_cert("old", "ca", -1)) << certs.why();
   ferryd_process node{certs.args("node")};
   ASSERT_TRUE(node.start()) << node.output();
-  EXPECT_TRUE(contains(node.output(), "TLS on the CAF port")) << node.output();
+  EXPECT_TRUE(contains(node.output(), "TLS on every port")) << node.output();
   EXPECT_FALSE(contains(node.output(), "BEGIN")) << "no key material in the log";
   auto ep = node.endpoint();
   auto good = certs.args("client");
@@ -210,6 +234,14 @@ TEST(Tls, SighupSwapsInCheckedFilesAndKeepsTheOldOnesOtherwise) {
   })) << node.output();
   auto renewed = s_client(certs, node.port(), key_args);
   EXPECT_TRUE(contains(renewed, "CN = renewed")) << renewed;
+  // The HTTP API and metrics ports reloaded too.
+  for (auto port : {node.http_port(), node.metrics_port()}) {
+    auto https = curl(certs, "https", port, port == node.http_port() ? "/healthz" : "/metrics",
+                      {"-v", "--cert", certs.path("client.pem"), "--key",
+                       certs.path("client.key")});
+    EXPECT_EQ(https.exit_code, 0) << https.err;
+    EXPECT_TRUE(contains(https.err, "subject: CN=renewed")) << https.err;
+  }
 
   // A broken certificate file: kept the old files, still serving.
   {
@@ -278,4 +310,166 @@ TEST(Tls, ThreeNodeClusterReplicatesAndFailsOverOverMutualTls) {
     out = r.out + r.err;
     return r.exit_code == 0 && contains(r.out, "before") && contains(r.out, "after");
   })) << out << "\n" << c.dump();
+}
+
+
+TEST(Tls, HttpsApiAndMetricsServeCertifiedClientsOnly) {
+  test_certs certs;
+  ASSERT_TRUE(certs.ok()) << certs.why();
+  for (auto* name : {"node", "client"})
+    ASSERT_TRUE(certs.make_cert(name)) << certs.why();
+  ASSERT_TRUE(certs.make_cert("stranger", "otherca")) << certs.why();
+  ASSERT_TRUE(certs.make_cert("old", "ca", -1)) << certs.why();
+  ferryd_process node{certs.args("node")};
+  ASSERT_TRUE(node.start()) << node.output();
+  auto http = node.http_port();
+  auto metrics = node.metrics_port();
+  ASSERT_NE(http, 0) << node.output();
+  ASSERT_NE(metrics, 0) << node.output();
+  auto good = client_cert(certs, "client");
+
+  // A certified client uses the whole API over https.
+  auto json_post = [&](const std::string& path, const std::string& body) {
+    auto args = good;
+    args.insert(args.end(), {"-X", "POST", "-H", "Content-Type: application/json", "--data",
+                             body});
+    return curl(certs, "https", http, path, args);
+  };
+  auto created = json_post("/v1/topics", R"({"name":"web","partitions":1})");
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_EQ(status_of(created), "201") << created.out;
+  auto produced = json_post("/v1/topics/web/messages?acks=all",
+                            R"({"records":[{"key":"k","value":"over https"}]})");
+  ASSERT_EQ(produced.exit_code, 0) << produced.err;
+  EXPECT_EQ(status_of(produced), "200") << produced.out;
+  auto fetched = curl(certs, "https", http,
+                      "/v1/topics/web/partitions/0/messages?offset=earliest", good);
+  ASSERT_EQ(fetched.exit_code, 0) << fetched.err;
+  EXPECT_TRUE(contains(fetched.out, "over https")) << fetched.out;
+
+  // Refused: no client certificate, one of another CA, an expired one; a
+  // client that does not trust the node's CA refuses the node itself.
+  for (auto* port : {&http, &metrics}) {
+    auto path = port == &http ? std::string{"/v1/topics"} : std::string{"/metrics"};
+    auto none = curl(certs, "https", *port, path);
+    EXPECT_NE(none.exit_code, 0) << none.out;
+    EXPECT_TRUE(contains(none.err, "certificate required")) << none.err;
+    auto stranger = curl(certs, "https", *port, path, client_cert(certs, "stranger"));
+    EXPECT_NE(stranger.exit_code, 0) << stranger.out;
+    EXPECT_TRUE(contains(stranger.err, "unknown ca")) << stranger.err;
+    auto old = curl(certs, "https", *port, path, client_cert(certs, "old"));
+    EXPECT_NE(old.exit_code, 0) << old.out;
+    EXPECT_TRUE(contains(old.err, "certificate expired")) << old.err;
+    auto distrust = run_command("/usr/bin/curl",
+                                {"-sS", "--max-time", "10", "--cacert",
+                                 certs.path("otherca.pem"), "--cert", certs.path("client.pem"),
+                                 "--key", certs.path("client.key"),
+                                 "https://127.0.0.1:" + std::to_string(*port) + path},
+                                30s);
+    EXPECT_EQ(distrust.exit_code, 60) << distrust.err; // peer certificate not verified
+    // Plain HTTP on the TLS port: a plain 400 that says what to do.
+    auto plain = curl(certs, "http", *port, path);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    EXPECT_EQ(status_of(plain), "400") << plain.out;
+    EXPECT_TRUE(contains(plain.out, "this port speaks TLS")) << plain.out;
+  }
+  EXPECT_TRUE(contains(node.output(), "refused a TLS connection from 127.0.0.1"))
+    << node.output();
+
+  // And after all of that both ports still serve a certified client.
+  ASSERT_TRUE(node.running()) << node.output();
+  auto again = curl(certs, "https", http, "/v1/topics", good);
+  EXPECT_EQ(status_of(again), "200") << again.out << again.err;
+  EXPECT_TRUE(contains(again.out, "web")) << again.out;
+  auto scraped = curl(certs, "https", metrics, "/metrics", good);
+  EXPECT_EQ(status_of(scraped), "200") << scraped.out << scraped.err;
+  EXPECT_TRUE(contains(scraped.out, "ferry_partition_high_watermark{")) << scraped.out;
+  auto other = curl(certs, "https", metrics, "/v1/topics", good);
+  EXPECT_EQ(status_of(other), "404") << other.out;
+}
+
+TEST(Tls, RequestedClientAuthLetsClientsWithoutACertificateUseHttps) {
+  test_certs certs;
+  ASSERT_TRUE(certs.ok()) << certs.why();
+  ASSERT_TRUE(certs.make_cert("node")) << certs.why();
+  ASSERT_TRUE(certs.make_cert("stranger", "otherca")) << certs.why();
+  auto args = certs.args("node");
+  args.insert(args.end(), {"--tls-client-auth", "requested"});
+  ferryd_process node{args};
+  ASSERT_TRUE(node.start()) << node.output();
+  auto none = curl(certs, "https", node.http_port(), "/healthz");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(status_of(none), "200") << none.out;
+  // A certificate that is sent must still be valid.
+  auto stranger = curl(certs, "https", node.http_port(), "/healthz",
+                       client_cert(certs, "stranger"));
+  EXPECT_NE(stranger.exit_code, 0) << stranger.out;
+  // The CAF port requires one regardless (CAF's TLS is mutual).
+  auto plain = ctl(node.endpoint(), {}, {"topic", "list"});
+  EXPECT_NE(plain.exit_code, 0);
+  // Not mutual on every port: a non-loopback address still needs --insecure.
+  auto exposed_args = args;
+  exposed_args.insert(exposed_args.end(), {"--host", "0.0.0.0", "--port", "0"});
+  ferry::test::temp_dir dir{"ferry-exposed"};
+  exposed_args.insert(exposed_args.end(), {"--data-dir", (dir.path() / "d").string()});
+  auto exposed = run_command(FERRYD_PATH, exposed_args, 20s);
+  EXPECT_EQ(exposed.exit_code, 2) << exposed.err;
+  EXPECT_TRUE(contains(exposed.err, "--insecure")) << exposed.err;
+}
+
+TEST(Tls, PrometheusScrapesTheMetricsPortOverMutualTls) {
+  test_certs certs;
+  ASSERT_TRUE(certs.ok()) << certs.why();
+  for (auto* name : {"node", "prometheus"})
+    ASSERT_TRUE(certs.make_cert(name)) << certs.why();
+  ferryd_process node{certs.args("node")};
+  ASSERT_TRUE(node.start()) << node.output();
+  // Two jobs on the same port: one with a client certificate, one without.
+  ferry::test::temp_dir dir{"ferry-prometheus-tls"};
+  auto target = "127.0.0.1:" + std::to_string(node.metrics_port());
+  {
+    std::ofstream out{dir.path() / "prometheus.yml"};
+    out << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+           "scrape_configs:\n"
+           "  - job_name: ferry\n    scheme: https\n    tls_config:\n"
+        << "      ca_file: " << certs.path("ca.pem") << "\n"
+        << "      cert_file: " << certs.path("prometheus.pem") << "\n"
+        << "      key_file: " << certs.path("prometheus.key") << "\n"
+        << "    static_configs:\n      - targets: ['" << target << "']\n"
+        << "  - job_name: nocert\n    scheme: https\n    tls_config:\n"
+        << "      ca_file: " << certs.path("ca.pem") << "\n"
+        << "    static_configs:\n      - targets: ['" << target << "']\n";
+  }
+  auto port = ferry::test::free_port();
+  auto prom = ferry::test::child_process::start(
+    "/usr/bin/prometheus",
+    {"--config.file=" + (dir.path() / "prometheus.yml").string(),
+     "--storage.tsdb.path=" + (dir.path() / "data").string(),
+     "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"});
+  ASSERT_TRUE(prom);
+  struct stopper {
+    ferry::test::child_process* p;
+    ~stopper() {
+      p->signal(SIGTERM);
+      if (!p->wait_exit(15s))
+        p->kill_and_reap();
+    }
+  } stop{prom.get()};
+  // up per job, from Prometheus's query API (plain HTTP on loopback).
+  auto up = [&](const std::string& job) {
+    auto r = ferry::test::http_get(port, "/api/v1/query?query=up%7Bjob%3D%22" + job + "%22%7D",
+                                   2s);
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (r.status != 200 || j.is_discarded() || j["data"]["result"].empty())
+      return std::string{};
+    return j["data"]["result"][0]["value"][1].get<std::string>();
+  };
+  bool both = ferry::test::wait_until(40s, [&] {
+    return up("ferry") == "1" && up("nocert") == "0";
+  });
+  EXPECT_TRUE(both) << "up ferry=" << up("ferry") << " nocert=" << up("nocert") << "\n"
+                    << prom->combined();
+  // A Ferry series made it through the TLS scrape.
+  auto r = ferry::test::http_get(port, "/api/v1/query?query=ferry_disk_used_bytes", 2s);
+  EXPECT_TRUE(contains(r.body, "ferry_disk_used_bytes")) << r.body;
 }
