@@ -7,6 +7,8 @@
 # background with its own data dir, log and pid file under one state folder.
 #
 #   deploy/local-cluster.sh start [N]      N voters (default 3), waits until each listens
+#   deploy/local-cluster.sh start [N] --tls  the same with mutual TLS on every port:
+#                                          certificates made with openssl in <state>/tls/
 #   deploy/local-cluster.sh status         which nodes are up (+ ferryctl cluster describe)
 #   deploy/local-cluster.sh add            start one more node, broker-only, with the next id
 #   deploy/local-cluster.sh remove NODE    ferryctl cluster remove-node NODE (its replicas
@@ -39,6 +41,9 @@
 #   node-I/data         node I's --data-dir (kept by stop: start again resumes it)
 #   node-I/ferryd.log   its stdout and stderr, appended across restarts
 #   node-I/ferryd.pid   its pid while it was last started
+#   tls/                with --tls: ca.pem (+ ca.key), node-I.pem/.key per node,
+#                       client.pem/.key (ferryctl run with the brokers file uses
+#                       them), client.env (export FERRY_TLS_* for other clients)
 #
 # Exit status: 0 on success; 1 on a failure (a node that does not come up,
 # ports in use, a cluster already running); 2 on a usage error; `status` exits
@@ -56,10 +61,13 @@ host=127.0.0.1
 
 usage() {
   cat <<EOF
-usage: $prog start [N] | status | add | remove NODE | kill NODE | restart NODE | stop
+usage: $prog start [N] [--tls] | status | add | remove NODE | kill NODE | restart NODE | stop
 
   start [N]      start N ferryd nodes (default 3, at most 99) on $host, each a
                  voter of the metadata quorum; waits until each listens
+  start [N] --tls  the same with mutual TLS on the CAF, HTTP and metrics ports
+                 of every node (a new cluster only: a CA and certificates are
+                 made with openssl in the state folder's tls/)
   status         which nodes are up, then 'ferryctl cluster describe' (exit 3 if
                  any node is down)
   add            start one more node with the next id, a broker-only node (not
@@ -108,6 +116,7 @@ voter_count=
 removed=
 base_port=
 ferryd=
+tls=0
 
 # Loads cluster.conf (nodes, voters, removed, base_port, ferryd) or fails: no
 # cluster here. (voters= and removed= are absent in clusters started before
@@ -115,7 +124,7 @@ ferryd=
 load_conf() {
   local conf=$cluster_dir/cluster.conf
   [[ -f $conf ]] || die "no local cluster in $cluster_dir (start one with: $prog start)"
-  nodes='' voter_count='' removed='' base_port='' ferryd=''
+  nodes='' voter_count='' removed='' base_port='' ferryd='' tls=0
   local key value
   while IFS='=' read -r key value; do
     case $key in
@@ -124,6 +133,7 @@ load_conf() {
       removed) removed=$value ;;
       base_port) base_port=$value ;;
       ferryd) ferryd=$value ;;
+      tls) tls=$value ;;
     esac
   done <"$conf"
   voter_count=${voter_count:-$nodes}
@@ -137,8 +147,8 @@ load_conf() {
 }
 
 save_conf() {
-  printf 'nodes=%s\nvoters=%s\nremoved=%s\nbase_port=%s\nferryd=%s\n' "$nodes" \
-    "$voter_count" "$removed" "$base_port" "$ferryd" >"$cluster_dir/cluster.conf.tmp"
+  printf 'nodes=%s\nvoters=%s\nremoved=%s\nbase_port=%s\nferryd=%s\ntls=%s\n' "$nodes" \
+    "$voter_count" "$removed" "$base_port" "$ferryd" "$tls" >"$cluster_dir/cluster.conf.tmp"
   mv "$cluster_dir/cluster.conf.tmp" "$cluster_dir/cluster.conf"
 }
 
@@ -148,6 +158,66 @@ caf_port() { echo $((base_port + $1)); }
 http_port() { echo $((base_port + 100 + $1)); }
 metrics_port() { echo $((base_port + 200 + $1)); }
 node_dir() { echo "$cluster_dir/node-$1"; }
+tls_dir() { echo "$cluster_dir/tls"; }
+
+# -- TLS (start --tls) -------------------------------------------------------------
+
+# One openssl call, quiet unless it fails.
+ossl() {
+  local out
+  out=$(openssl "$@" 2>&1) || die "openssl $1 failed: $out"
+}
+
+# A certificate NAME (CN=NAME, valid for 127.0.0.1 and localhost) signed by
+# the cluster CA, made unless it exists.
+make_cert() {
+  local d name=$1
+  d=$(tls_dir)
+  [[ -f $d/$name.pem && -f $d/$name.key ]] && return 0
+  ossl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$d/$name.key" -out "$d/$name.csr" -subj "/CN=$name"
+  ossl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+    -out "$d/$name.pem" -days 365 -extfile "$d/san.ext"
+  rm -f "$d/$name.csr"
+  chmod 600 "$d/$name.key"
+}
+
+# The CA (once), a certificate per node in "$@", the client certificate.
+make_certs() {
+  command -v openssl >/dev/null || die "--tls needs the openssl program (Debian package openssl)"
+  local d i
+  d=$(tls_dir)
+  mkdir -p "$d"
+  chmod 700 "$d"
+  if [[ ! -f $d/ca.pem ]]; then
+    ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout "$d/ca.key" -out "$d/ca.pem" -days 365 -subj "/CN=ferry local cluster CA"
+    chmod 600 "$d/ca.key"
+  fi
+  echo "subjectAltName=IP:127.0.0.1,DNS:localhost" >"$d/san.ext"
+  for i in "$@"; do
+    make_cert "node-$i"
+  done
+  make_cert client
+  printf 'export FERRY_TLS_CERT=%q FERRY_TLS_KEY=%q FERRY_TLS_CA=%q\n' \
+    "$d/client.pem" "$d/client.key" "$d/ca.pem" >"$d/client.env"
+}
+
+# ferryd's TLS flags of node I (none without TLS).
+node_tls_args() {
+  ((tls == 1)) || return 0
+  local d
+  d=$(tls_dir)
+  echo --tls-cert "$d/node-$1.pem" --tls-key "$d/node-$1.key" --tls-ca "$d/ca.pem"
+}
+
+# ferryctl's TLS flags (none without TLS).
+client_tls_args() {
+  ((tls == 1)) || return 0
+  local d
+  d=$(tls_dir)
+  echo --tls-cert "$d/client.pem" --tls-key "$d/client.key" --tls-ca "$d/ca.pem"
+}
 
 voters() {
   local i out=
@@ -213,7 +283,8 @@ launch() {
   log_offset[i]=$(stat -c %s "$log")
   local args=(--node-id "$i" --voters "$(voters)" --host "$host"
               --port "$(caf_port "$i")" --data-dir "$dir/data"
-              --http-port "$(http_port "$i")" --metrics-port "$(metrics_port "$i")")
+              --http-port "$(http_port "$i")" --metrics-port "$(metrics_port "$i")"
+              $(node_tls_args "$i"))
   if command -v setsid >/dev/null; then
     setsid "$ferryd" "${args[@]}" >>"$log" 2>&1 </dev/null &
   else
@@ -317,7 +388,16 @@ set_ids() {
 # -- commands -------------------------------------------------------------------------
 
 cmd_start() {
-  local want=${1:-}
+  local want= want_tls=0 arg
+  for arg in "$@"; do
+    case $arg in
+      --tls) want_tls=1 ;;
+      *)
+        [[ -z $want ]] || usage_error "start takes at most one number (N), got: $*"
+        want=$arg
+        ;;
+    esac
+  done
   if [[ -n $want ]]; then
     if ! is_uint "$want" || ((10#$want < 1 || 10#$want > 99)); then
       usage_error "start: N must be a number of nodes from 1 to 99, not '$want'"
@@ -342,12 +422,15 @@ cmd_start() {
       die "$cluster_dir holds a cluster of $voter_count voters: start it with '$prog start $voter_count', or remove $cluster_dir for a new one"
     [[ -z $env_base || $env_base == "$base_port" ]] ||
       die "$cluster_dir holds a cluster on base port $base_port (FERRY_CLUSTER_BASE_PORT=$env_base): unset it, or remove $cluster_dir for a new one"
+    ((want_tls == 0 || tls == 1)) ||
+      die "$cluster_dir holds a cluster without TLS: start it without --tls, or remove $cluster_dir for a new one"
   else
     nodes=${want:-3}
     voter_count=$nodes
     removed=
     base_port=${env_base:-19090}
     ferryd=$build_dir/ferryd
+    tls=$want_tls
     set_ids
   fi
   ((base_port >= 1 && base_port + 200 + nodes <= 65535)) ||
@@ -363,6 +446,7 @@ cmd_start() {
     die "port(s) ${busy[*]} on $host are in use: stop what listens there, or pick other ports with FERRY_CLUSTER_BASE_PORT"
   mkdir -p "$cluster_dir"
   cluster_dir=$(cd "$cluster_dir" && pwd)
+  ((tls == 0)) || make_certs "${ids[@]}"
   save_conf
   for i in "${ids[@]}"; do
     launch "$i"
@@ -381,6 +465,13 @@ cmd_start() {
   local how="with FERRY_CLUSTER_DIR=$cluster_dir"
   [[ $(basename "$cluster_dir") != ferry-cluster ]] || how+=" or run from $(dirname "$cluster_dir")"
   echo "brokers: $(paste -sd, "$cluster_dir/brokers") (ferryctl's default $how)"
+  if ((tls == 1)); then
+    local d
+    d=$(tls_dir)
+    echo "TLS: mutual TLS on every port; certificates in $d (ferryctl's default above uses client.pem;"
+    echo "  other clients: source $d/client.env, or"
+    echo "  curl --cacert $d/ca.pem --cert $d/client.pem --key $d/client.key https://$host:$(http_port "${ids[0]}")/v1/topics)"
+  fi
 }
 
 cmd_status() {
@@ -398,7 +489,7 @@ cmd_status() {
     broker=$host:$(caf_port "${up[0]}")
     echo
     echo "\$ ferryctl --broker $broker cluster describe"
-    timeout 30 "$ferryctl" --broker "$broker" --connect-timeout 3000 \
+    timeout 30 "$ferryctl" --broker "$broker" --connect-timeout 3000 $(client_tls_args) \
       --request-timeout 10000 cluster describe || rc=$?
     ((rc == 0)) || echo "$prog: ferryctl cluster describe failed (exit $rc)" >&2
   fi
@@ -462,6 +553,7 @@ cmd_add() {
   local i=$((nodes + 1))
   ((i <= 99)) || die "a local cluster has at most 99 node ids"
   ((base_port + 200 + i <= 65535)) || die "node $i's ports would exceed 65535"
+  ((tls == 0)) || make_certs "$i"
   launch_listening "$i"
   nodes=$i
   save_conf
@@ -486,7 +578,7 @@ cmd_remove() {
   done
   [[ -n $up ]] || die "no other node is up to ask"
   echo "\$ ferryctl cluster remove-node $i"
-  timeout 300 "$ferryctl" --broker "$up" --connect-timeout 3000 \
+  timeout 300 "$ferryctl" --broker "$up" --connect-timeout 3000 $(client_tls_args) \
     --request-timeout "${FERRY_CLUSTER_REMOVE_TIMEOUT:-120}000" cluster remove-node "$i" ||
     die "ferryctl cluster remove-node $i failed; node $i keeps running"
   stop_node "$i" TERM "$stop_timeout" || true
@@ -532,8 +624,8 @@ case $command in
     usage
     ;;
   start)
-    (($# <= 1)) || usage_error "start takes at most one argument (N), got: $*"
-    cmd_start "${1:-}"
+    (($# <= 2)) || usage_error "start takes at most two arguments (N, --tls), got: $*"
+    cmd_start "$@"
     ;;
   status)
     (($# == 0)) || usage_error "status takes no arguments"

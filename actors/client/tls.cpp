@@ -72,6 +72,22 @@ void tls_from_environment(tls_settings& s) {
   take(s.ca, "FERRY_TLS_CA");
 }
 
+bool tls_from_local_cluster(tls_settings& s) {
+  if (s.requested())
+    return false;
+  std::string dir = "ferry-cluster";
+  if (auto env = std::getenv("FERRY_CLUSTER_DIR"); env != nullptr && *env != '\0')
+    dir = env;
+  tls_settings local{dir + "/tls/client.pem", dir + "/tls/client.key", dir + "/tls/ca.pem"};
+  for (auto* f : {&local.certificate, &local.key, &local.ca})
+    if (!std::ifstream{*f})
+      return false;
+  if (!std::ifstream{dir + "/brokers"})
+    return false;
+  s = std::move(local);
+  return true;
+}
+
 caf::error check_tls(const tls_settings& s, tls_role role) {
   std::vector<std::string> missing;
   if (s.certificate.empty())

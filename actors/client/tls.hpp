@@ -54,6 +54,13 @@ struct tls_settings {
 /// Fills unset fields from FERRY_TLS_CERT, FERRY_TLS_KEY and FERRY_TLS_CA.
 void tls_from_environment(tls_settings& s);
 
+/// A local cluster started with `deploy/local-cluster.sh start --tls`
+/// keeps a client certificate in <state folder>/tls/ (client.pem,
+/// client.key, ca.pem; the folder as in default_broker_address()). When
+/// `s` asks for nothing and the cluster's brokers file and those three
+/// files exist, fills `s` with them and returns true.
+bool tls_from_local_cluster(tls_settings& s);
+
 /// Whose files check_tls() looks at.
 enum class tls_role {
   /// A node: its certificate is also its client certificate towards its

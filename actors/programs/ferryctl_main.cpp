@@ -1030,7 +1030,8 @@ int main(int argc, char** argv) {
                  "$FERRY_CLUSTER_DIR/brokers (./ferry-cluster/brokers when "
                  "FERRY_CLUSTER_DIR is unset) exists, the nodes it lists, node 1 "
                  "first (a local cluster of deploy/local-cluster.sh started from "
-                 "here); else 127.0.0.1:9092")
+                 "here; with its client certificate when started with --tls); else "
+                 "127.0.0.1:9092")
     ->capture_default_str();
   app.add_flag("--json", opt.json, "print JSON instead of tables");
   app.add_option("--connect-timeout", opt.connect_timeout_ms, "ms to wait for the broker")
@@ -1190,6 +1191,11 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   configure_client(cfg);
   tls_from_environment(opt.tls);
+  // The default broker list of a local TLS cluster comes with its client
+  // certificate (deploy/local-cluster.sh start --tls).
+  if (auto* env = std::getenv("FERRY_BROKER");
+      app.count("--broker") == 0 && (env == nullptr || *env == '\0'))
+    tls_from_local_cluster(opt.tls);
   if (opt.tls.requested()) {
     if (auto err = check_tls(opt.tls, tls_role::client)) {
       std::fprintf(stderr, "ferryctl: --tls-cert/--tls-key/--tls-ca: %s\n",

@@ -24,6 +24,7 @@
 #include "actors/client/consumer.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 
 #include <caf/actor_system.hpp>
@@ -91,6 +92,8 @@ struct bench_options {
   /// other nodes lead (the client library's behaviour before 2026-11-30).
   bool route_to_leaders = true;
   bool json = false;
+  /// A node started with --tls-*: this client's certificate, key, CA.
+  tls_settings tls;
 };
 
 /// Latencies in nanoseconds, reduced to the usual percentiles in ms.
@@ -481,6 +484,11 @@ int main(int argc, char** argv) {
                "send everything through the --broker node (it relays to the "
                "partition leaders) instead of to each leader directly");
   app.add_flag("--json", opt.json);
+  app.add_option("--tls-cert", opt.tls.certificate,
+                 "client certificate for a node with TLS (with --tls-key, --tls-ca); "
+                 "also $FERRY_TLS_CERT");
+  app.add_option("--tls-key", opt.tls.key, "its private key; also $FERRY_TLS_KEY");
+  app.add_option("--tls-ca", opt.tls.ca, "CA of the node's certificate; also $FERRY_TLS_CA");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -508,6 +516,12 @@ int main(int argc, char** argv) {
 
   caf::actor_system_config cfg;
   configure_client(cfg);
+  tls_from_environment(opt.tls);
+  if (opt.tls.requested()) {
+    if (auto err = check_tls(opt.tls, tls_role::client))
+      fail("--tls-cert/--tls-key/--tls-ca: " + error_text(err));
+    configure_tls(cfg, opt.tls);
+  }
   // Two cores are shared with the broker: idle workers must not spin.
   cfg.set("scheduler.max-threads", 2);
   cfg.set("work-stealing.aggressive-poll-attempts", 10);

@@ -301,7 +301,7 @@ class Node:
                 "--metrics-port", "-1", "--http-port", "-1"]
         if self.voters:
             args += ["--node-id", str(self.node_id), "--voters", self.voters]
-        args += FERRYD_EXTRA
+        args += FERRYD_EXTRA + TLS["node"]
         with open(self.log_path, "ab") as f:
             self.log_offset = f.tell()
             self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT,
@@ -448,7 +448,7 @@ def left_ms(deadline, cap_ms):
 def ferryctl(ctx, cluster, deadline, *args, cap_ms=120_000):
     argv = [os.path.join(ctx.bin, "ferryctl"), "--broker", cluster.brokers,
             "--connect-timeout", "10000",
-            "--request-timeout", str(left_ms(deadline - 5, cap_ms))] + list(args)
+            "--request-timeout", str(left_ms(deadline - 5, cap_ms))] + TLS["client"] + list(args)
     what = "ferryctl " + " ".join([a for a in args if not a.startswith("-")][:3])
     r = run(argv, deadline, what)
     if r["rc"] != 0:
@@ -552,7 +552,7 @@ def bench(ctx, cluster, deadline, mode, topic, partitions, messages, extra=()):
             "--topic", topic, "--messages", str(messages), "--size", str(SIZE),
             "--acks", "all", "--partitions", str(partitions),
             "--replication-factor", str(len(cluster.nodes)),
-            "--timeout", str(left_ms(deadline - 5, 60_000)), "--json"] + list(extra)
+            "--timeout", str(left_ms(deadline - 5, 60_000)), "--json"] + TLS["client"] + list(extra)
     if mode == "produce":
         argv += ["--keys", str(KEYS)]
     cpu0, busy0 = cluster.cpu(), machine_busy_seconds()
@@ -642,7 +642,7 @@ def row_idle(ctx, row, cluster, deadline):
         attempts += 1
         argv = [os.path.join(ctx.bin, "ferry-bench"), "produce", "--broker", cluster.brokers,
                 "--topic", topic, "--messages", "1000", "--keys", "1000", "--acks", "all",
-                "--timeout", str(left_ms(deadline - 5, 60_000)), "--json"]
+                "--timeout", str(left_ms(deadline - 5, 60_000)), "--json"] + TLS["client"]
         r = run(argv, deadline, "ferry-bench produce after the restart")
         cluster.check_alive()
         rep = last_json(r["out"])
@@ -701,6 +701,8 @@ KINDS = dict(produce=row_produce, consume=row_consume, idle=row_idle,
 def setup_label(row):
     n, p = row["nodes"], row["p"]
     where = "1 node" if n == 1 else f"{n} nodes RF={n}"
+    if row.get("tls"):
+        where += " TLS"
     if row["kind"] == "produce" and row.get("rate"):
         return f"{where}, {p:,} partitions, paced {row['rate']:,} msgs/s"
     if row["kind"] == "produce":
@@ -717,6 +719,7 @@ def run_row(ctx, row):
     res = dict(id=row["id"], setup=setup_label(row), kind=row["kind"], nodes_n=row["nodes"],
                partitions=row["p"], messages=row.get("m"))
     work = tempfile.mkdtemp(prefix=f"ferry-scale-{row['id']}-", dir=ctx.tmp)
+    set_tls(ctx.certs if row.get("tls") else None)
     deadline = time.monotonic() + ctx.row_timeout
     t0 = time.monotonic()
     cluster = None
@@ -896,7 +899,7 @@ def environment(args):
 
 # -- main ------------------------------------------------------------------------------
 
-def select_rows(spec, quick):
+def select_rows(spec, quick, tls="off"):
     chosen = []
     for row in ROWS:
         if spec:
@@ -908,7 +911,11 @@ def select_rows(spec, quick):
         r["p"] = row["partitions"][i]
         if "messages" in row:
             r["m"] = row["messages"][i]
-        chosen.append(r)
+        if tls in ("off", "both"):
+            chosen.append(r)
+        if tls in ("on", "both"):
+            t = dict(r, id=r["id"] + "+tls", tls=True)
+            chosen.append(t)
     return chosen
 
 
@@ -918,6 +925,38 @@ def on_signal(signum, frame):
 
 # Extra ferryd arguments for every node (--ferryd-arg).
 FERRYD_EXTRA = []
+# --tls-* arguments of the row that runs (set_tls()).
+TLS = {"node": [], "client": []}
+
+
+def make_certs(folder):
+    """A CA, a node certificate and a client certificate (openssl, EC P-256)."""
+    def ossl(*a):
+        subprocess.run(["openssl"] + list(a), check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    f = lambda name: os.path.join(folder, name)
+    ossl("req", "-x509", *ec, "-keyout", f("ca.key"), "-out", f("ca.pem"), "-days", "2",
+         "-subj", "/CN=scale-table-ca")
+    with open(f("san.ext"), "w") as out:
+        out.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("node", "client"):
+        ossl("req", *ec, "-keyout", f(name + ".key"), "-out", f(name + ".csr"),
+             "-subj", "/CN=" + name)
+        ossl("x509", "-req", "-in", f(name + ".csr"), "-CA", f("ca.pem"), "-CAkey", f("ca.key"),
+             "-CAcreateserial", "-out", f(name + ".pem"), "-days", "2", "-extfile", f("san.ext"))
+    return folder
+
+
+def set_tls(folder):
+    """TLS arguments for the next row's ferryd, ferryctl and ferry-bench (None: off)."""
+    if not folder:
+        TLS["node"], TLS["client"] = [], []
+        return
+    f = lambda name: os.path.join(folder, name)
+    TLS["node"] = ["--tls-cert", f("node.pem"), "--tls-key", f("node.key"), "--tls-ca", f("ca.pem")]
+    TLS["client"] = ["--tls-cert", f("client.pem"), "--tls-key", f("client.key"),
+                     "--tls-ca", f("ca.pem")]
 
 
 def main():
@@ -942,6 +981,9 @@ def main():
     ap.add_argument("--ferryd-arg", action="append", default=[],
                     help="an extra ferryd argument for every node (repeatable), e.g. "
                          "--ferryd-arg=--fetch-sessions=false to compare")
+    ap.add_argument("--tls", choices=("off", "on", "both"), default="off",
+                    help="mutual TLS on every node and client (certificates made with openssl "
+                         "in a temp dir); both: each row plaintext, then with TLS (row id +tls)")
     args = ap.parse_args()
     FERRYD_EXTRA.extend(args.ferryd_arg)
     if args.list:
@@ -955,7 +997,10 @@ def main():
             return 2
     if args.row_timeout is None:
         args.row_timeout = 60.0 if args.quick else 180.0
-    rows = select_rows(args.rows, args.quick)
+    rows = select_rows(args.rows, args.quick, args.tls)
+    args.certs = None
+    if args.tls != "off":
+        args.certs = make_certs(tempfile.mkdtemp(prefix="ferry-scale-certs-", dir=args.tmp))
     if not rows:
         print(f"scale_table: no row matches --rows {args.rows!r} (see --list)", file=sys.stderr)
         return 2
@@ -985,6 +1030,8 @@ def main():
                 stop_process(p, 10)
             except (OSError, subprocess.SubprocessError):
                 pass
+        if args.certs:
+            shutil.rmtree(args.certs, ignore_errors=True)
     env["total_s"] = time.monotonic() - t0
     if interrupted:
         env["interrupted"] = interrupted

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs deploy/local-cluster.sh the way a user would, against built binaries:
 #
-#   local_cluster_test.sh --bin BUILD/bin [--script deploy/local-cluster.sh] [--nodes N]
+#   local_cluster_test.sh --bin BUILD/bin [--script deploy/local-cluster.sh] [--nodes N] [--tls]
 #
 # start 3 -> status -> ferryctl topic create (RF 3) with no --broker, from the
 # folder that holds ./ferry-cluster (so ferryctl's default finds the cluster)
@@ -13,7 +13,10 @@
 # The cluster lives in a temp dir on a random free port range (base in
 # 10000 up to the kernel's ephemeral port range) and is always stopped on the way out, also on failure (then
 # the nodes' logs are printed). --nodes N (default 3) runs the same with N
-# nodes, RF min(N, 3), killing node 2 (node 1 when N = 1).
+# nodes, RF min(N, 3), killing node 2 (node 1 when N = 1). --tls starts the
+# cluster with `start N --tls` and runs it all over mutual TLS; ferryctl still
+# runs without flags (the cluster's client certificate comes with its brokers
+# file), and a client without a certificate, plaintext or curl, is refused.
 #
 # Exit status: 0 passed, 1 failed, 77 skipped (ferryd has no --voters yet:
 # ctest's SKIP_RETURN_CODE). FERRY_TEST_KEEP=1 keeps the temp dir.
@@ -24,12 +27,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=
 script=$here/../../deploy/local-cluster.sh
 nodes=3
-usage="usage: $0 --bin BUILD/bin [--script local-cluster.sh] [--nodes N]"
+tls=
+usage="usage: $0 --bin BUILD/bin [--script local-cluster.sh] [--nodes N] [--tls]"
 while (($# > 0)); do
   case $1 in
     --bin) bin=$2; shift 2 ;;
     --script) script=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
+    --tls) tls=--tls; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -136,8 +141,21 @@ ctl() {
   (cd "$work" && env -u FERRY_BROKER -u FERRY_CLUSTER_DIR timeout 60 "$ferryctl" "$@")
 }
 
-step "start $nodes (base port $base) in $FERRY_CLUSTER_DIR"
-out=$("$script" start "$nodes") || fail "start failed: $out"
+# curl against node 1's HTTP API ($api): https with the client certificate
+# under --tls.
+api=http://127.0.0.1:$((base + 101))
+[[ -z $tls ]] || api=https://127.0.0.1:$((base + 101))
+api_curl() {
+  if [[ -n $tls ]]; then
+    local c=$FERRY_CLUSTER_DIR/tls
+    curl --cacert "$c/ca.pem" --cert "$c/client.pem" --key "$c/client.key" "$@"
+  else
+    curl "$@"
+  fi
+}
+
+step "start $nodes $tls (base port $base) in $FERRY_CLUSTER_DIR"
+out=$("$script" start "$nodes" $tls) || fail "start failed: $out"
 echo "$out"
 [[ $(grep -cE '^[0-9]+ +[0-9]+ +up ' <<<"$out") == "$nodes" ]] || fail "start did not show $nodes nodes up"
 [[ $(wc -l <"$FERRY_CLUSTER_DIR/brokers") == "$nodes" ]] || fail "brokers file has not $nodes lines"
@@ -191,6 +209,30 @@ sent=$(printf 'msg-%s\n' 1 2 3 4 5 6)
 ctl produce t <<<"$sent" || fail "produce failed"
 got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume failed"
 [[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "consumed '$got', produced '$sent'"
+
+if [[ -n $tls ]]; then
+  step "TLS: clients without the cluster's certificate are refused"
+  certs=$FERRY_CLUSTER_DIR/tls
+  for f in ca.pem client.pem client.key client.env node-1.pem node-1.key; do
+    [[ -f $certs/$f ]] || fail "start --tls made no $certs/$f"
+  done
+  grep -F "TLS on every port" "$FERRY_CLUSTER_DIR/node-1/ferryd.log" >/dev/null ||
+    fail "node 1 did not log TLS on every port"
+  if ctl --broker "127.0.0.1:$((base + 1))" --connect-timeout 3000 topic list >/dev/null 2>&1; then
+    fail "a plaintext ferryctl (explicit --broker, no certificate) was served"
+  fi
+  body=$(curl -sS --max-time 10 --cacert "$certs/ca.pem" --cert "$certs/client.pem" \
+    --key "$certs/client.key" "https://127.0.0.1:$((base + 101))/v1/topics") ||
+    fail "curl with the client certificate failed"
+  grep -F '"name":"t"' <<<"$body" >/dev/null || fail "https topic list has no topic t: $body"
+  if curl -sS --max-time 10 --cacert "$certs/ca.pem" "https://127.0.0.1:$((base + 101))/v1/topics" >/dev/null 2>&1; then
+    fail "curl without a client certificate was served"
+  fi
+  metrics=$(curl -sS --max-time 10 --cacert "$certs/ca.pem" --cert "$certs/client.pem" \
+    --key "$certs/client.key" "https://127.0.0.1:$((base + 201))/metrics") ||
+    fail "curl of the https metrics failed"
+  grep -F "ferry_partition_high_watermark" <<<"$metrics" >/dev/null || fail "no ferry metrics over https"
+fi
 
 step "kill $victim"
 "$script" kill "$victim" || fail "kill $victim failed"
@@ -272,11 +314,11 @@ if ((nodes == 3)); then
     ((SECONDS < deadline)) || fail "cluster describe does not show node 5 after 30 s"
     sleep 0.5
   done
-  out=$(curl -sS -w ' %{http_code}' -X DELETE "http://127.0.0.1:$((base + 101))/v1/cluster/nodes/5") ||
+  out=$(api_curl -sS -w ' %{http_code}' -X DELETE "$api/v1/cluster/nodes/5") ||
     fail "DELETE /v1/cluster/nodes/5 failed: $out"
   echo "$out"
   [[ $out == *' 202' && $out == *'"status":"removing"'* ]] || fail "DELETE /v1/cluster/nodes/5 did not answer 202 removing: $out"
-  out=$(curl -sS -w ' %{http_code}' -X DELETE "http://127.0.0.1:$((base + 101))/v1/cluster/nodes/2") || true
+  out=$(api_curl -sS -w ' %{http_code}' -X DELETE "$api/v1/cluster/nodes/2") || true
   [[ $out == *' 400' && $out == *invalid_request* && $out == *voter* ]] || fail "removing voter 2 over HTTP was not refused: $out"
   deadline=$((SECONDS + 30))
   while ctl cluster describe 2>/dev/null | grep -E '^5 ' >/dev/null; do
