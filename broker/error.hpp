@@ -117,6 +117,17 @@ enum class ec : uint8_t {
   lease_expired,
   /// Queue mode: the record is leased to another member.
   not_lease_owner,
+
+  // -- security (issue 16) --------------------------------------------------
+  /// No credentials, an unknown user or a wrong password (which of them is
+  /// never told to the caller).
+  authentication_failed = 100,
+  /// The principal may not do this (no ACL allows it, or one denies it).
+  authorization_failed,
+  /// Too many failed logins from this source: wait, then try again.
+  login_throttled,
+  /// The user does not exist (user delete).
+  unknown_user,
 };
 
 /// The CAF error category of `ec`.

@@ -902,6 +902,69 @@ typename Inspector::result_type inspect(Inspector& f, dlq_purge_response& x) {
            x.log_starts);
 }
 
+// -- security (issue 16) ---------------------------------------------------------
+
+/// A user's SCRAM-SHA-256 credential (RFC 5802/7677) as the metadata quorum
+/// keeps it: the salt, the iteration count and the two keys derived from
+/// the salted password. The password itself is never stored or sent (it
+/// is derived where it is typed: ferryctl, or the HTTP gateway).
+struct scram_credential {
+  std::string user;
+  std::string mechanism = "SCRAM-SHA-256";
+  std::string salt;       ///< raw bytes
+  int32_t iterations = 0;
+  std::string stored_key; ///< H(HMAC(salted password, "Client Key")), raw
+  std::string server_key; ///< HMAC(salted password, "Server Key"), raw
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scram_credential& x) {
+  return f(caf::meta::type_name("ferry::scram_credential"), x.user,
+           x.mechanism, x.salt, x.iterations, x.stored_key, x.server_key);
+}
+
+/// What user list shows of a user (never a key).
+struct user_info {
+  std::string name;
+  std::string mechanism;
+  int32_t iterations = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, user_info& x) {
+  return f(caf::meta::type_name("ferry::user_info"), x.name, x.mechanism,
+           x.iterations);
+}
+
+/// One access control entry (Kafka's model, broker/security.hpp): the
+/// principal ("User:alice", "User:*") may (allow) or may not (deny) do
+/// `operation` on the resources of `resource_type` named `resource_name`
+/// (pattern_type "literal": that name, "*" for all; "prefixed": every name
+/// starting with it). Canonical lower-case words, see normalize_acl().
+struct acl_entry {
+  std::string principal;
+  std::string resource_type; ///< cluster, topic, group, dlq
+  std::string resource_name;
+  std::string pattern_type = "literal"; ///< literal, prefixed
+  std::string operation;     ///< all, describe, read, write, create, delete,
+                             ///< alter, redrive
+  std::string permission = "allow"; ///< allow, deny
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, acl_entry& x) {
+  return f(caf::meta::type_name("ferry::acl_entry"), x.principal,
+           x.resource_type, x.resource_name, x.pattern_type, x.operation,
+           x.permission);
+}
+
+inline bool operator==(const acl_entry& a, const acl_entry& b) {
+  return a.principal == b.principal && a.resource_type == b.resource_type
+         && a.resource_name == b.resource_name
+         && a.pattern_type == b.pattern_type && a.operation == b.operation
+         && a.permission == b.permission;
+}
+
 } // namespace ferry
 
 // -- type IDs and atoms ---------------------------------------------------------
@@ -1038,4 +1101,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::fetch_result))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::fetch_request>))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::fetch_result>))
+  // Users and ACLs (issue 16).
+  CAF_ADD_TYPE_ID(ferry, (ferry::scram_credential))
+  CAF_ADD_TYPE_ID(ferry, (ferry::user_info))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::user_info>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::acl_entry))
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::acl_entry>))
+  CAF_ADD_ATOM(ferry, ferry, user_atom, "user")
+  CAF_ADD_ATOM(ferry, ferry, acl_atom, "acl")
 CAF_END_TYPE_ID_BLOCK(ferry)

@@ -22,10 +22,15 @@
 #include "actors/http/http_gateway.hpp"
 
 #include "actors/http/http_json.hpp"
+#include "broker/audit_log.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/partitioner.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/security.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -78,6 +83,8 @@ struct api_request {
   std::vector<std::string> segments; ///< decoded path segments
   std::map<std::string, std::string> query;
   std::string body;
+  std::string user; ///< the authenticated user ("" with auth off)
+  std::string peer; ///< "ip:port" of the client
 
   const std::string* param(const std::string& key) const {
     auto i = query.find(key);
@@ -91,6 +98,8 @@ struct api_response {
   std::string allow;    ///< Allow header (405)
   std::string location; ///< Location header (201)
   std::string content_type = "application/json";
+  std::string www_authenticate; ///< WWW-Authenticate header (401)
+  std::string retry_after;      ///< Retry-After header (429), seconds
 };
 
 std::string dump(const json& j) {
@@ -98,7 +107,10 @@ std::string dump(const json& j) {
 }
 
 api_response reply(unsigned status, const json& j) {
-  return api_response{status, dump(j), {}, {}, "application/json"};
+  api_response r;
+  r.status = status;
+  r.body = dump(j);
+  return r;
 }
 
 api_response reply_error(unsigned status, const std::string& code,
@@ -279,6 +291,36 @@ struct gateway_core : std::enable_shared_from_this<gateway_core> {
     std::lock_guard<std::mutex> guard{meta_mtx};
     partitions.erase(topic);
   }
+
+  // -- authentication (cfg.security set) ----------------------------------------
+
+  /// Failed logins of one client address.
+  struct login_record {
+    int failures = 0;
+    steady::time_point locked_until{};
+  };
+  std::mutex login_mtx;
+  std::map<std::string, login_record> logins;
+
+  /// Verified Basic credentials: SHA-256 of "user NUL password" -> the user
+  /// and the registry version they were checked against.
+  std::mutex verified_mtx;
+  std::map<std::string, std::pair<std::string, uint64_t>> verified;
+
+  void audit(const api_request& r, std::string action, std::string resource,
+             std::string outcome, std::string detail = {}) {
+    if (!cfg.audit)
+      return;
+    audit_event e;
+    e.principal = r.user.empty() ? "anonymous" : "User:" + r.user;
+    e.source = r.peer;
+    e.via = cfg.name;
+    e.action = std::move(action);
+    e.resource = std::move(resource);
+    e.outcome = std::move(outcome);
+    e.detail = std::move(detail);
+    cfg.audit->write(e);
+  }
 };
 
 // -- the session: one HTTP connection ----------------------------------------------
@@ -302,7 +344,7 @@ public:
 
 /// Routes one request that has been read (defined after the router).
 void dispatch(gateway_core& core, http::request<http::string_body> req,
-              std::shared_ptr<session> s);
+              std::shared_ptr<session> s, std::string peer);
 
 std::string peer_of(const tcp::socket& socket) {
   beast::error_code ec;
@@ -475,7 +517,7 @@ private:
     auto req = parser_->release();
     // A long poll may take its time; the broker bounds it.
     beast::get_lowest_layer(stream_).expires_never();
-    dispatch(core_, std::move(req), shared_from_this());
+    dispatch(core_, std::move(req), shared_from_this(), peer_of(socket()));
   }
 
   void write(api_response r, bool close_after, bool drain) {
@@ -488,6 +530,10 @@ private:
       res_.set(http::field::allow, r.allow);
     if (!r.location.empty())
       res_.set(http::field::location, r.location);
+    if (!r.www_authenticate.empty())
+      res_.set(http::field::www_authenticate, r.www_authenticate);
+    if (!r.retry_after.empty())
+      res_.set(http::field::retry_after, r.retry_after);
     res_.body() = std::move(r.body);
     res_.keep_alive(!close_after);
     res_.prepare_payload();
@@ -707,6 +753,87 @@ struct call {
   api_request req;
   std::vector<std::string> params;
   sink_ptr sink;
+  /// An admin change ("create", "topic orders"): ask() writes its outcome
+  /// to the audit log.
+  std::string admin_action;
+  std::string admin_resource;
+};
+
+std::string resource_text(std::string_view type, std::string_view name) {
+  if (type == "cluster")
+    return "cluster";
+  return std::string{type} + " " + std::string{name};
+}
+
+/// True when auth is off or the caller may do `op` on the resource.
+bool may(const call& c, std::string_view type, std::string_view name,
+         std::string_view op) {
+  return !c.core.cfg.security
+         || c.core.cfg.security->authorize(c.req.user, type, name, op);
+}
+
+/// may(), else a 403 (and an audit line); the handler then returns.
+bool permitted(call& c, std::string_view type, std::string_view name,
+               std::string_view op) {
+  if (may(c, type, name, op))
+    return true;
+  auto what = describe_denial(c.req.user, type, name, op);
+  c.core.audit(c.req, std::string{op}, resource_text(type, name), "denied",
+               what);
+  c.sink->post_error(403, ec::authorization_failed, what);
+  return false;
+}
+
+/// permitted(), and marks the request as an admin change for the audit log.
+bool admin(call& c, std::string_view type, std::string_view name,
+           std::string_view op) {
+  if (!permitted(c, type, name, op))
+    return false;
+  c.admin_action = std::string{op};
+  c.admin_resource = resource_text(type, name);
+  return true;
+}
+
+/// For lists: which names of `type` the caller may describe (all with auth
+/// off). Runs in the bridge, after the answer came.
+struct describe_filter {
+  std::shared_ptr<const security_registry> security;
+  std::string user;
+  std::string type;
+
+  describe_filter(const call& c, std::string t)
+    : security(c.core.cfg.security), user(c.req.user), type(std::move(t)) {
+  }
+
+  bool operator()(std::string_view name) const {
+    return !security || security->authorize(user, type, name, "describe");
+  }
+};
+
+/// Writes the outcome of an admin change (nothing for other requests).
+struct admin_audit {
+  std::shared_ptr<gateway_core> core;
+  api_request req; // user and peer only
+  std::string action;
+  std::string resource;
+
+  explicit admin_audit(call& c) {
+    if (c.admin_action.empty() || !c.core.cfg.audit)
+      return;
+    core = c.core.shared_from_this();
+    req.user = c.req.user;
+    req.peer = c.req.peer;
+    action = c.admin_action;
+    resource = c.admin_resource;
+  }
+
+  void operator()(const caf::error* err) const {
+    if (!core)
+      return;
+    core->audit(req, action, resource,
+                err ? std::string{to_string(code_of(*err))} : "ok",
+                err ? describe(*err) : std::string{});
+  }
 };
 
 /// Runs `f(self)` in a fresh event-based actor, which ends once the requests
@@ -722,13 +849,18 @@ template <class T, class Render, class... Ts>
 void ask(call& c, caf::timespan timeout, Render render, Ts... xs) {
   auto broker = c.core.broker;
   auto sink = c.sink;
+  admin_audit note{c};
   spawn_bridge(c.core, [=](caf::event_based_actor* self) {
     self->request(broker, timeout, xs...)
       .then(
-        [sink, render](T& x) {
+        [sink, render, note](T& x) {
+          note(nullptr);
           sink->post([render, x = std::move(x)]() mutable { return render(x); });
         },
-        [sink](caf::error& err) { sink->post_error(err); });
+        [sink, note](caf::error& err) {
+          note(&err);
+          sink->post_error(err);
+        });
   });
 }
 
@@ -737,10 +869,18 @@ template <class Render, class... Ts>
 void ask_void(call& c, caf::timespan timeout, Render render, Ts... xs) {
   auto broker = c.core.broker;
   auto sink = c.sink;
+  admin_audit note{c};
   spawn_bridge(c.core, [=](caf::event_based_actor* self) {
     self->request(broker, timeout, xs...)
-      .then([sink, render]() { sink->post(render); },
-            [sink](caf::error& err) { sink->post_error(err); });
+      .then(
+        [sink, render, note]() {
+          note(nullptr);
+          sink->post(render);
+        },
+        [sink, note](caf::error& err) {
+          note(&err);
+          sink->post_error(err);
+        });
   });
 }
 
@@ -780,6 +920,8 @@ void get_health(call& c) {
 }
 
 void get_cluster(call& c) {
+  if (!permitted(c, "cluster", "cluster", "describe"))
+    return;
   ask<cluster_description>(
     c, timeout_of(c.core),
     [](cluster_description& cd) { return reply(200, http_api::to_json(cd)); },
@@ -796,6 +938,10 @@ void remove_node(call& c) {
   if (!id)
     return c.sink->post_error(id.error());
   auto node = static_cast<int32_t>(*id);
+  if (!admin(c, "cluster", "cluster", "alter"))
+    return;
+  c.admin_action = "remove node";
+  c.admin_resource = "node " + std::to_string(node);
   ask<broker_registration>(
     c, timeout_of(c.core),
     [node](broker_registration& reg) {
@@ -810,14 +956,16 @@ void remove_node(call& c) {
 // -- handlers: topics ------------------------------------------------------------
 
 void list_topics(call& c) {
+  describe_filter visible{c, "topic"};
   ask<std::vector<topic_metadata>>(
     c, timeout_of(c.core),
-    [](std::vector<topic_metadata>& ts) {
+    [visible](std::vector<topic_metadata>& ts) {
       std::sort(ts.begin(), ts.end(),
                 [](auto& a, auto& b) { return a.name < b.name; });
       json out = json::array();
       for (auto& t : ts)
-        out.push_back(http_api::to_json(t));
+        if (visible(t.name))
+          out.push_back(http_api::to_json(t));
       return reply(200, json{{"topics", std::move(out)}});
     },
     list_atom_v, topic_atom_v);
@@ -830,6 +978,13 @@ void create_topic(call& c) {
   auto spec = http_api::parse_topic_spec(*body);
   if (!spec)
     return c.sink->post_error(spec.error());
+  // Kafka: create on the cluster or on the topic (name or prefix).
+  if (may(c, "cluster", "cluster", "create")) {
+    c.admin_action = "create";
+    c.admin_resource = resource_text("topic", spec->name);
+  } else if (!admin(c, "topic", spec->name, "create")) {
+    return;
+  }
   auto core = c.core.shared_from_this();
   ask<topic_metadata>(
     c, timeout_of(c.core),
@@ -843,6 +998,8 @@ void create_topic(call& c) {
 }
 
 void describe_topic(call& c) {
+  if (!permitted(c, "topic", c.params[0], "describe"))
+    return;
   ask<topic_description>(
     c, timeout_of(c.core),
     [](topic_description& td) { return reply(200, http_api::to_json(td)); },
@@ -850,6 +1007,8 @@ void describe_topic(call& c) {
 }
 
 void delete_topic(call& c) {
+  if (!admin(c, "topic", c.params[0], "delete"))
+    return;
   auto core = c.core.shared_from_this();
   ask<topic_metadata>(
     c, timeout_of(c.core),
@@ -868,6 +1027,9 @@ void alter_topic(call& c) {
   auto patch = http_api::parse_topic_patch(*body);
   if (!patch)
     return c.sink->post_error(patch.error());
+  if (!admin(c, "topic", c.params[0], "alter"))
+    return;
+  admin_audit note{c};
   auto broker = c.core.broker;
   auto sink = c.sink;
   auto timeout = timeout_of(c.core);
@@ -875,7 +1037,8 @@ void alter_topic(call& c) {
   auto changes = patch->config;
   auto parts = patch->partitions;
   spawn_bridge(c.core, [=](caf::event_based_actor* self) {
-    auto done = [sink](topic_metadata& md) {
+    auto done = [sink, note](topic_metadata& md) {
+      note(nullptr);
       sink->core().cache_partitions(md.name,
                                     static_cast<int32_t>(md.partitions.size()));
       sink->post([md = std::move(md)] { return reply(200, http_api::to_json(md)); });
@@ -887,7 +1050,10 @@ void alter_topic(call& c) {
       }
       self->request(broker, timeout, add_parts_atom_v, name, *parts)
         .then([done](topic_metadata& md) mutable { done(md); },
-              [sink](caf::error& err) { sink->post_error(err); });
+              [sink, note](caf::error& err) {
+                note(&err);
+                sink->post_error(err);
+              });
     };
     if (changes.empty()) {
       grow(nullptr);
@@ -895,7 +1061,10 @@ void alter_topic(call& c) {
     }
     self->request(broker, timeout, alter_atom_v, topic_atom_v, name, changes)
       .then([grow](topic_metadata& md) mutable { grow(&md); },
-            [sink](caf::error& err) { sink->post_error(err); });
+            [sink, note](caf::error& err) {
+              note(&err);
+              sink->post_error(err);
+            });
   });
 }
 
@@ -1006,6 +1175,8 @@ void send_batches(caf::event_based_actor* self, broker_actor broker,
 }
 
 void produce(call& c) {
+  if (!permitted(c, "topic", c.params[0], "write"))
+    return;
   auto body = body_of(c);
   if (!body)
     return;
@@ -1080,6 +1251,8 @@ void produce(call& c) {
 // -- handlers: fetch --------------------------------------------------------------
 
 void fetch(call& c) {
+  if (!permitted(c, "topic", c.params[0], "read"))
+    return;
   const auto& cfg = c.core.cfg;
   auto p = http_api::parse_int(c.params[1], 0,
                                std::numeric_limits<int32_t>::max(), "partition");
@@ -1174,28 +1347,57 @@ void fetch(call& c) {
 
 // -- handlers: groups --------------------------------------------------------------
 
+/// Leaves out the partitions (and assignments) of topics the caller may
+/// not describe.
+void hide_topics(group_description& g, const describe_filter& visible) {
+  auto& ps = g.partitions;
+  ps.erase(std::remove_if(ps.begin(), ps.end(),
+                          [&](auto& p) { return !visible(p.topic); }),
+           ps.end());
+  for (auto& m : g.members) {
+    auto& a = m.assignment;
+    a.erase(std::remove_if(a.begin(), a.end(),
+                           [&](auto& tp) { return !visible(tp.topic); }),
+            a.end());
+  }
+}
+
 void list_groups(call& c) {
+  describe_filter visible{c, "group"};
+  describe_filter topics{c, "topic"};
   ask<std::vector<group_description>>(
     c, timeout_of(c.core),
-    [](std::vector<group_description>& gs) {
+    [visible, topics](std::vector<group_description>& gs) {
       std::sort(gs.begin(), gs.end(),
                 [](auto& a, auto& b) { return a.group < b.group; });
       json out = json::array();
-      for (auto& g : gs)
+      for (auto& g : gs) {
+        if (!visible(g.group))
+          continue;
+        hide_topics(g, topics);
         out.push_back(http_api::to_json(g));
+      }
       return reply(200, json{{"groups", std::move(out)}});
     },
     list_atom_v, group_atom_v);
 }
 
 void describe_group(call& c) {
+  if (!permitted(c, "group", c.params[0], "describe"))
+    return;
+  describe_filter topics{c, "topic"};
   ask<group_description>(
     c, timeout_of(c.core),
-    [](group_description& g) { return reply(200, http_api::to_json(g)); },
+    [topics](group_description& g) {
+      hide_topics(g, topics);
+      return reply(200, http_api::to_json(g));
+    },
     describe_atom_v, group_atom_v, c.params[0]);
 }
 
 void delete_group(call& c) {
+  if (!admin(c, "group", c.params[0], "delete"))
+    return;
   auto name = c.params[0];
   ask_void(
     c, timeout_of(c.core),
@@ -1210,6 +1412,9 @@ void reset_group(call& c) {
   auto req = http_api::parse_reset(*body, c.params[0]);
   if (!req)
     return c.sink->post_error(req.error());
+  if (!admin(c, "group", c.params[0], "alter"))
+    return;
+  c.admin_action = "reset offsets";
   auto group = req->group;
   auto dry = req->dry_run;
   ask<std::vector<partition_offset>>(
@@ -1232,6 +1437,8 @@ void commit_group(call& c) {
   auto offsets = http_api::parse_commit(*body);
   if (!offsets)
     return c.sink->post_error(offsets.error());
+  if (!permitted(c, "group", c.params[0], "read"))
+    return;
   auto broker = c.core.broker;
   auto sink = c.sink;
   auto timeout = timeout_of(c.core);
@@ -1287,6 +1494,9 @@ void commit_group(call& c) {
 
 /// POST /v1/groups/{g}/queue/{topic}/receive: leases records (long poll).
 void queue_receive(call& c) {
+  if (!permitted(c, "group", c.params[0], "read")
+      || !permitted(c, "topic", c.params[1], "read"))
+    return;
   const auto& cfg = c.core.cfg;
   auto enc = http_api::value_encoding::automatic;
   if (auto q = c.req.param("encoding")) {
@@ -1315,6 +1525,8 @@ void queue_receive(call& c) {
 
 template <queue_ack_kind Kind>
 void queue_settle(call& c) {
+  if (!permitted(c, "group", c.params[0], "read"))
+    return;
   auto body = body_of(c);
   if (!body)
     return;
@@ -1330,12 +1542,14 @@ void queue_settle(call& c) {
 // -- handlers: DLQ operations (actors/server/dlq_manager.hpp) ----------------------------
 
 void list_dlqs(call& c) {
+  describe_filter visible{c, "dlq"};
   ask<std::vector<dlq_info>>(
     c, timeout_of(c.core),
-    [](std::vector<dlq_info>& xs) {
+    [visible](std::vector<dlq_info>& xs) {
       json out = json::array();
       for (auto& x : xs)
-        out.push_back(http_api::to_json(x));
+        if (visible(x.topic))
+          out.push_back(http_api::to_json(x));
       return reply(200, json{{"dlqs", std::move(out)}});
     },
     list_atom_v, dlq_atom_v);
@@ -1344,6 +1558,8 @@ void list_dlqs(call& c) {
 /// GET /v1/dlq/{topic}?offset=&max=&grep=&error=&partition=&maxScan=
 ///   &includeRedriven=&encoding=
 void show_dlq(call& c) {
+  if (!permitted(c, "dlq", c.params[0], "read"))
+    return;
   dlq_show_request req;
   req.topic = c.params[0];
   struct int_param {
@@ -1387,9 +1603,22 @@ void show_dlq(call& c) {
                             "not '" + *q + "'");
     enc = *e;
   }
+  // A record of a topic the caller may not read is left out: its DLQ
+  // must not be a way around the topic's ACLs.
+  auto security = c.core.cfg.security;
+  auto user = c.req.user;
   ask<dlq_show_response>(
     c, timeout_of(c.core),
-    [enc](dlq_show_response& r) {
+    [enc, security, user](dlq_show_response& r) {
+      if (security) {
+        auto& rs = r.records;
+        rs.erase(std::remove_if(rs.begin(), rs.end(),
+                                [&](const dlq_record& x) {
+                                  return !security->authorize(
+                                    user, "topic", x.original_topic, "read");
+                                }),
+                 rs.end());
+      }
       return reply(200, http_api::to_json(r, enc));
     },
     show_atom_v, std::move(req));
@@ -1404,6 +1633,10 @@ void redrive_dlq(call& c) {
   auto req = http_api::parse_dlq_redrive(*body, c.params[0]);
   if (!req)
     return c.sink->post_error(req.error());
+  if (!req->to_topic.empty() && !permitted(c, "topic", req->to_topic, "write"))
+    return;
+  if (!admin(c, "dlq", c.params[0], "redrive"))
+    return;
   ask<dlq_redrive_response>(
     c, std::chrono::hours{1},
     [](dlq_redrive_response& r) { return reply(200, http_api::to_json(r)); },
@@ -1422,10 +1655,118 @@ void purge_dlq(call& c) {
   auto req = http_api::parse_dlq_purge(body, c.params[0]);
   if (!req)
     return c.sink->post_error(req.error());
+  if (!admin(c, "dlq", c.params[0], "delete"))
+    return;
+  c.admin_action = "purge";
   ask<dlq_purge_response>(
     c, timeout_of(c.core),
     [](dlq_purge_response& r) { return reply(200, http_api::to_json(r)); },
     purge_atom_v, std::move(*req));
+}
+
+// -- handlers: users and ACLs (issue 16) -----------------------------------------------
+
+void list_users(call& c) {
+  if (!permitted(c, "cluster", "cluster", "describe"))
+    return;
+  ask<std::vector<user_info>>(
+    c, timeout_of(c.core),
+    [](std::vector<user_info>& us) {
+      json out = json::array();
+      for (auto& u : us)
+        out.push_back(http_api::to_json(u));
+      return reply(200, json{{"users", std::move(out)}});
+    },
+    list_atom_v, user_atom_v);
+}
+
+void create_user(call& c) {
+  auto body = body_of(c);
+  if (!body)
+    return;
+  auto spec = http_api::parse_user_spec(*body);
+  if (!spec)
+    return c.sink->post_error(spec.error());
+  if (!admin(c, "cluster", "cluster", "alter"))
+    return;
+  c.admin_action = "set credential";
+  c.admin_resource = "user " + spec->name;
+  auto cred = make_scram_credential(spec->name, spec->password,
+                                    spec->iterations);
+  OPENSSL_cleanse(spec->password.data(), spec->password.size());
+  OPENSSL_cleanse(c.req.body.data(), c.req.body.size());
+  if (!cred)
+    return c.sink->post_error(cred.error());
+  ask<user_info>(
+    c, timeout_of(c.core),
+    [](user_info& u) {
+      auto r = reply(201, http_api::to_json(u));
+      r.location = "/v1/users/" + u.name;
+      return r;
+    },
+    update_atom_v, user_atom_v, std::move(*cred));
+}
+
+void delete_user(call& c) {
+  if (!admin(c, "cluster", "cluster", "alter"))
+    return;
+  c.admin_action = "delete";
+  c.admin_resource = "user " + c.params[0];
+  ask<user_info>(
+    c, timeout_of(c.core),
+    [](user_info& u) { return reply(200, json{{"deleted", u.name}}); },
+    delete_atom_v, user_atom_v, c.params[0]);
+}
+
+void list_acls(call& c) {
+  if (!permitted(c, "cluster", "cluster", "describe"))
+    return;
+  ask<std::vector<acl_entry>>(
+    c, timeout_of(c.core),
+    [](std::vector<acl_entry>& xs) {
+      json out = json::array();
+      for (auto& x : xs)
+        out.push_back(http_api::to_json(x));
+      return reply(200, json{{"acls", std::move(out)}});
+    },
+    list_atom_v, acl_atom_v);
+}
+
+std::string acl_text(const acl_entry& x) {
+  return x.permission + " " + x.principal + " " + x.operation + " "
+         + x.resource_type + " " + x.pattern_type + " " + x.resource_name;
+}
+
+template <bool Add>
+void change_acl(call& c) {
+  auto body = body_of(c);
+  if (!body)
+    return;
+  auto x = http_api::parse_acl(*body);
+  if (!x)
+    return c.sink->post_error(x.error());
+  if (auto err = normalize_acl(*x))
+    return c.sink->post_error(err);
+  if (!admin(c, "cluster", "cluster", "alter"))
+    return;
+  c.admin_action = Add ? "add acl" : "remove acl";
+  c.admin_resource = acl_text(*x);
+  if constexpr (Add) {
+    ask<acl_entry>(
+      c, timeout_of(c.core),
+      [](acl_entry& a) { return reply(201, http_api::to_json(a)); },
+      create_atom_v, acl_atom_v, std::move(*x));
+  } else {
+    ask<std::vector<acl_entry>>(
+      c, timeout_of(c.core),
+      [](std::vector<acl_entry>& xs) {
+        json out = json::array();
+        for (auto& a : xs)
+          out.push_back(http_api::to_json(a));
+        return reply(200, json{{"removed", std::move(out)}});
+      },
+      delete_atom_v, acl_atom_v, std::move(*x));
+  }
 }
 
 // -- the router ------------------------------------------------------------------
@@ -1465,6 +1806,10 @@ const std::vector<route_entry>& routes() {
     {{"v1", "dlq", "{}"}, {{v::get, show_dlq}}},
     {{"v1", "dlq", "{}", "redrive"}, {{v::post, redrive_dlq}}},
     {{"v1", "dlq", "{}", "purge"}, {{v::post, purge_dlq}}},
+    {{"v1", "users"}, {{v::get, list_users}, {v::post, create_user}}},
+    {{"v1", "users", "{}"}, {{v::delete_, delete_user}}},
+    {{"v1", "acls"},
+     {{v::get, list_acls}, {v::post, change_acl<true>}, {v::delete_, change_acl<false>}}},
   };
   return table;
 }
@@ -1515,9 +1860,149 @@ void route(gateway_core& core, api_request req, sink_ptr sink) {
   sink->post_error(404, ec::not_found, "no such endpoint");
 }
 
+/// The address of "ip:port" (IPv6 too).
+std::string address_of(const std::string& peer) {
+  auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+/// Base64 (RFC 4648, padded); nullopt if malformed.
+std::optional<std::string> base64_decode(std::string_view in) {
+  if (in.empty() || in.size() % 4 != 0 || in.size() > 4096)
+    return std::nullopt;
+  std::string out(in.size() / 4 * 3, '\0');
+  auto n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(in.data()),
+                           static_cast<int>(in.size()));
+  if (n < 0)
+    return std::nullopt;
+  size_t pad = in.back() == '=' ? (in[in.size() - 2] == '=' ? 2 : 1) : 0;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+std::string sha256_of(std::string_view a, std::string_view b) {
+  std::string in{a};
+  in.push_back('\0');
+  in.append(b);
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> md{};
+  SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
+         md.data());
+  return std::string{reinterpret_cast<const char*>(md.data()), md.size()};
+}
+
+api_response unauthenticated(const std::string& message) {
+  auto r = reply_error(401, to_string(ec::authentication_failed), message);
+  r.www_authenticate = "Basic realm=\"ferry\", charset=\"UTF-8\"";
+  return r;
+}
+
+/// Checks the request's Basic credentials (see the header): sets ar.user,
+/// or answers the reply to send instead.
+std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
+                                         std::string_view authorization) {
+  auto& sec = *core.cfg.security;
+  auto ip = address_of(ar.peer);
+  auto now = steady::now();
+  {
+    std::lock_guard<std::mutex> guard{core.login_mtx};
+    auto i = core.logins.find(ip);
+    if (i != core.logins.end() && now < i->second.locked_until) {
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    i->second.locked_until - now)
+                    .count();
+      auto secs = std::to_string((wait + 999) / 1000);
+      auto r = reply_error(429, to_string(ec::login_throttled),
+                           "too many failed logins from " + ip
+                             + ": try again in " + secs + " s");
+      r.retry_after = secs;
+      return r;
+    }
+  }
+  // "Basic <base64(user:password)>"; the scheme is case-insensitive.
+  std::string_view scheme = authorization.substr(0, 6);
+  bool basic = scheme.size() == 6
+               && std::equal(scheme.begin(), scheme.end(), "basic ",
+                             [](char a, char b) {
+                               return std::tolower(static_cast<unsigned char>(a))
+                                      == b;
+                             });
+  if (!basic) {
+    core.audit(ar, "login", "cluster", "denied", "no credentials");
+    return unauthenticated(
+      authorization.empty()
+        ? "this node requires a user and password (HTTP Basic over https)"
+        : "only HTTP Basic credentials are accepted");
+  }
+  auto token = authorization.substr(6);
+  while (!token.empty() && token.front() == ' ')
+    token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ')
+    token.remove_suffix(1);
+  auto decoded = base64_decode(token);
+  auto colon = decoded ? decoded->find(':') : std::string::npos;
+  if (!decoded || colon == std::string::npos) {
+    core.audit(ar, "login", "cluster", "denied", "malformed Basic credentials");
+    return unauthenticated("malformed Basic credentials (base64 of user:password)");
+  }
+  auto user = decoded->substr(0, colon);
+  std::string_view password{*decoded};
+  password.remove_prefix(colon + 1);
+  auto key = sha256_of(user, password);
+  auto version = sec.version();
+  {
+    std::lock_guard<std::mutex> guard{core.verified_mtx};
+    auto i = core.verified.find(key);
+    if (i != core.verified.end() && i->second.first == user
+        && i->second.second == version) {
+      ar.user = user;
+      return std::nullopt;
+    }
+  }
+  auto cred = sec.user(user);
+  bool ok = cred && verify_password(*cred, password);
+  OPENSSL_cleanse(decoded->data(), decoded->size());
+  if (ok) {
+    {
+      std::lock_guard<std::mutex> guard{core.verified_mtx};
+      if (core.verified.size() >= 4096)
+        core.verified.clear();
+      core.verified[key] = std::make_pair(user, version);
+    }
+    {
+      std::lock_guard<std::mutex> guard{core.login_mtx};
+      core.logins.erase(ip);
+    }
+    ar.user = user;
+    return std::nullopt;
+  }
+  int failures = 0;
+  {
+    std::lock_guard<std::mutex> guard{core.login_mtx};
+    if (core.logins.size() >= 65536)
+      core.logins.clear();
+    auto& rec = core.logins[ip];
+    failures = ++rec.failures;
+    auto over = failures - core.cfg.login_failures_allowed;
+    if (over >= 0) {
+      auto wait = core.cfg.login_lockout_base * (int64_t{1} << std::min(over, 20));
+      rec.locked_until = now + std::min(wait, core.cfg.login_lockout_max);
+    }
+  }
+  log::warn("{}: login failed for user '{}' from {} ({} failed since the last "
+            "success from there)",
+            core.cfg.name, user, ar.peer, failures);
+  api_request who = ar;
+  who.user = user;
+  core.audit(who, "login", "cluster", "denied",
+             cred ? "wrong password" : "unknown user");
+  return unauthenticated("unknown user or wrong password");
+}
+
 void dispatch(gateway_core& core, http::request<http::string_body> req,
-              std::shared_ptr<session> s) {
+              std::shared_ptr<session> s, std::string peer) {
   api_request ar;
+  ar.peer = std::move(peer);
   ar.method = req.method();
   ar.body = std::move(req.body());
   auto sink = std::make_shared<reply_sink>(core.shared_from_this(), std::move(s));
@@ -1549,6 +2034,14 @@ void dispatch(gateway_core& core, http::request<http::string_body> req,
       return r;
     });
     return;
+  }
+  if (core.cfg.security && ar.segments != std::vector<std::string>{"healthz"}) {
+    auto header = req[http::field::authorization];
+    if (auto refused = authenticate(
+          core, ar, std::string_view{header.data(), header.size()})) {
+      sink->post([r = std::move(*refused)] { return r; });
+      return;
+    }
   }
   route(core, std::move(ar), std::move(sink));
 }

@@ -23,6 +23,13 @@
 //   GET    /v1/cluster
 //   DELETE /v1/cluster/nodes/{id}                      remove a broker-only node
 //          (202: its replicas move away, then it leaves; see GET /v1/cluster)
+//   GET    /v1/users                                   users (never keys)
+//   POST   /v1/users   {"name","password","iterations"}  create or new password
+//   DELETE /v1/users/{name}
+//   GET    /v1/acls                                    ACLs
+//   POST   /v1/acls    {"principal","resourceType","resourceName",
+//                       "patternType","operation","permission"}  add
+//   DELETE /v1/acls    (the same body)                 remove the equal ones
 //   GET    /healthz
 // Errors: {"error":{"code","message"}}; the code is a ferry ec name. An
 // unknown path is 404 not_found, a known path with another method 405
@@ -54,6 +61,32 @@
 // uses it for the metrics port when TLS is on (civetweb, which serves the
 // plain metrics port, crashes on its first TLS connection with Debian 12's
 // OpenSSL 3: it calls symbols OpenSSL 3 no longer exports).
+//
+// Authentication and authorization (issue 16), with `security` set: every
+// request but GET /healthz needs HTTP Basic credentials of a user the
+// metadata quorum knows (SCRAM-SHA-256: the password is derived with the
+// stored salt and compared with StoredKey; a verified pair is remembered in
+// memory, keyed by a hash, until the users change). None, an unknown user
+// or a wrong password: 401 authentication_failed with WWW-Authenticate
+// (the reply never says which). After login_failures_allowed failures from
+// one address, each attempt from it within the lockout gets 429
+// login_throttled with Retry-After, without checking the password. Then
+// each request is checked against the ACLs where it enters, for the
+// resource it touches:
+//   topics      list: describe (the list shows only those), create: create,
+//               describe: describe, alter/partitions: alter, delete: delete,
+//               produce: write, fetch: read
+//   groups      list/describe: describe (partitions of topics the user may
+//               not describe are left out), delete: delete, commit/reset:
+//               read on the group, queue receive/ack: read on the group and
+//               the topic
+//   dlq         list: describe, show: read on the DLQ and read on its
+//               source topic, redrive: redrive, purge: delete
+//   cluster     describe: describe, remove node, users, ACLs: alter (list
+//               users and ACLs: describe)
+// A denial is 403 authorization_failed naming the principal, operation and
+// resource. Denials, failed logins and every admin change (with its
+// outcome) go to `audit` (broker/audit_log.hpp).
 
 #include "actors/protocol/interfaces.hpp"
 
@@ -68,6 +101,9 @@
 #include <string>
 
 namespace ferry {
+
+class security_registry;
+class audit_log;
 
 /// The TLS files of an https port (PEM).
 struct http_tls_config {
@@ -116,6 +152,17 @@ struct http_gateway_config {
   http_tls_config tls;
   /// Metrics mode (see the file comment): the text of GET /metrics.
   std::function<std::string()> metrics_text;
+  /// Authentication and authorization (issue 16; see the file comment);
+  /// null: every request is served as before.
+  std::shared_ptr<const security_registry> security;
+  /// Denied requests and admin changes; null: not written.
+  std::shared_ptr<audit_log> audit;
+  /// Failed logins one address may make before each further attempt must
+  /// wait: lockout_base after the first one over, doubling up to
+  /// lockout_max; a successful login resets the count.
+  int login_failures_allowed = 5;
+  std::chrono::milliseconds login_lockout_base{1000};
+  std::chrono::milliseconds login_lockout_max{30000};
 };
 
 /// The HTTP server of one node. Not copyable; see the file comment.

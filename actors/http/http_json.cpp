@@ -347,7 +347,12 @@ unsigned status_of(ec code) {
     case ec::unknown_member:
     case ec::not_found:
     case ec::lease_not_found:
+    case ec::unknown_user:
       return 404;
+    case ec::authentication_failed:
+      return 401;
+    case ec::authorization_failed:
+      return 403;
     case ec::topic_exists:
     case ec::group_not_empty:
     case ec::rebalance_in_progress:
@@ -365,6 +370,7 @@ unsigned status_of(ec code) {
     case ec::offset_out_of_range:
       return 416;
     case ec::throttled:
+    case ec::login_throttled:
       return 429;
     case ec::not_leader:
     case ec::coordinator_not_available:
@@ -1260,6 +1266,72 @@ caf::expected<dlq_purge_request> parse_dlq_purge(const json& body,
   req.before_offset = before.value_or(-1);
   req.partition = partition ? static_cast<int32_t>(*partition) : -1;
   return req;
+}
+
+// -- users and ACLs -------------------------------------------------------------------
+
+json to_json(const user_info& x) {
+  return json{{"name", x.name},
+              {"mechanism", x.mechanism},
+              {"iterations", x.iterations}};
+}
+
+json to_json(const acl_entry& x) {
+  return json{{"principal", x.principal},     {"resourceType", x.resource_type},
+              {"resourceName", x.resource_name}, {"patternType", x.pattern_type},
+              {"operation", x.operation},     {"permission", x.permission}};
+}
+
+caf::expected<user_spec> parse_user_spec(const json& body) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object {\"name\",\"password\"}");
+  user_spec out;
+  std::optional<std::string> name, password;
+  if (auto err = string_field(body, "name", name))
+    return err;
+  if (auto err = string_field(body, "password", password))
+    return err;
+  if (!name)
+    return bad("\"name\" is missing");
+  if (!password || password->empty())
+    return bad("\"password\" is missing or empty");
+  std::optional<int64_t> iterations;
+  if (auto err = int_field(body, "iterations", 4096, 1 << 20, iterations))
+    return err;
+  out.name = std::move(*name);
+  out.password = std::move(*password);
+  if (iterations)
+    out.iterations = static_cast<int32_t>(*iterations);
+  return out;
+}
+
+caf::expected<acl_entry> parse_acl(const json& body) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object {\"principal\",\"resourceType\","
+               "\"resourceName\",\"patternType\",\"operation\",\"permission\"}");
+  acl_entry x;
+  x.pattern_type.clear();
+  x.permission.clear();
+  struct field {
+    const char* key;
+    std::string* out;
+    bool required;
+  };
+  for (auto f : {field{"principal", &x.principal, true},
+                 field{"resourceType", &x.resource_type, true},
+                 field{"resourceName", &x.resource_name, false},
+                 field{"patternType", &x.pattern_type, false},
+                 field{"operation", &x.operation, true},
+                 field{"permission", &x.permission, false}}) {
+    std::optional<std::string> v;
+    if (auto err = string_field(body, f.key, v))
+      return err;
+    if (!v && f.required)
+      return bad(std::string{"\""} + f.key + "\" is missing");
+    if (v)
+      *f.out = std::move(*v);
+  }
+  return x;
 }
 
 } // namespace ferry::http_api

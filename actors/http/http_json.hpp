@@ -237,4 +237,24 @@ caf::expected<dlq_redrive_request> parse_dlq_redrive(const json& body,
 caf::expected<dlq_purge_request> parse_dlq_purge(const json& body,
                                                  const std::string& topic);
 
+// -- users and ACLs (GET/POST/DELETE /v1/users, /v1/acls) ----------------------
+
+/// {"name","mechanism","iterations"} (never a key).
+json to_json(const user_info& x);
+/// {"principal","resourceType","resourceName","patternType","operation",
+///  "permission"}.
+json to_json(const acl_entry& x);
+
+/// A new user {"name","password","iterations"(optional)}.
+struct user_spec {
+  std::string name;
+  std::string password;
+  int32_t iterations = 4096;
+};
+caf::expected<user_spec> parse_user_spec(const json& body);
+
+/// An ACL in to_json's shape; patternType defaults to "literal" and
+/// permission to "allow". Field values are checked by normalize_acl().
+caf::expected<acl_entry> parse_acl(const json& body);
+
 } // namespace ferry::http_api

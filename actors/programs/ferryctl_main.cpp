@@ -11,6 +11,7 @@
 #include "actors/client/consumer.hpp"
 #include "actors/programs/ferryctl_common.hpp"
 #include "actors/programs/ferryctl_dlq.hpp"
+#include "actors/programs/ferryctl_security.hpp"
 #include "actors/programs/ferryctl_table.hpp"
 #include "actors/programs/ferryctl_work.hpp"
 #include "actors/protocol/interfaces.hpp"
@@ -1173,6 +1174,13 @@ int main(int argc, char** argv) {
   // work (actors/programs/ferryctl_work.cpp)
   ferry::ctl::add_work_command(app, [&] {
     run = [](context& ctx) { return ferry::ctl::run_work(ctx.sys, ctx.conn, ctx.broker); };
+  });
+
+  // user and acl (actors/programs/ferryctl_security.cpp)
+  ferry::ctl::add_security_commands(app, [&] {
+    run = [](context& ctx) {
+      return ferry::ctl::run_security(*ctx.admin, ctx.opt.json);
+    };
   });
 
   // dlq (actors/programs/ferryctl_dlq.cpp)

@@ -31,8 +31,16 @@
 // connections use them; existing ones keep theirs), else keeps the old
 // ones and logs why.
 // Listening on an address other than loopback needs TLS with client
-// certificates required on every port, or --insecure: no port
-// authenticates users yet.
+// certificates required on every port, or --insecure.
+// Users (issue 16): --auth scram makes the HTTP API require HTTP Basic
+// credentials of a user in the metadata quorum and check every request
+// against the ACLs (actors/http/http_gateway.hpp); --superusers names the
+// users no ACL restricts. It needs TLS (passwords never cross the network
+// in the clear). The CAF port keeps authenticating by certificate: a
+// client holding a certificate from --tls-ca may do everything there
+// (that is how the first user is created: ferryctl user create). Denied
+// requests and admin changes are written to --audit-log (default
+// <data-dir>/audit.log with --auth scram).
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
 // (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
@@ -44,12 +52,14 @@
 #include "actors/http/http_gateway.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/server/node.hpp"
+#include "broker/audit_log.hpp"
 #include "broker/cached_file_system.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/metadata_writer.hpp"
 #include "broker/raft_core.hpp"
+#include "broker/security.hpp"
 #include "broker/sync_pool.hpp"
 #include "metrics/exposer.hpp"
 #include "metrics/metrics.hpp"
@@ -334,6 +344,10 @@ struct options {
   /// HTTP API and metrics with TLS: "required" or "requested".
   std::string tls_client_auth = "required";
   bool insecure = false;
+  /// "none" or "scram".
+  std::string auth = "none";
+  std::vector<std::string> superusers;
+  std::string audit_log;
 };
 
 } // namespace
@@ -441,8 +455,18 @@ int main(int argc, char** argv) {
     ->check(CLI::IsMember({"required", "requested"}));
   app.add_flag("--insecure", opt.insecure,
                "allow listening on an address other than loopback without TLS that "
-               "requires client certificates on every port (no port authenticates "
-               "users yet)");
+               "requires client certificates on every port");
+  app.add_option("--auth", opt.auth,
+                 "scram: the HTTP API requires HTTP Basic credentials of a user "
+                 "(SCRAM-SHA-256, kept in the metadata quorum: ferryctl user) and "
+                 "checks ACLs (ferryctl acl); needs TLS. none: no users")
+    ->check(CLI::IsMember({"none", "scram"}));
+  app.add_option("--superusers", opt.superusers,
+                 "users that no ACL restricts, e.g. admin,ops")
+    ->delimiter(',');
+  app.add_option("--audit-log", opt.audit_log,
+                 "file for one JSON line per denied request and admin change "
+                 "(default with --auth scram: <data-dir>/audit.log)");
   app.add_flag("--version", show_version, "print the version and exit");
   try {
     app.parse(argc, argv);
@@ -462,6 +486,23 @@ int main(int argc, char** argv) {
     }
   }
   bool mutual_everywhere = opt.tls.requested() && opt.tls_client_auth == "required";
+  if (opt.auth == "scram" && !opt.tls.requested()) {
+    std::fprintf(stderr,
+                 "ferryd: --auth scram needs TLS (--tls-cert/--tls-key/--tls-ca): "
+                 "passwords must not cross the network in the clear, and the CAF "
+                 "port authenticates clients by their certificate\n");
+    return 2;
+  }
+  if (opt.auth != "scram" && !opt.superusers.empty()) {
+    std::fprintf(stderr, "ferryd: --superusers needs --auth scram\n");
+    return 2;
+  }
+  for (auto& u : opt.superusers)
+    if (auto err = ferry::validate_user_name(u)) {
+      std::fprintf(stderr, "ferryd: --superusers: %s\n",
+                   ferry::describe(err).c_str());
+      return 2;
+    }
   if (!is_loopback(opt.host) && !opt.insecure && !mutual_everywhere) {
     std::fprintf(stderr,
                  "ferryd: refusing to listen on %s: without TLS that requires client "
@@ -575,6 +616,28 @@ int main(int argc, char** argv) {
     ferry::log::critical("cannot read the cluster id: {}", cid.error());
     return 1;
   }
+  // Users and ACLs: filled by the metadata quorum, checked by the HTTP API.
+  auto security = std::make_shared<ferry::security_registry>();
+  security->set_superusers({opt.superusers.begin(), opt.superusers.end()});
+  std::shared_ptr<ferry::audit_log> audit;
+  if (opt.auth == "scram" && opt.audit_log.empty())
+    opt.audit_log = (data_dir / "audit.log").string();
+  if (!opt.audit_log.empty()) {
+    auto a = ferry::audit_log::open(opt.audit_log);
+    if (!a) {
+      ferry::log::critical("{}", ferry::describe(a.error()));
+      return 1;
+    }
+    audit = std::move(*a);
+  }
+  if (opt.auth == "scram") {
+    std::string names;
+    for (auto& u : opt.superusers)
+      names += (names.empty() ? "" : ",") + u;
+    ferry::log::info("auth scram: the HTTP API requires a user's password and "
+                     "checks ACLs; superusers: {}; audit log {}",
+                     names.empty() ? std::string{"none"} : names, opt.audit_log);
+  }
   // Metrics first: a taken port fails before any recovery work.
   std::shared_ptr<ferry::metrics::registry> metrics_registry;
   std::unique_ptr<ferry::metrics::exposer> metrics_exposer;
@@ -635,6 +698,9 @@ int main(int argc, char** argv) {
     hc.port = static_cast<uint16_t>(opt.http_port);
     if (!served_tls.certificate.empty())
       hc.tls = tls_of_port();
+    if (opt.auth == "scram")
+      hc.security = security;
+    hc.audit = audit;
     auto gw = ferry::http_gateway::listen(std::move(hc));
     if (!gw) {
       auto msg = ferry::describe(gw.error());
@@ -704,6 +770,7 @@ int main(int argc, char** argv) {
     nc.host = advertised;
     nc.shutdown_timeout = std::chrono::seconds{opt.shutdown_timeout_s};
     nc.metrics = metrics_registry;
+    nc.security = security;
     nc.metrics_port = metrics_port;
     nc.http_port = http ? http->port() : 0;
     // Replicas run on the scheduler; their fdatasync on these threads.

@@ -66,7 +66,19 @@ using metadata_actor = caf::typed_actor<
   /// at the start. invalid_request for a voter or an unknown broker,
   /// policy_violation when too few brokers would be left for a partition's
   /// replication factor.
-  caf::replies_to<delete_atom, broker_atom, int32_t>::with<broker_registration>>;
+  caf::replies_to<delete_atom, broker_atom, int32_t>::with<broker_registration>,
+  /// Users (issue 16): creates a user or replaces its credential (derived
+  /// by the caller; the password never travels); invalid_request.
+  caf::replies_to<update_atom, user_atom, scram_credential>::with<user_info>,
+  /// Deletes a user; unknown_user.
+  caf::replies_to<delete_atom, user_atom, std::string>::with<user_info>,
+  caf::replies_to<list_atom, user_atom>::with<std::vector<user_info>>,
+  /// ACLs (broker/security.hpp): adds one (answered normalized; adding an
+  /// existing one changes nothing); invalid_request names a bad field.
+  caf::replies_to<create_atom, acl_atom, acl_entry>::with<acl_entry>,
+  /// Removes the entries equal to this one (normalized) and answers them.
+  caf::replies_to<delete_atom, acl_atom, acl_entry>::with<std::vector<acl_entry>>,
+  caf::replies_to<list_atom, acl_atom>::with<std::vector<acl_entry>>>;
 
 /// One hosted partition replica (leader role; the follower role comes with
 /// replication). Appends with group commit: produce requests queue up, one
@@ -207,6 +219,14 @@ using broker_actor = caf::typed_actor<
   caf::reacts_to<raft_atom, raft_message>,
   /// Cluster: removes a broker-only node (see metadata_actor).
   caf::replies_to<delete_atom, broker_atom, int32_t>::with<broker_registration>,
+  /// Users and ACLs (see metadata_actor; writes go to the Raft leader:
+  /// not_leader elsewhere, retried by admin_client).
+  caf::replies_to<update_atom, user_atom, scram_credential>::with<user_info>,
+  caf::replies_to<delete_atom, user_atom, std::string>::with<user_info>,
+  caf::replies_to<list_atom, user_atom>::with<std::vector<user_info>>,
+  caf::replies_to<create_atom, acl_atom, acl_entry>::with<acl_entry>,
+  caf::replies_to<delete_atom, acl_atom, acl_entry>::with<std::vector<acl_entry>>,
+  caf::replies_to<list_atom, acl_atom>::with<std::vector<acl_entry>>,
   /// Cluster: committed metadata log entries after an index, for a
   /// broker-only node (answered by this node's quorum member; not_leader on
   /// a broker-only node).

@@ -430,6 +430,17 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](fetch_atom, raft_atom, uint64_t a) {
       return fetch_raft_log(self, a);
     },
+    // -- users and ACLs: through the metadata actor -----------------------------
+    [self](update_atom, user_atom, scram_credential& c) {
+      return upsert_user(self, c);
+    },
+    [self](delete_atom, user_atom, std::string& n) {
+      return delete_user(self, n);
+    },
+    [self](list_atom, user_atom) { return list_users(self); },
+    [self](create_atom, acl_atom, acl_entry& x) { return add_acl(self, x); },
+    [self](delete_atom, acl_atom, acl_entry& x) { return remove_acl(self, x); },
+    [self](list_atom, acl_atom) { return list_acls(self); },
     [self](connect_atom, int32_t id, const caf::actor& p) {
       peer_link_changed(self, id, p);
     },

@@ -170,6 +170,7 @@
 #include "actors/server/group_coordinator.hpp"
 #include "actors/server/queue_coordinator.hpp"
 #include "actors/protocol/interfaces.hpp"
+#include "broker/security.hpp"
 #include "actors/server/fetch_session.hpp"
 #include "actors/server/partition_replica.hpp"
 #include "broker/raft_core.hpp"
@@ -257,6 +258,9 @@ struct node_config {
   /// no metrics. Probes from replica_defaults / group_defaults are ignored:
   /// the node creates one per spawned replica and coordinator.
   std::shared_ptr<metrics::registry> metrics;
+  /// Filled with the replicated users and ACLs (broker/security.hpp) for
+  /// the front doors to check; null: not kept.
+  std::shared_ptr<security_registry> security;
   /// How often the data dir's disk is sampled (ferry_disk_*_bytes).
   std::chrono::milliseconds disk_sample_interval{10000};
   /// Settings of every replica the node spawns; topic, partition, dir,

@@ -107,4 +107,44 @@ caf::result<broker_registration> remove_broker(self_ptr self, int32_t id) {
   return rp;
 }
 
+caf::result<user_info> upsert_user(self_ptr self, scram_credential& c) {
+  auto rp = self->make_response_promise<user_info>();
+  meta_relay(self, rp, self->state.cfg.create_timeout, update_atom_v,
+             user_atom_v, std::move(c));
+  return rp;
+}
+
+caf::result<user_info> delete_user(self_ptr self, std::string& name) {
+  auto rp = self->make_response_promise<user_info>();
+  meta_relay(self, rp, self->state.cfg.create_timeout, delete_atom_v,
+             user_atom_v, std::move(name));
+  return rp;
+}
+
+caf::result<std::vector<user_info>> list_users(self_ptr self) {
+  auto rp = self->make_response_promise<std::vector<user_info>>();
+  relay(self, rp, self->state.cfg.metadata, list_atom_v, user_atom_v);
+  return rp;
+}
+
+caf::result<acl_entry> add_acl(self_ptr self, acl_entry& x) {
+  auto rp = self->make_response_promise<acl_entry>();
+  meta_relay(self, rp, self->state.cfg.create_timeout, create_atom_v,
+             acl_atom_v, std::move(x));
+  return rp;
+}
+
+caf::result<std::vector<acl_entry>> remove_acl(self_ptr self, acl_entry& x) {
+  auto rp = self->make_response_promise<std::vector<acl_entry>>();
+  meta_relay(self, rp, self->state.cfg.create_timeout, delete_atom_v,
+             acl_atom_v, std::move(x));
+  return rp;
+}
+
+caf::result<std::vector<acl_entry>> list_acls(self_ptr self) {
+  auto rp = self->make_response_promise<std::vector<acl_entry>>();
+  relay(self, rp, self->state.cfg.metadata, list_atom_v, acl_atom_v);
+  return rp;
+}
+
 } // namespace ferry::node_detail

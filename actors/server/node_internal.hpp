@@ -395,6 +395,12 @@ caf::result<partition_assignment> alter_isr(self_ptr self, isr_change& ch);
 caf::result<partition_assignment> reassign_partition(self_ptr self,
                                                      isr_change& ch);
 caf::result<broker_registration> remove_broker(self_ptr self, int32_t id);
+caf::result<user_info> upsert_user(self_ptr self, scram_credential& c);
+caf::result<user_info> delete_user(self_ptr self, std::string& name);
+caf::result<std::vector<user_info>> list_users(self_ptr self);
+caf::result<acl_entry> add_acl(self_ptr self, acl_entry& x);
+caf::result<std::vector<acl_entry>> remove_acl(self_ptr self, acl_entry& x);
+caf::result<std::vector<acl_entry>> list_acls(self_ptr self);
 
 // -- node_peers.cpp --------------------------------------------------------
 

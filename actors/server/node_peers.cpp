@@ -526,6 +526,8 @@ caf::error start_metadata_quorum(self_ptr self) {
   // brokers that can hold replicas per create.
   auto max_rf = static_cast<int16_t>(cluster_mode(st) ? 32767 : 1);
   st.machine = std::make_shared<metadata_state_machine>(ids, max_rf);
+  if (st.cfg.security)
+    st.machine->set_security_registry(st.cfg.security);
   if (member) {
     auto storage = raft_storage::open(st.cfg.store->environment());
     if (!storage)

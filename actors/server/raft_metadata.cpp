@@ -19,8 +19,8 @@ namespace {
 
 constexpr uint8_t command_version = 1;
 /// Version 1: next producer id, topics. Version 2 adds the brokers, 3 the
-/// moves in progress, 4 the brokers being removed.
-constexpr uint8_t snapshot_version = 4;
+/// moves in progress, 4 the brokers being removed, 5 the users and ACLs.
+constexpr uint8_t snapshot_version = 5;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -129,6 +129,35 @@ std::string encode_reassign(const isr_change& ch) {
 
 std::string encode_remove_broker(int32_t id) {
   return encode_command(metadata_command::remove_broker, id);
+}
+
+std::string encode_upsert_user(const scram_credential& c) {
+  return encode_command(metadata_command::upsert_user, c);
+}
+
+std::string encode_delete_user(const std::string& name) {
+  return encode_command(metadata_command::delete_user, name);
+}
+
+std::string encode_add_acl(const acl_entry& x) {
+  return encode_command(metadata_command::add_acl, x);
+}
+
+std::string encode_remove_acl(const acl_entry& x) {
+  return encode_command(metadata_command::remove_acl, x);
+}
+
+caf::expected<user_info> decode_user_result(std::string_view result) {
+  return decode_result<user_info>(result);
+}
+
+caf::expected<acl_entry> decode_acl_result(std::string_view result) {
+  return decode_result<acl_entry>(result);
+}
+
+caf::expected<std::vector<acl_entry>>
+decode_acls_result(std::string_view result) {
+  return decode_result<std::vector<acl_entry>>(result);
 }
 
 caf::expected<broker_registration>
@@ -394,6 +423,14 @@ std::string metadata_state_machine::apply(uint64_t, std::string_view command) {
     drive_removals_locked(changed);
   if (changed)
     notify_locked();
+  auto kind = command.size() >= 2 ? static_cast<metadata_command>(command[1])
+                                  : metadata_command::create;
+  if (res
+      && (kind == metadata_command::upsert_user
+          || kind == metadata_command::delete_user
+          || kind == metadata_command::add_acl
+          || kind == metadata_command::remove_acl))
+    publish_security_locked();
   if (!res)
     return encode_error(res.error());
   return std::move(*res);
@@ -655,6 +692,59 @@ metadata_state_machine::apply_command(std::string_view command,
       changed = true;
       return encode_ok(pa);
     }
+    case metadata_command::upsert_user: {
+      scram_credential c;
+      if (source(c) || source.remaining() != 0)
+        return bad();
+      if (auto err = validate_credential(c))
+        return err;
+      bool known = users_.count(c.user) > 0;
+      user_info info{c.user, c.mechanism, c.iterations};
+      log::info("metadata: {} user {}", known ? "new credential for" : "new",
+                c.user);
+      users_[c.user] = std::move(c);
+      return encode_ok(info);
+    }
+    case metadata_command::delete_user: {
+      std::string name;
+      if (source(name) || source.remaining() != 0)
+        return bad();
+      auto i = users_.find(name);
+      if (i == users_.end())
+        return make_error(ec::unknown_user, "user " + name + " does not exist");
+      user_info info{i->second.user, i->second.mechanism,
+                     i->second.iterations};
+      users_.erase(i);
+      log::info("metadata: user {} deleted", name);
+      return encode_ok(info);
+    }
+    case metadata_command::add_acl: {
+      acl_entry x;
+      if (source(x) || source.remaining() != 0)
+        return bad();
+      if (auto err = normalize_acl(x))
+        return err;
+      if (std::find(acls_.begin(), acls_.end(), x) == acls_.end())
+        acls_.push_back(x);
+      return encode_ok(x);
+    }
+    case metadata_command::remove_acl: {
+      acl_entry x;
+      if (source(x) || source.remaining() != 0)
+        return bad();
+      if (auto err = normalize_acl(x))
+        return err;
+      std::vector<acl_entry> removed;
+      for (auto i = acls_.begin(); i != acls_.end();) {
+        if (*i == x) {
+          removed.push_back(*i);
+          i = acls_.erase(i);
+        } else {
+          ++i;
+        }
+      }
+      return encode_ok(removed);
+    }
     case metadata_command::remove_broker: {
       int32_t id = -1;
       if (source(id) || source.remaining() != 0)
@@ -714,8 +804,11 @@ std::string encode_metadata_snapshot(int64_t next_producer_id,
   std::vector<broker_registration> brokers;
   std::vector<isr_change> moves;
   std::vector<int32_t> removing;
+  std::vector<scram_credential> users;
+  std::vector<acl_entry> acls;
   return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
-                   next_producer_id, topics, brokers, moves, removing);
+                   next_producer_id, topics, brokers, moves, removing, users,
+                   acls);
 }
 
 std::string metadata_state_machine::snapshot() {
@@ -727,8 +820,12 @@ std::string metadata_state_machine::snapshot() {
     brokers.push_back(b);
   auto moves = reassignments_locked();
   std::vector<int32_t> removing{removing_.begin(), removing_.end()};
+  std::vector<scram_credential> users;
+  for (auto& [name, c] : users_)
+    users.push_back(c);
+  auto acls = acls_;
   return serialize(std::vector<char>{static_cast<char>(snapshot_version)},
-                   next, list, brokers, moves, removing);
+                   next, list, brokers, moves, removing, users, acls);
 }
 
 caf::error metadata_state_machine::restore(uint64_t index,
@@ -742,12 +839,16 @@ caf::error metadata_state_machine::restore(uint64_t index,
   std::vector<broker_registration> brokers;
   std::vector<isr_change> moves;
   std::vector<int32_t> removing;
+  std::vector<scram_credential> users;
+  std::vector<acl_entry> acls;
   caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
   auto version = static_cast<uint8_t>(s[0]);
   bool bad = version == 1   ? bool{source(next, list)}
              : version == 2 ? bool{source(next, list, brokers)}
              : version == 3 ? bool{source(next, list, brokers, moves)}
-                            : bool{source(next, list, brokers, moves, removing)};
+             : version == 4
+               ? bool{source(next, list, brokers, moves, removing)}
+               : bool{source(next, list, brokers, moves, removing, users, acls)};
   if (bad || source.remaining() != 0)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot at " + std::to_string(index)
@@ -763,6 +864,11 @@ caf::error metadata_state_machine::restore(uint64_t index,
   for (auto& m : moves)
     moving_[std::make_pair(m.topic, m.partition.value)] = m.isr;
   removing_ = {removing.begin(), removing.end()};
+  users_.clear();
+  for (auto& c : users)
+    users_.emplace(c.user, std::move(c));
+  acls_ = std::move(acls);
+  publish_security_locked();
   next_producer_id_ = next;
   log::info("metadata: restored {} topics from the snapshot at {}",
             topics_.size(), index);
@@ -788,6 +894,31 @@ std::vector<isr_change> metadata_state_machine::reassignments_locked() const {
     out.push_back(std::move(ch));
   }
   return out;
+}
+
+std::vector<user_info> metadata_state_machine::users() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  std::vector<user_info> out;
+  for (auto& [name, c] : users_)
+    out.push_back(user_info{c.user, c.mechanism, c.iterations});
+  return out;
+}
+
+std::vector<acl_entry> metadata_state_machine::acls() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return acls_;
+}
+
+void metadata_state_machine::set_security_registry(
+  std::shared_ptr<security_registry> r) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  registry_ = std::move(r);
+  publish_security_locked();
+}
+
+void metadata_state_machine::publish_security_locked() {
+  if (registry_)
+    registry_->set(users_, acls_);
 }
 
 std::vector<isr_change> metadata_state_machine::reassignments() const {
@@ -979,6 +1110,36 @@ raft_metadata(metadata_actor::stateful_pointer<raft_metadata_state> self,
            int32_t id) -> caf::result<broker_registration> {
       return propose<broker_registration>(self, encode_remove_broker(id),
                                           decode_broker_result);
+    },
+    [self](update_atom, user_atom,
+           const scram_credential& c) -> caf::result<user_info> {
+      if (auto err = validate_credential(c))
+        return err;
+      return propose<user_info>(self, encode_upsert_user(c),
+                                decode_user_result);
+    },
+    [self](delete_atom, user_atom,
+           const std::string& name) -> caf::result<user_info> {
+      return propose<user_info>(self, encode_delete_user(name),
+                                decode_user_result);
+    },
+    [self](list_atom, user_atom) -> caf::result<std::vector<user_info>> {
+      return self->state.cfg.machine->users();
+    },
+    [self](create_atom, acl_atom, acl_entry x) -> caf::result<acl_entry> {
+      if (auto err = normalize_acl(x))
+        return err;
+      return propose<acl_entry>(self, encode_add_acl(x), decode_acl_result);
+    },
+    [self](delete_atom, acl_atom,
+           acl_entry x) -> caf::result<std::vector<acl_entry>> {
+      if (auto err = normalize_acl(x))
+        return err;
+      return propose<std::vector<acl_entry>>(self, encode_remove_acl(x),
+                                             decode_acls_result);
+    },
+    [self](list_atom, acl_atom) -> caf::result<std::vector<acl_entry>> {
+      return self->state.cfg.machine->acls();
     },
     [self](subscribe_atom, const caf::actor& listener) {
       if (!listener)

@@ -16,12 +16,21 @@
 //     isr:       isr_change
 //     reassign:  isr_change (target replicas in isr; empty completes)
 //     remove_broker: int32 id
+//     upsert_user: scram_credential (creates or replaces the credential)
+//     delete_user: name
+//     add_acl:     acl_entry (normalized; adding one twice keeps one)
+//     remove_acl:  acl_entry (removes the equal entries; answers them)
 //   result:  byte 0 then the topic_metadata / producer_identity, or
 //            byte 1 then the ferry error code (uint8) and its context string.
-//   snapshot: version byte 4, next producer id (int64), all topic_metadata,
+//   snapshot: version byte 5, next producer id (int64), all topic_metadata,
 //             all broker_registration, the moves in progress as isr_change,
-//             the ids of the brokers being removed (versions 1 to 3,
-//             without brokers / moves / removals, still restore).
+//             the ids of the brokers being removed, the users'
+//             scram_credential, the acl_entry list (versions 1 to 4,
+//             without brokers / moves / removals / security, still restore).
+//
+// Users and ACLs (issue 16) are replicated like topics; after each change
+// (and a restore) the state machine fills the node's security_registry
+// (broker/security.hpp), which the front doors check requests against.
 //
 // Replica moves: reassign with a target adds the target's new replicas
 // (replicas = old then new, ISR unchanged); the controller completes it
@@ -83,6 +92,7 @@
 // is one log entry, so ids are unique across leader changes and restarts.
 
 #include "actors/protocol/interfaces.hpp"
+#include "broker/security.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
@@ -114,6 +124,10 @@ enum class metadata_command : uint8_t {
   isr = 7,
   reassign = 8,
   remove_broker = 9,
+  upsert_user = 10,
+  delete_user = 11,
+  add_acl = 12,
+  remove_acl = 13,
 };
 
 /// Command encoders (see the file comment).
@@ -131,7 +145,15 @@ std::string encode_reassign(const isr_change& ch);
 /// Removes a broker-only node (ferryctl cluster remove-node).
 std::string encode_remove_broker(int32_t id);
 
+std::string encode_upsert_user(const scram_credential& c);
+std::string encode_delete_user(const std::string& name);
+std::string encode_add_acl(const acl_entry& x);
+std::string encode_remove_acl(const acl_entry& x);
 /// Result decoders: the value, or the ferry error apply() returned.
+caf::expected<user_info> decode_user_result(std::string_view result);
+caf::expected<acl_entry> decode_acl_result(std::string_view result);
+caf::expected<std::vector<acl_entry>>
+decode_acls_result(std::string_view result);
 caf::expected<topic_metadata> decode_topic_result(std::string_view result);
 caf::expected<producer_identity> decode_pid_result(std::string_view result);
 caf::expected<broker_registration>
@@ -180,6 +202,11 @@ public:
   std::vector<int32_t> placement() const;
   /// Brokers being removed (their replicas are moving away).
   std::vector<int32_t> removing() const;
+  /// The users (names and mechanisms, never keys) and the ACLs.
+  std::vector<user_info> users() const;
+  std::vector<acl_entry> acls() const;
+  /// The registry to keep up to date with the users and ACLs (filled now).
+  void set_security_registry(std::shared_ptr<security_registry> r);
   /// Sets the sender of topic updates (the raft_metadata actor; held weakly).
   void set_sender(caf::actor_addr sender);
   /// Adds a listener and sends it the current topic list.
@@ -219,6 +246,7 @@ private:
   /// leader and whose ISR names it.
   void unfence_locked(int32_t id);
   std::vector<topic_metadata> topics_locked() const;
+  void publish_security_locked();
   void notify_locked();
   void send_locked(const caf::actor& to, std::vector<topic_metadata> list);
   partition_assignment assignment(int32_t p, int16_t rf) const;
@@ -234,6 +262,9 @@ private:
   /// Brokers being removed (remove_broker): they leave brokers_ once no
   /// partition names them.
   std::set<int32_t> removing_;
+  std::map<std::string, scram_credential> users_;
+  std::vector<acl_entry> acls_;
+  std::shared_ptr<security_registry> registry_;
   std::vector<caf::actor> subscribers_;
   caf::actor_addr sender_;
 };

@@ -361,6 +361,62 @@ TEST_F(RaftMetadata, CreateThroughLeaderReachesEverySubscriber) {
     EXPECT_TRUE(nodes_[id].sub->topics.empty()) << "node " << id;
 }
 
+TEST_F(RaftMetadata, UsersAndAclsReachEveryNodesRegistry) {
+  start();
+  auto l = await_leader();
+  ASSERT_NE(l, -1);
+  std::map<int32_t, std::shared_ptr<security_registry>> regs;
+  for (int32_t id = 1; id <= 3; ++id) {
+    regs[id] = std::make_shared<security_registry>();
+    nodes_[id].machine->set_security_registry(regs[id]);
+  }
+  auto cred = make_scram_credential("alice", "wonderland");
+  ASSERT_TRUE(cred);
+  auto u = ask<user_info>(l, update_atom_v, user_atom_v, *cred);
+  ASSERT_TRUE(u) << describe(u.error());
+  EXPECT_EQ(u->name, "alice");
+  EXPECT_EQ(u->mechanism, "SCRAM-SHA-256");
+  acl_entry x;
+  x.principal = "alice";
+  x.resource_type = "topic";
+  x.resource_name = "orders";
+  x.operation = "READ";
+  auto added = ask<acl_entry>(l, create_atom_v, acl_atom_v, x);
+  ASSERT_TRUE(added) << describe(added.error());
+  EXPECT_EQ(added->principal, "User:alice");
+  EXPECT_EQ(added->operation, "read");
+  // A bad entry is refused before it reaches the log, naming the field.
+  auto bad = x;
+  bad.operation = "steal";
+  auto refused = ask<acl_entry>(l, create_atom_v, acl_atom_v, bad);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(is(refused.error(), ec::invalid_request));
+  step(20);
+  for (int32_t id = 1; id <= 3; ++id) {
+    auto stored = regs[id]->user("alice");
+    ASSERT_TRUE(stored) << "node " << id;
+    EXPECT_TRUE(verify_password(*stored, "wonderland")) << "node " << id;
+    EXPECT_TRUE(regs[id]->authorize("alice", "topic", "orders", "read"));
+    EXPECT_FALSE(regs[id]->authorize("alice", "topic", "orders", "write"));
+    auto us = ask<std::vector<user_info>>(id, list_atom_v, user_atom_v);
+    ASSERT_TRUE(us);
+    ASSERT_EQ(us->size(), 1u) << "node " << id;
+  }
+  auto removed = ask<std::vector<acl_entry>>(l, delete_atom_v, acl_atom_v, x);
+  ASSERT_TRUE(removed) << describe(removed.error());
+  EXPECT_EQ(removed->size(), 1u);
+  auto gone = ask<user_info>(l, delete_atom_v, user_atom_v, std::string{"alice"});
+  ASSERT_TRUE(gone) << describe(gone.error());
+  auto again = ask<user_info>(l, delete_atom_v, user_atom_v, std::string{"alice"});
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(is(again.error(), ec::unknown_user)) << describe(again.error());
+  step(20);
+  for (int32_t id = 1; id <= 3; ++id) {
+    EXPECT_FALSE(regs[id]->user("alice")) << "node " << id;
+    EXPECT_FALSE(regs[id]->authorize("alice", "topic", "orders", "read"));
+  }
+}
+
 TEST_F(RaftMetadata, InvalidInputGetsTheTopicConfigErrors) {
   start();
   auto l = await_leader();
@@ -567,6 +623,39 @@ TEST(RaftMetadataMachine, SnapshotRestoreRoundTrip) {
   auto junk = decode_topic_result(b.apply(4, "\x01\x09"));
   ASSERT_FALSE(junk);
   EXPECT_TRUE(is(junk.error(), ec::invalid_request));
+}
+
+TEST(RaftMetadataMachine, UsersAndAclsSurviveASnapshot) {
+  metadata_state_machine a{{1}, 1};
+  auto cred = make_scram_credential("bob", "builder");
+  ASSERT_TRUE(cred);
+  ASSERT_TRUE(decode_user_result(a.apply(1, encode_upsert_user(*cred))));
+  acl_entry x;
+  x.principal = "User:bob";
+  x.resource_type = "group";
+  x.resource_name = "team-";
+  x.pattern_type = "prefixed";
+  x.operation = "read";
+  ASSERT_TRUE(normalize_acl(x) == caf::none);
+  ASSERT_TRUE(decode_acl_result(a.apply(2, encode_add_acl(x))));
+  // Adding it twice keeps one.
+  ASSERT_TRUE(decode_acl_result(a.apply(3, encode_add_acl(x))));
+  EXPECT_EQ(a.acls().size(), 1u);
+  metadata_state_machine b{{1}, 1};
+  auto reg = std::make_shared<security_registry>();
+  b.set_security_registry(reg);
+  ASSERT_FALSE(b.restore(3, a.snapshot()));
+  EXPECT_EQ(b.snapshot(), a.snapshot());
+  ASSERT_TRUE(reg->user("bob"));
+  EXPECT_TRUE(verify_password(*reg->user("bob"), "builder"));
+  EXPECT_TRUE(reg->authorize("bob", "group", "team-blue", "read"));
+  EXPECT_FALSE(reg->authorize("bob", "group", "other", "read"));
+  // A credential of the wrong shape is refused at apply time as well.
+  auto broken = *cred;
+  broken.server_key = "short";
+  auto r = decode_user_result(b.apply(4, encode_upsert_user(broken)));
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(is(r.error(), ec::invalid_request));
 }
 
 } // namespace

@@ -1,0 +1,218 @@
+// broker/security.hpp: SCRAM-SHA-256 credentials and the ACL decision.
+
+#include "broker/security.hpp"
+
+#include "broker/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+namespace ferry {
+namespace {
+
+std::string hex(const std::string& raw) {
+  std::string out;
+  char buf[3];
+  for (unsigned char c : raw) {
+    std::snprintf(buf, sizeof(buf), "%02x", c);
+    out += buf;
+  }
+  return out;
+}
+
+std::string unhex(const std::string& h) {
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+// RFC 7677's example (user "user", password "pencil", 4096 iterations);
+// the keys were computed with Python's hashlib (PBKDF2-HMAC-SHA-256, then
+// HMAC "Client Key" hashed, and HMAC "Server Key").
+scram_credential rfc7677() {
+  scram_credential c;
+  c.user = "user";
+  c.salt = unhex("5b6d99689d12358eeca04b141236fa81");
+  c.iterations = 4096;
+  c.stored_key = unhex(
+    "586e5df283e6dceb5c3e791d8b8528ec191e664045ce971792e2e6b5bb13e2a6");
+  c.server_key = unhex(
+    "c1f3cbc1c13a9d35a14c0990eed97629ea225863e566a4314ab99f3f00e5d9d5");
+  return c;
+}
+
+TEST(Scram, VerifiesTheRfc7677PasswordAndNoOther) {
+  auto c = rfc7677();
+  EXPECT_FALSE(validate_credential(c));
+  EXPECT_TRUE(verify_password(c, "pencil"));
+  EXPECT_FALSE(verify_password(c, "pencil "));
+  EXPECT_FALSE(verify_password(c, "Pencil"));
+  EXPECT_FALSE(verify_password(c, ""));
+}
+
+TEST(Scram, NewCredentialsHaveFreshSaltsAndVerify) {
+  auto a = make_scram_credential("alice", "s3cret!");
+  auto b = make_scram_credential("alice", "s3cret!");
+  ASSERT_TRUE(a) << describe(a.error());
+  ASSERT_TRUE(b);
+  EXPECT_EQ(a->salt.size(), 16u);
+  EXPECT_NE(a->salt, b->salt);
+  EXPECT_NE(a->stored_key, b->stored_key);
+  EXPECT_EQ(a->stored_key.size(), 32u);
+  EXPECT_EQ(a->iterations, 4096);
+  EXPECT_FALSE(validate_credential(*a));
+  EXPECT_TRUE(verify_password(*a, "s3cret!"));
+  EXPECT_FALSE(verify_password(*a, "s3cret"));
+  // The stored credential holds no trace of the password.
+  EXPECT_EQ(a->stored_key.find("s3cret"), std::string::npos);
+  EXPECT_NE(hex(a->stored_key), hex(b->stored_key));
+}
+
+TEST(Scram, RejectsBadNamesPasswordsAndIterations) {
+  EXPECT_TRUE(is(make_scram_credential("", "x").error(), ec::invalid_request));
+  EXPECT_TRUE(
+    is(make_scram_credential("a b", "x").error(), ec::invalid_request));
+  EXPECT_TRUE(is(make_scram_credential("bob", "").error(), ec::invalid_request));
+  EXPECT_TRUE(
+    is(make_scram_credential("bob", "pw", 1000).error(), ec::invalid_request));
+  auto c = rfc7677();
+  c.stored_key.pop_back();
+  EXPECT_TRUE(is(validate_credential(c), ec::invalid_request));
+  c = rfc7677();
+  c.mechanism = "SCRAM-SHA-1";
+  EXPECT_TRUE(is(validate_credential(c), ec::invalid_request));
+}
+
+acl_entry acl(std::string principal, std::string type, std::string name,
+              std::string op, std::string permission = "allow",
+              std::string pattern = "literal") {
+  acl_entry x;
+  x.principal = std::move(principal);
+  x.resource_type = std::move(type);
+  x.resource_name = std::move(name);
+  x.operation = std::move(op);
+  x.permission = std::move(permission);
+  x.pattern_type = std::move(pattern);
+  EXPECT_FALSE(normalize_acl(x));
+  return x;
+}
+
+TEST(Acl, NormalizesAndRejectsWithTheFieldNamed) {
+  acl_entry x;
+  x.principal = "alice";
+  x.resource_type = "TOPIC";
+  x.resource_name = "orders";
+  x.operation = "Read";
+  x.pattern_type = "";
+  x.permission = "";
+  ASSERT_FALSE(normalize_acl(x));
+  EXPECT_EQ(x.principal, "User:alice");
+  EXPECT_EQ(x.resource_type, "topic");
+  EXPECT_EQ(x.operation, "read");
+  EXPECT_EQ(x.pattern_type, "literal");
+  EXPECT_EQ(x.permission, "allow");
+  auto check = [](acl_entry y, const std::string& word) {
+    auto err = normalize_acl(y);
+    ASSERT_TRUE(is(err, ec::invalid_request));
+    EXPECT_NE(describe(err).find(word), std::string::npos) << describe(err);
+  };
+  auto good = x;
+  auto y = good;
+  y.operation = "fly";
+  check(y, "operation");
+  y = good;
+  y.resource_type = "queue";
+  check(y, "resource type");
+  y = good;
+  y.pattern_type = "regex";
+  check(y, "pattern type");
+  y = good;
+  y.permission = "maybe";
+  check(y, "permission");
+  y = good;
+  y.principal = "User:a b";
+  check(y, "principal");
+  y = good;
+  y.resource_name = "";
+  check(y, "name");
+  auto c = acl("User:*", "cluster", "whatever", "alter");
+  EXPECT_EQ(c.resource_name, "cluster");
+}
+
+TEST(Acl, NothingIsAllowedWithoutAnEntry) {
+  std::vector<acl_entry> none;
+  EXPECT_FALSE(authorize(none, {}, "alice", "topic", "orders", "read"));
+  EXPECT_TRUE(authorize(none, {"admin"}, "admin", "topic", "orders", "delete"));
+  EXPECT_FALSE(authorize(none, {"admin"}, "", "topic", "orders", "read"));
+}
+
+TEST(Acl, LiteralPrefixedAndWildcardNamesMatch) {
+  std::vector<acl_entry> xs{
+    acl("User:alice", "topic", "orders", "read"),
+    acl("User:alice", "topic", "logs.", "write", "allow", "prefixed"),
+    acl("User:*", "group", "*", "read"),
+  };
+  EXPECT_TRUE(authorize(xs, {}, "alice", "topic", "orders", "read"));
+  EXPECT_FALSE(authorize(xs, {}, "alice", "topic", "orders2", "read"));
+  EXPECT_FALSE(authorize(xs, {}, "alice", "topic", "orders", "write"));
+  EXPECT_TRUE(authorize(xs, {}, "alice", "topic", "logs.app", "write"));
+  EXPECT_FALSE(authorize(xs, {}, "alice", "topic", "logs", "write"));
+  EXPECT_FALSE(authorize(xs, {}, "bob", "topic", "orders", "read"));
+  EXPECT_TRUE(authorize(xs, {}, "bob", "group", "anything", "read"));
+  EXPECT_FALSE(authorize(xs, {}, "bob", "dlq", "anything", "read"));
+}
+
+TEST(Acl, ReadWriteDeleteAlterAndRedriveImplyDescribe) {
+  std::vector<acl_entry> xs{acl("alice", "topic", "orders", "read"),
+                            acl("alice", "dlq", "orders.dlq", "redrive")};
+  EXPECT_TRUE(authorize(xs, {}, "alice", "topic", "orders", "describe"));
+  EXPECT_TRUE(authorize(xs, {}, "alice", "dlq", "orders.dlq", "describe"));
+  EXPECT_FALSE(authorize(xs, {}, "alice", "dlq", "orders.dlq", "read"));
+  std::vector<acl_entry> create{acl("alice", "topic", "orders", "create")};
+  EXPECT_FALSE(authorize(create, {}, "alice", "topic", "orders", "describe"));
+  std::vector<acl_entry> all{acl("alice", "topic", "*", "all")};
+  EXPECT_TRUE(authorize(all, {}, "alice", "topic", "x", "redrive"));
+}
+
+TEST(Acl, DenyWinsOverEveryAllowButNotOverSuperusers) {
+  std::vector<acl_entry> xs{
+    acl("User:*", "topic", "*", "all"),
+    acl("alice", "topic", "secret", "read", "deny"),
+  };
+  EXPECT_TRUE(authorize(xs, {}, "alice", "topic", "orders", "read"));
+  EXPECT_FALSE(authorize(xs, {}, "alice", "topic", "secret", "read"));
+  // A deny names exactly its operation.
+  EXPECT_TRUE(authorize(xs, {}, "alice", "topic", "secret", "describe"));
+  EXPECT_TRUE(authorize(xs, {}, "bob", "topic", "secret", "read"));
+  std::vector<acl_entry> deny_all{acl("User:*", "topic", "sec", "all", "deny",
+                                      "prefixed"),
+                                  acl("alice", "topic", "secret", "read")};
+  EXPECT_FALSE(authorize(deny_all, {}, "alice", "topic", "secret", "read"));
+  EXPECT_TRUE(authorize(deny_all, {"alice"}, "alice", "topic", "secret", "read"));
+}
+
+TEST(SecurityRegistry, AnswersFromWhatWasSetAndBumpsItsVersion) {
+  security_registry r;
+  auto v0 = r.version();
+  r.set_superusers({"admin"});
+  auto c = make_scram_credential("alice", "pw-1");
+  ASSERT_TRUE(c);
+  r.set({{"alice", *c}}, {acl("alice", "topic", "t", "write")});
+  EXPECT_GT(r.version(), v0);
+  ASSERT_TRUE(r.user("alice"));
+  EXPECT_FALSE(r.user("bob"));
+  EXPECT_TRUE(r.authorize("alice", "topic", "t", "write"));
+  EXPECT_FALSE(r.authorize("alice", "topic", "t", "read"));
+  EXPECT_TRUE(r.authorize("admin", "cluster", "cluster", "alter"));
+  EXPECT_TRUE(r.is_superuser("admin"));
+  EXPECT_EQ(describe_denial("alice", "topic", "t", "read"),
+            "User:alice may not read topic t");
+  EXPECT_EQ(describe_denial("alice", "cluster", "cluster", "alter"),
+            "User:alice may not alter the cluster");
+}
+
+} // namespace
+} // namespace ferry

@@ -1,0 +1,420 @@
+// Users, ACLs and the audit log (issue 16), across real processes: a ferryd
+// with TLS and --auth scram; users and ACLs made with ferryctl (over the
+// CAF port, where the client certificate is the credential) and over HTTP;
+// curl logs in with HTTP Basic over https. Each operation is denied without
+// an ACL, allowed with one, denied again by a deny and after removal; a user
+// who may not read a topic gets none of its records through its DLQ or its
+// group's description; failed logins are slowed down; denials and admin
+// changes are in the audit log, secrets nowhere.
+
+#include "ferryctl_run.hpp"
+#include "process.hpp"
+#include "test_certs.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using ferry::test::ferryctl;
+using ferry::test::ferryd_process;
+using ferry::test::run_command;
+using ferry::test::test_certs;
+using json = nlohmann::json;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+struct reply {
+  int status = 0;
+  std::string body;
+  std::string headers;
+  json j() const { return json::parse(body, nullptr, false); }
+  std::string code() const {
+    auto x = j();
+    return x.is_object() && x.contains("error") ? x["error"].value("code", "") : "";
+  }
+};
+
+class auth_node : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_TRUE(certs_.ok()) << certs_.why();
+    for (auto* name : {"node", "client"})
+      ASSERT_TRUE(certs_.make_cert(name)) << certs_.why();
+    audit_ = (dir_.path() / "audit.log").string();
+    auto args = certs_.args("node");
+    // Browsers and scripts log in with a password and no client
+    // certificate: the HTTP port only asks for one.
+    args.insert(args.end(), {"--auth", "scram", "--superusers", "admin", "--audit-log",
+                             audit_, "--tls-client-auth", "requested"});
+    node_ = std::make_unique<ferryd_process>(args);
+    ASSERT_TRUE(node_->start()) << node_->output();
+    ASSERT_NE(node_->http_port(), 0);
+    ASSERT_EQ(user_create("admin", "admin-secret-1").exit_code, 0);
+    ASSERT_EQ(user_create("alice", "alice-secret-1").exit_code, 0);
+  }
+
+  void TearDown() override {
+    if (node_)
+      EXPECT_EQ(node_->stop(), 0) << node_->output();
+  }
+
+  /// ferryctl over the CAF port with the client certificate.
+  ferry::test::command_result ctl(std::vector<std::string> args,
+                                  const std::string& input = {}) {
+    auto tls = certs_.args("client");
+    tls.insert(tls.end(), args.begin(), args.end());
+    return ferryctl(node_->endpoint(), tls, input, 60s);
+  }
+
+  ferry::test::command_result user_create(const std::string& name,
+                                          const std::string& password) {
+    auto r = ctl({"user", "create", name, "--password-stdin"}, password + "\n");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  }
+
+  void acl(const std::string& verb, std::vector<std::string> args) {
+    std::vector<std::string> full{"acl", verb};
+    full.insert(full.end(), args.begin(), args.end());
+    auto r = ctl(full);
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  }
+
+  /// curl https://127.0.0.1:HTTP/path as `user` (empty: no credentials).
+  reply http(const std::string& user, const std::string& password, const std::string& method,
+             const std::string& path, const std::string& body = {}) {
+    std::vector<std::string> args{"-sS", "--max-time", "20", "--cacert", certs_.path("ca.pem"),
+                                  "-X", method, "-D", "-", "-w", "\n%{http_code}"};
+    if (!user.empty())
+      args.insert(args.end(), {"-u", user + ":" + password});
+    if (!body.empty())
+      args.insert(args.end(), {"-H", "Content-Type: application/json", "--data-binary", body});
+    args.push_back("https://127.0.0.1:" + std::to_string(node_->http_port()) + path);
+    auto r = run_command("/usr/bin/curl", args, 40s);
+    reply out;
+    auto nl = r.out.rfind('\n');
+    if (r.exit_code != 0 || nl == std::string::npos) {
+      ADD_FAILURE() << "curl " << path << ": exit " << r.exit_code << ": " << r.err;
+      return out;
+    }
+    out.status = std::atoi(r.out.c_str() + nl + 1);
+    auto all = r.out.substr(0, nl);
+    auto split = all.find("\r\n\r\n");
+    out.headers = split == std::string::npos ? all : all.substr(0, split);
+    out.body = split == std::string::npos ? "" : all.substr(split + 4);
+    return out;
+  }
+
+  reply admin(const std::string& method, const std::string& path,
+              const std::string& body = {}) {
+    return http("admin", "admin-secret-1", method, path, body);
+  }
+
+  reply alice(const std::string& method, const std::string& path,
+              const std::string& body = {}) {
+    return http("alice", "alice-secret-1", method, path, body);
+  }
+
+  std::string audit_text() {
+    std::ifstream in{audit_};
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  /// The audit lines that contain every one of `parts`.
+  int audit_lines(std::vector<std::string> parts) {
+    std::istringstream in{audit_text()};
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+      bool all = true;
+      for (auto& p : parts)
+        all = all && contains(line, p);
+      n += all ? 1 : 0;
+    }
+    return n;
+  }
+
+  test_certs certs_;
+  ferry::test::temp_dir dir_{"ferry-auth"};
+  std::string audit_;
+  std::unique_ptr<ferryd_process> node_;
+};
+
+} // namespace
+
+TEST(Auth, RefusesToStartWithoutTlsOrWithBadFlags) {
+  ferry::test::temp_dir dir{"ferry-auth-start"};
+  auto start = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"--data-dir", (dir.path() / "d").string(), "--port", "0",
+                                  "--metrics-port", "-1", "--http-port", "-1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_command(FERRYD_PATH, args, 20s);
+  };
+  auto plain = start({"--auth", "scram"});
+  EXPECT_EQ(plain.exit_code, 2);
+  EXPECT_TRUE(contains(plain.err, "--auth scram needs TLS")) << plain.err;
+  auto su = start({"--superusers", "admin"});
+  EXPECT_EQ(su.exit_code, 2);
+  EXPECT_TRUE(contains(su.err, "--superusers needs --auth scram")) << su.err;
+  auto bad = start({"--auth", "kerberos"});
+  EXPECT_NE(bad.exit_code, 0);
+}
+
+TEST_F(auth_node, LoginNeedsAKnownUserAndTheRightPassword) {
+  auto none = http("", "", "GET", "/v1/topics");
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_EQ(none.code(), "authentication_failed");
+  EXPECT_TRUE(contains(none.headers, "WWW-Authenticate: Basic realm=\"ferry\""))
+    << none.headers;
+  auto wrong = http("alice", "alice-secret-2", "GET", "/v1/topics");
+  EXPECT_EQ(wrong.status, 401);
+  auto unknown = http("mallory", "alice-secret-1", "GET", "/v1/topics");
+  EXPECT_EQ(unknown.status, 401);
+  // The reply does not tell an unknown user from a wrong password.
+  EXPECT_EQ(wrong.body, unknown.body);
+  EXPECT_EQ(alice("GET", "/v1/topics").status, 200);
+  // Health needs no login (load balancers, probes).
+  EXPECT_EQ(http("", "", "GET", "/healthz").status, 200);
+  // The metrics port is not behind users (scraped with a certificate).
+  // Users: listed without keys; a new password replaces the old one.
+  auto users = ctl({"--json", "user", "list"});
+  ASSERT_EQ(users.exit_code, 0) << users.err;
+  auto uj = json::parse(users.out, nullptr, false);
+  ASSERT_TRUE(uj.is_array()) << users.out;
+  EXPECT_EQ(uj.size(), 2u);
+  EXPECT_FALSE(contains(users.out, "key")) << users.out;
+  user_create("alice", "alice-secret-3");
+  EXPECT_EQ(http("alice", "alice-secret-1", "GET", "/v1/topics").status, 401);
+  EXPECT_EQ(http("alice", "alice-secret-3", "GET", "/v1/topics").status, 200);
+  auto del = ctl({"user", "delete", "alice"});
+  ASSERT_EQ(del.exit_code, 0) << del.err;
+  EXPECT_EQ(http("alice", "alice-secret-3", "GET", "/v1/topics").status, 401);
+  auto again = ctl({"user", "delete", "alice"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(contains(again.err, "unknown_user")) << again.err;
+  // Failed logins are in the audit log with the claimed user, never a
+  // password; none is in the node's log either.
+  EXPECT_GE(audit_lines({"\"login\"", "\"denied\"", "wrong password", "User:alice"}), 1)
+    << audit_text();
+  EXPECT_GE(audit_lines({"\"login\"", "unknown user", "User:mallory"}), 1) << audit_text();
+  for (auto* secret : {"alice-secret", "admin-secret"}) {
+    EXPECT_FALSE(contains(audit_text(), secret));
+    EXPECT_FALSE(contains(node_->output(), secret));
+  }
+  EXPECT_TRUE(contains(node_->output(), "login failed for user 'mallory' from 127.0.0.1"))
+    << node_->output();
+}
+
+TEST_F(auth_node, EachOperationNeedsAnAclAndADenyWins) {
+  auto created = admin("POST", "/v1/topics", R"({"name":"orders","partitions":1})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  ASSERT_EQ(admin("POST", "/v1/topics", R"({"name":"secret","partitions":1})").status, 201);
+  const std::string record = R"({"records":[{"key":"k","value":"v1"}]})";
+  const std::string fetch = "/v1/topics/orders/partitions/0/messages?offset=earliest";
+
+  // Nothing without an ACL: produce, fetch, describe, create, delete; the
+  // topic list shows nothing.
+  auto denied = alice("POST", "/v1/topics/orders/messages?acks=all", record);
+  EXPECT_EQ(denied.status, 403) << denied.body;
+  EXPECT_EQ(denied.code(), "authorization_failed");
+  EXPECT_TRUE(contains(denied.body, "User:alice may not write topic orders")) << denied.body;
+  EXPECT_EQ(alice("GET", fetch).status, 403);
+  EXPECT_EQ(alice("GET", "/v1/topics/orders").status, 403);
+  EXPECT_EQ(alice("POST", "/v1/topics", R"({"name":"mine"})").status, 403);
+  EXPECT_EQ(alice("DELETE", "/v1/topics/orders").status, 403);
+  EXPECT_EQ(alice("GET", "/v1/cluster").status, 403);
+  auto list = alice("GET", "/v1/topics");
+  ASSERT_EQ(list.status, 200);
+  EXPECT_TRUE(list.j()["topics"].empty()) << list.body;
+
+  // write: allowed with the ACL.
+  acl("add", {"--principal", "User:alice", "--operation", "write", "--topic", "orders"});
+  auto produced = alice("POST", "/v1/topics/orders/messages?acks=all", record);
+  EXPECT_EQ(produced.status, 200) << produced.body;
+  EXPECT_EQ(alice("GET", fetch).status, 403) << "write does not allow read";
+  // read by a prefixed ACL; write implies describe, so the list shows it.
+  acl("add", {"--principal", "User:alice", "--operation", "read", "--topic", "ord",
+              "--prefixed"});
+  auto fetched = alice("GET", fetch);
+  ASSERT_EQ(fetched.status, 200) << fetched.body;
+  EXPECT_TRUE(contains(fetched.body, "v1")) << fetched.body;
+  list = alice("GET", "/v1/topics");
+  ASSERT_EQ(list.j()["topics"].size(), 1u) << list.body;
+  EXPECT_EQ(list.j()["topics"][0]["name"], "orders");
+  EXPECT_EQ(alice("GET", "/v1/topics/orders").status, 200);
+  EXPECT_EQ(alice("GET", "/v1/topics/secret").status, 403);
+  // A deny wins over the allow; removing it allows again.
+  acl("add", {"--principal", "User:alice", "--operation", "read", "--topic", "orders",
+              "--deny"});
+  EXPECT_EQ(alice("GET", fetch).status, 403);
+  acl("remove", {"--principal", "User:alice", "--operation", "read", "--topic", "orders",
+                 "--deny"});
+  EXPECT_EQ(alice("GET", fetch).status, 200);
+  // Removing the allow denies again.
+  acl("remove", {"--principal", "User:alice", "--operation", "read", "--topic", "ord",
+                 "--prefixed"});
+  EXPECT_EQ(alice("GET", fetch).status, 403);
+  auto gone = ctl({"acl", "remove", "--principal", "User:alice", "--operation", "read",
+                   "--topic", "ord", "--prefixed"});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_TRUE(contains(gone.err, "no such ACL")) << gone.err;
+  // ferryctl acl list shows what is left.
+  auto listed = ctl({"acl", "list", "--principal", "alice"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_TRUE(contains(listed.out, "User:alice  allow       write")) << listed.out;
+  EXPECT_FALSE(contains(listed.out, "deny")) << listed.out;
+
+  // The same over HTTP: alice may not change ACLs; the admin may, and the
+  // cluster describe ACL lets alice describe the cluster, delete then
+  // removes the ACL.
+  const std::string cluster_acl =
+    R"({"principal":"User:alice","resourceType":"cluster","operation":"describe"})";
+  auto self_grant = alice("POST", "/v1/acls", cluster_acl);
+  EXPECT_EQ(self_grant.status, 403) << self_grant.body;
+  EXPECT_TRUE(contains(self_grant.body, "may not alter the cluster")) << self_grant.body;
+  auto granted = admin("POST", "/v1/acls", cluster_acl);
+  ASSERT_EQ(granted.status, 201) << granted.body;
+  EXPECT_EQ(granted.j()["resourceName"], "cluster");
+  EXPECT_EQ(alice("GET", "/v1/cluster").status, 200);
+  auto acls = admin("GET", "/v1/acls");
+  ASSERT_EQ(acls.status, 200);
+  EXPECT_EQ(acls.j()["acls"].size(), 2u) << acls.body;
+  auto revoked = admin("DELETE", "/v1/acls", cluster_acl);
+  ASSERT_EQ(revoked.status, 200) << revoked.body;
+  EXPECT_EQ(revoked.j()["removed"].size(), 1u);
+  EXPECT_EQ(alice("GET", "/v1/cluster").status, 403);
+  auto badacl = admin("POST", "/v1/acls",
+                      R"({"principal":"User:alice","resourceType":"topic",)"
+                      R"("resourceName":"x","operation":"steal"})");
+  EXPECT_EQ(badacl.status, 400);
+  EXPECT_TRUE(contains(badacl.body, "operation 'steal'")) << badacl.body;
+
+  // Users over HTTP: the admin creates carol, who logs in; then deletes her.
+  auto carol = admin("POST", "/v1/users", R"({"name":"carol","password":"carol-pw-1"})");
+  ASSERT_EQ(carol.status, 201) << carol.body;
+  EXPECT_EQ(http("carol", "carol-pw-1", "GET", "/v1/topics").status, 200);
+  EXPECT_EQ(alice("POST", "/v1/users", R"({"name":"eve","password":"x"})").status, 403);
+  auto users = admin("GET", "/v1/users");
+  ASSERT_EQ(users.status, 200);
+  EXPECT_EQ(users.j()["users"].size(), 3u) << users.body;
+  EXPECT_EQ(admin("DELETE", "/v1/users/carol").status, 200);
+  EXPECT_EQ(http("carol", "carol-pw-1", "GET", "/v1/topics").status, 401);
+  EXPECT_EQ(admin("DELETE", "/v1/users/carol").status, 404);
+
+  // The audit log: denials (who, what, from where) and admin changes with
+  // their outcome.
+  EXPECT_GE(audit_lines({"\"principal\":\"User:alice\"", "\"action\":\"write\"",
+                         "\"resource\":\"topic orders\"", "\"outcome\":\"denied\"",
+                         "\"source\":\"127.0.0.1:"}),
+            1)
+    << audit_text();
+  EXPECT_GE(audit_lines({"User:admin", "\"action\":\"create\"", "topic orders",
+                         "\"outcome\":\"ok\""}),
+            1)
+    << audit_text();
+  EXPECT_GE(audit_lines({"User:admin", "add acl", "allow User:alice describe cluster"}), 1)
+    << audit_text();
+  EXPECT_GE(audit_lines({"User:admin", "\"action\":\"delete\"", "user carol",
+                         "\"outcome\":\"unknown_user\""}),
+            1)
+    << audit_text();
+  EXPECT_FALSE(contains(audit_text(), "carol-pw-1"));
+}
+
+TEST_F(auth_node, NoRecordsOfAnUnreadableTopicThroughItsDlqOrGroup) {
+  ASSERT_EQ(admin("POST", "/v1/topics", R"({"name":"secret","partitions":1})").status, 201);
+  ASSERT_EQ(admin("POST", "/v1/topics/secret/messages?acks=all",
+                  R"({"records":[{"key":"k","value":"classified"}]})")
+              .status,
+            200);
+  // The admin's worker rejects the record: it goes to secret.workers.dlq.
+  auto got = admin("POST", "/v1/groups/workers/queue/secret/receive",
+                   R"({"member":"w1","max":10,"waitMs":5000})");
+  ASSERT_EQ(got.status, 200) << got.body;
+  auto recs = got.j()["records"];
+  ASSERT_EQ(recs.size(), 1u) << got.body;
+  json rej{{"member", "w1"},
+           {"partition", recs[0]["partition"]},
+           {"offset", recs[0]["offset"]},
+           {"leaseId", recs[0]["leaseId"]},
+           {"error", "bad"}};
+  ASSERT_EQ(admin("POST", "/v1/groups/workers/queue/secret/reject", rej.dump()).status, 200);
+  const std::string dlq = "/v1/dlq/secret.workers.dlq";
+  json shown;
+  for (int i = 0; i < 100 && shown.empty(); ++i) {
+    auto s = admin("GET", dlq);
+    if (s.status == 200 && !s.j()["records"].empty())
+      shown = s.j()["records"];
+    else
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(shown.size(), 1u) << "the admin sees the dead letter";
+
+  // alice: no ACL on the DLQ -> 403; the DLQ list hides it.
+  EXPECT_EQ(alice("GET", dlq).status, 403);
+  auto dlqs = alice("GET", "/v1/dlq");
+  ASSERT_EQ(dlqs.status, 200);
+  EXPECT_TRUE(dlqs.j()["dlqs"].empty()) << dlqs.body;
+  // Read on the DLQ but not on its source topic: its records stay hidden.
+  acl("add", {"--principal", "User:alice", "--operation", "read", "--dlq",
+              "secret.workers.dlq"});
+  auto s = alice("GET", dlq);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_TRUE(s.j()["records"].empty()) << s.body;
+  EXPECT_FALSE(contains(s.body, "classified")) << s.body;
+  EXPECT_EQ(alice("POST", dlq + "/redrive", R"({"all":true})").status, 403);
+  EXPECT_EQ(alice("POST", dlq + "/purge", "{}").status, 403);
+  // The group: describe allowed on the group, but not on the topic: its
+  // partitions are left out.
+  EXPECT_EQ(alice("GET", "/v1/groups/workers").status, 403);
+  acl("add", {"--principal", "User:alice", "--operation", "describe", "--group", "workers"});
+  auto g = alice("GET", "/v1/groups/workers");
+  ASSERT_EQ(g.status, 200) << g.body;
+  EXPECT_FALSE(contains(g.body, "\"secret\"")) << g.body;
+  auto ga = admin("GET", "/v1/groups/workers");
+  EXPECT_TRUE(contains(ga.body, "\"secret\"")) << ga.body;
+  // Receiving from the queue needs read on the group and on the topic.
+  EXPECT_EQ(alice("POST", "/v1/groups/workers/queue/secret/receive",
+                  R"({"member":"a1","waitMs":0})")
+              .status,
+            403);
+  // With read on the source topic the DLQ shows the record.
+  acl("add", {"--principal", "User:alice", "--operation", "read", "--topic", "secret"});
+  auto s2 = alice("GET", dlq);
+  ASSERT_EQ(s2.status, 200) << s2.body;
+  EXPECT_TRUE(contains(s2.body, "classified")) << s2.body;
+}
+
+TEST_F(auth_node, FailedLoginsFromOneAddressAreSlowedDown) {
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(http("alice", "guess-" + std::to_string(i), "GET", "/v1/topics").status, 401);
+  // Now even the right password waits: 429 with Retry-After, the password
+  // is not even checked.
+  auto locked = alice("GET", "/v1/topics");
+  EXPECT_EQ(locked.status, 429) << locked.body;
+  EXPECT_EQ(locked.code(), "login_throttled");
+  EXPECT_TRUE(contains(locked.headers, "Retry-After: ")) << locked.headers;
+  // Once the lockout (1 s after the fifth failure) is over, the right
+  // password works (and resets the count).
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    std::this_thread::sleep_for(200ms);
+    status = alice("GET", "/v1/topics").status;
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(http("alice", "guess-again", "GET", "/v1/topics").status, 401);
+  EXPECT_EQ(alice("GET", "/v1/topics").status, 200);
+}
