@@ -10,6 +10,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
+#include <dlfcn.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +19,52 @@
 #include <memory>
 #include <vector>
 
+// -- OpenSSL's error queue and libcaf_openssl -----------------------------------
+//
+// OpenSSL keeps one error queue per thread, and SSL_get_error() reports
+// SSL_ERROR_SSL for *any* failed call while that queue holds an entry, even
+// one another connection left behind. libcaf_openssl 0.17 drains the queue
+// only inside CAF_LOG_INFO(... get_ssl_error()), which Debian's build (no
+// CAF logger) compiles away. So one connection that ended badly on CAF's
+// multiplexer thread (a client that exits without close_notify, a refused
+// handshake) left an error there, and the next SSL_read of every other
+// connection on that thread that merely had no data (WANT_READ) was taken
+// as fatal: each client disconnect closed a node's links to its peers, and
+// followers' fetches over them stalled (2026-12-02, seen with strace: the
+// node closed both peer sockets right after a read returned EAGAIN, ~5 ms
+// after a ferryctl connection ended). The fix is what OpenSSL asks of every
+// caller: clear the queue before each SSL_read and SSL_write. These two
+// definitions interpose OpenSSL's for every library of the process
+// (libcaf_openssl's calls bind to them: the linker exports them because
+// libcaf_openssl.so refers to them) and call the real ones. Beast's calls
+// pass here too; asio clears the queue itself, so nothing changes for it.
+
+extern "C" {
+
+int SSL_read(SSL* ssl, void* buf, int num) {
+  using fn = int (*)(SSL*, void*, int);
+  static const auto real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_read"));
+  ERR_clear_error();
+  return real(ssl, buf, num);
+}
+
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  using fn = int (*)(SSL*, const void*, int);
+  static const auto real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_write"));
+  ERR_clear_error();
+  return real(ssl, buf, num);
+}
+
+} // extern "C"
+
 namespace ferry {
+
+/// True when SSL_read and SSL_write of this process are the ones above.
+bool openssl_error_queue_guarded() {
+  using fn = int (*)(SSL*, void*, int);
+  auto global = reinterpret_cast<fn>(dlsym(RTLD_DEFAULT, "SSL_read"));
+  return global == &::SSL_read;
+}
 
 namespace {
 

@@ -85,6 +85,12 @@ void configure_tls(caf::actor_system_config& cfg, const tls_settings& s);
 /// True if configure_tls() ran for the config `sys` was started with.
 bool uses_tls(const caf::actor_system& sys);
 
+/// True when this process's SSL_read and SSL_write are the client
+/// library's, which clear OpenSSL's error queue before each call (see
+/// tls.cpp: without that, libcaf_openssl as Debian builds it takes down
+/// every TLS connection of a thread after one of them failed).
+bool openssl_error_queue_guarded();
+
 /// Publishes `whom` on host:port (port 0: a free one; reuses the address),
 /// with TLS if its system uses it.
 template <class Handle>

@@ -587,6 +587,10 @@ int main(int argc, char** argv) {
       ferry::log::critical("TLS: {}", err);
       return 1;
     }
+    if (!ferry::openssl_error_queue_guarded())
+      ferry::log::warn("TLS: OpenSSL's SSL_read/SSL_write are not the client library's "
+                       "(actors/client/tls.cpp): one failed TLS connection may close the "
+                       "others");
     auto left = ferry::certificate_seconds_left(opt.tls.certificate);
     ferry::log::info("TLS on every port: certificate {} (expires in {} days), CA {}; "
                      "client certificates: CAF port required, HTTP and metrics {}",

@@ -953,6 +953,10 @@ void set_role(replica_ptr self, const partition_assignment& pa,
     return;
   }
   st.leader = false;
+  // A new handle of the leader's node means a new connection: a fetch in
+  // flight went over the old one, whose answer never comes. Fetch again
+  // now rather than after fetch_stall_after.
+  bool new_link = st.leader_broker != leader_broker;
   st.leader_broker = std::move(leader_broker);
   if (was_leader) {
     // Appended but not committed: the new leader may not have it.
@@ -961,10 +965,12 @@ void set_role(replica_ptr self, const partition_assignment& pa,
   }
   if (new_term || was_leader)
     st.last_batch_epoch = read_last_batch_epoch(st);
-  if (new_term || !st.fetch_in_flight) {
-    if (new_term) {
+  if (new_term || new_link || !st.fetch_in_flight) {
+    if (new_term || new_link) {
       ++st.fetch_gen;
       st.fetch_in_flight = false;
+    }
+    if (new_term) {
       log::info("partition {}: follower of node {} in epoch {} (log end {})",
                 name_of(st), pa.leader, pa.epoch.value, st.log->log_end());
     }

@@ -1509,6 +1509,37 @@ TEST_F(replication_test, unanswered_follower_fetch_is_sent_again_after_its_bound
   expect_identical_logs(node_cfg(1, pa).dir, fcfg.dir);
 }
 
+// 2c'. The leader's node comes back over a new connection (a new broker
+// handle, same epoch): the fetch in flight over the old one is given up at
+// once, not after its bound, and the follower fetches over the new one.
+TEST_F(replication_test, new_leader_link_replaces_the_fetch_in_flight_at_once) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto [leader, broker, link, fcfg, follower] =
+    spawn_pair(pa, fake_link::mode::hold);
+  ASSERT_EQ(link->seen.size(), 1u);
+  auto r = produce(leader, make_batch({.records = 2}), acks_mode::leader);
+  EXPECT_ANSWERED_OK(r);
+  // The link goes down (no handle), then up with a new connection.
+  assign(follower, pa, nullptr);
+  auto [broker2, link2] = spawn_link(leader);
+  assign(follower, pa, broker2);
+  ASSERT_GE(link2->seen.size(), 1u) << "no fetch over the new link";
+  EXPECT_EQ(link2->seen.front().from, offset{0});
+  EXPECT_EQ(state(follower).log->log_end(), offset{2});
+  // Then the next long poll, parked at the leader; the same handle again
+  // (another metadata update) does not send a second one.
+  ASSERT_EQ(link2->seen.size(), 2u);
+  EXPECT_EQ(link2->seen.back().from, offset{2});
+  assign(follower, pa, broker2);
+  EXPECT_EQ(link2->seen.size(), 2u);
+  // The old connection's answer, should it come, is stale and dropped.
+  link->fetches = fake_link::mode::pass;
+  caf::anon_send(broker, release_atom::value);
+  sched_->run();
+  EXPECT_EQ(state(follower).log->log_end(), offset{2});
+  expect_identical_logs(node_cfg(1, pa).dir, fcfg.dir);
+}
+
 // 2d. An acks=all produce the ISR never confirms is answered
 // request_timed_out after ack_timeout (on tick); the batch stays in the log
 // and commits once the follower fetches again, without a second answer.

@@ -313,6 +313,53 @@ TEST(Tls, ThreeNodeClusterReplicatesAndFailsOverOverMutualTls) {
 }
 
 
+// Clients that come and go (short-lived ferryctl runs, a refused
+// certificate, a plaintext client) leave the nodes' links alone: before the
+// OpenSSL error-queue fix in actors/client/tls.cpp each client that ended
+// took every peer link of the node it used down (and with them the
+// followers' fetches for ~12 s).
+TEST(Tls, ClientsComingAndGoingLeaveTheNodeLinksUp) {
+  test_certs certs;
+  ASSERT_TRUE(certs.ok()) << certs.why();
+  for (auto* name : {"node", "client"})
+    ASSERT_TRUE(certs.make_cert(name)) << certs.why();
+  ASSERT_TRUE(certs.make_cert("stranger", "otherca")) << certs.why();
+  ferry::test::cluster c{certs.settings("client")};
+  c.add_node_args(certs.args("node"));
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "steady";
+  auto why = c.create_topic(topic, 3, 3);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 3)) << c.dump();
+  for (int id = 1; id <= 3; ++id) {
+    for (int i = 0; i < 3; ++i) {
+      auto r = ctl(c.endpoint(id), certs.args("client"), {"topic", "list"});
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+    auto stranger = ctl(c.endpoint(id), certs.args("stranger", "ca"), {"topic", "list"});
+    EXPECT_NE(stranger.exit_code, 0);
+    auto plain = ctl(c.endpoint(id), {}, {"topic", "list"});
+    EXPECT_NE(plain.exit_code, 0);
+  }
+  // Replication still flows at once: acks=all over RF=3.
+  auto prod = ferry::test::make_producer(c, c.endpoints());
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  std::vector<ferry::client_message> msgs(3);
+  for (int p = 0; p < 3; ++p) {
+    msgs[p].topic = topic;
+    msgs[p].partition = p;
+    msgs[p].value = "after the clients";
+  }
+  auto sent = ferry::test::ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 60s,
+                                                                   ferry::produce_atom_v, msgs);
+  ASSERT_TRUE(sent) << ferry::error_text(sent.error()) << "\n" << c.dump();
+  for (int id = 1; id <= 3; ++id) {
+    EXPECT_FALSE(contains(c.node(id).output(), "is down")) << "node " << id << "\n"
+                                                          << c.node(id).output();
+    EXPECT_FALSE(contains(c.node(id).output(), "unanswered")) << "node " << id;
+  }
+}
+
 TEST(Tls, HttpsApiAndMetricsServeCertifiedClientsOnly) {
   test_certs certs;
   ASSERT_TRUE(certs.ok()) << certs.why();
