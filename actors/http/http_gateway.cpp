@@ -1831,7 +1831,7 @@ void route(gateway_core& core, api_request req, sink_ptr sink) {
     for (auto& [method, fn] : r.methods) {
       if (method != req.method)
         continue;
-      call c{core, std::move(req), std::move(params), sink};
+      call c{core, std::move(req), std::move(params), sink, {}, {}};
       try {
         fn(c);
       } catch (const std::exception& e) {
