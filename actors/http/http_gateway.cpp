@@ -307,13 +307,15 @@ struct gateway_core : std::enable_shared_from_this<gateway_core> {
   std::mutex verified_mtx;
   std::map<std::string, std::pair<std::string, uint64_t>> verified;
 
-  void audit(const api_request& r, std::string action, std::string resource,
-             std::string outcome, std::string detail = {}) {
+  /// `user`: "" before a login; `peer`: "ip:port".
+  void audit(const std::string& user, const std::string& peer,
+             std::string action, std::string resource, std::string outcome,
+             std::string detail = {}) {
     if (!cfg.audit)
       return;
     audit_event e;
-    e.principal = r.user.empty() ? "anonymous" : "User:" + r.user;
-    e.source = r.peer;
+    e.principal = user.empty() ? "anonymous" : "User:" + user;
+    e.source = peer;
     e.via = cfg.name;
     e.action = std::move(action);
     e.resource = std::move(resource);
@@ -778,7 +780,7 @@ bool permitted(call& c, std::string_view type, std::string_view name,
   if (may(c, type, name, op))
     return true;
   auto what = describe_denial(c.req.user, type, name, op);
-  c.core.audit(c.req, std::string{op}, resource_text(type, name), "denied",
+  c.core.audit(c.req.user, c.req.peer, std::string{op}, resource_text(type, name), "denied",
                what);
   c.sink->post_error(403, ec::authorization_failed, what);
   return false;
@@ -813,7 +815,8 @@ struct describe_filter {
 /// Writes the outcome of an admin change (nothing for other requests).
 struct admin_audit {
   std::shared_ptr<gateway_core> core;
-  api_request req; // user and peer only
+  std::string user;
+  std::string peer;
   std::string action;
   std::string resource;
 
@@ -821,8 +824,8 @@ struct admin_audit {
     if (c.admin_action.empty() || !c.core.cfg.audit)
       return;
     core = c.core.shared_from_this();
-    req.user = c.req.user;
-    req.peer = c.req.peer;
+    user = c.req.user;
+    peer = c.req.peer;
     action = c.admin_action;
     resource = c.admin_resource;
   }
@@ -830,7 +833,7 @@ struct admin_audit {
   void operator()(const caf::error* err) const {
     if (!core)
       return;
-    core->audit(req, action, resource,
+    core->audit(user, peer, action, resource,
                 err ? std::string{to_string(code_of(*err))} : "ok",
                 err ? describe(*err) : std::string{});
   }
@@ -1928,7 +1931,7 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
                                       == b;
                              });
   if (!basic) {
-    core.audit(ar, "login", "cluster", "denied", "no credentials");
+    core.audit(ar.user, ar.peer, "login", "cluster", "denied", "no credentials");
     return unauthenticated(
       authorization.empty()
         ? "this node requires a user and password (HTTP Basic over https)"
@@ -1942,7 +1945,8 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
   auto decoded = base64_decode(token);
   auto colon = decoded ? decoded->find(':') : std::string::npos;
   if (!decoded || colon == std::string::npos) {
-    core.audit(ar, "login", "cluster", "denied", "malformed Basic credentials");
+    core.audit(ar.user, ar.peer, "login", "cluster", "denied",
+               "malformed Basic credentials");
     return unauthenticated("malformed Basic credentials (base64 of user:password)");
   }
   auto user = decoded->substr(0, colon);
@@ -1992,9 +1996,8 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
   log::warn("{}: login failed for user '{}' from {} ({} failed since the last "
             "success from there)",
             core.cfg.name, user, ar.peer, failures);
-  api_request who = ar;
-  who.user = user;
-  core.audit(who, "login", "cluster", "denied",
+  // The principal is the one claimed (the audit line says it was denied).
+  core.audit(user, ar.peer, "login", "cluster", "denied",
              cred ? "wrong password" : "unknown user");
   return unauthenticated("unknown user or wrong password");
 }
