@@ -1,9 +1,14 @@
 #include "broker/security.hpp"
 
+#include "broker/big_endian.hpp"
 #include "broker/error.hpp"
 
 #include <gsasl.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <array>
@@ -274,6 +279,161 @@ bool security_registry::authorize(std::string_view user,
 uint64_t security_registry::version() const {
   std::shared_lock guard{mtx_};
   return version_;
+}
+
+// -- bearer tokens ------------------------------------------------------------------
+
+namespace {
+
+constexpr size_t token_nonce_size = 16;
+constexpr size_t token_fixed_size = 8 + 8 + token_nonce_size;
+constexpr std::string_view token_key_label = "ferry bearer token v1";
+
+caf::error token_error(std::string message) {
+  return make_error(ec::authentication_failed, std::move(message));
+}
+
+std::string base64url(std::string_view in) {
+  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
+  auto n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(in.data()),
+                           static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
+  while (!out.empty() && out.back() == '=')
+    out.pop_back();
+  for (auto& c : out)
+    c = c == '+' ? '-' : c == '/' ? '_' : c;
+  return out;
+}
+
+std::optional<std::string> base64url_decode(std::string_view in) {
+  if (in.empty() || in.size() > 1024 || in.size() % 4 == 1)
+    return std::nullopt;
+  std::string std64;
+  std64.reserve(in.size() + 3);
+  for (auto c : in) {
+    if (c == '-')
+      c = '+';
+    else if (c == '_')
+      c = '/';
+    else if (!std::isalnum(static_cast<unsigned char>(c)))
+      return std::nullopt;
+    std64.push_back(c);
+  }
+  size_t pad = (4 - std64.size() % 4) % 4;
+  std64.append(pad, '=');
+  std::string out(std64.size() / 4 * 3, '\0');
+  auto n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(std64.data()),
+                           static_cast<int>(std64.size()));
+  if (n < 0 || static_cast<size_t>(n) < pad)
+    return std::nullopt;
+  out.resize(static_cast<size_t>(n) - pad);
+  // Only the canonical spelling: the unused low bits of the last character
+  // must be zero, so no two strings decode to the same token.
+  if (base64url(out) != in)
+    return std::nullopt;
+  return out;
+}
+
+std::string hmac_sha256(std::string_view key, std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+       md.data(), &len);
+  return std::string{reinterpret_cast<const char*>(md.data()), len};
+}
+
+/// The MAC of `signed_part` ("fry1." + base64url(payload)) for `cred`.
+std::string token_mac(const scram_credential& cred, std::string_view signed_part) {
+  auto key = hmac_sha256(cred.server_key, token_key_label);
+  auto mac = hmac_sha256(key, signed_part);
+  OPENSSL_cleanse(key.data(), key.size());
+  return mac;
+}
+
+struct parsed_token {
+  std::string_view signed_part;
+  std::string payload;
+  std::string mac;
+  bearer_claims claims;
+};
+
+caf::expected<parsed_token> parse_token(std::string_view token) {
+  auto malformed = [] { return token_error("malformed bearer token"); };
+  if (token.size() > 1024 || token.substr(0, bearer_token_prefix.size()) != bearer_token_prefix)
+    return malformed();
+  auto dot = token.rfind('.');
+  if (dot < bearer_token_prefix.size())
+    return malformed();
+  parsed_token t;
+  t.signed_part = token.substr(0, dot);
+  auto payload = base64url_decode(t.signed_part.substr(bearer_token_prefix.size()));
+  auto mac = base64url_decode(token.substr(dot + 1));
+  if (!payload || !mac || payload->size() <= token_fixed_size
+      || mac->size() != SHA256_DIGEST_LENGTH)
+    return malformed();
+  std::string_view in{*payload};
+  uint64_t issued = 0;
+  uint64_t expires = 0;
+  be::read(in, issued);
+  be::read(in, expires);
+  in.remove_prefix(token_nonce_size);
+  t.claims.user = std::string{in};
+  t.claims.issued_ms = static_cast<int64_t>(issued);
+  t.claims.expires_ms = static_cast<int64_t>(expires);
+  if (validate_user_name(t.claims.user))
+    return malformed();
+  t.payload = std::move(*payload);
+  t.mac = std::move(*mac);
+  return t;
+}
+
+} // namespace
+
+caf::expected<std::string> issue_bearer_token(const scram_credential& cred,
+                                              int64_t now_ms, int64_t ttl_ms) {
+  if (ttl_ms <= 0)
+    return bad("a token's lifetime must be positive");
+  if (auto err = validate_credential(cred))
+    return err;
+  std::string payload;
+  be::append(payload, static_cast<uint64_t>(now_ms));
+  be::append(payload, static_cast<uint64_t>(now_ms + ttl_ms));
+  std::array<unsigned char, token_nonce_size> nonce{};
+  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1)
+    return make_error(ec::io_error, "no random bytes for a token");
+  payload.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  payload += cred.user;
+  std::string token{bearer_token_prefix};
+  token += base64url(payload);
+  auto mac = token_mac(cred, token);
+  token += '.';
+  token += base64url(mac);
+  return token;
+}
+
+caf::expected<std::string> bearer_token_user(std::string_view token) {
+  auto t = parse_token(token);
+  if (!t)
+    return t.error();
+  return std::move(t->claims.user);
+}
+
+caf::expected<bearer_claims> verify_bearer_token(const scram_credential& cred,
+                                                 std::string_view token,
+                                                 int64_t now_ms) {
+  auto t = parse_token(token);
+  if (!t)
+    return t.error();
+  auto mac = token_mac(cred, t->signed_part);
+  if (t->claims.user != cred.user
+      || CRYPTO_memcmp(mac.data(), t->mac.data(), mac.size()) != 0)
+    return token_error("invalid bearer token");
+  if (now_ms >= t->claims.expires_ms)
+    return token_error("bearer token expired");
+  return std::move(t->claims);
 }
 
 } // namespace ferry

@@ -86,6 +86,52 @@ std::string describe_denial(std::string_view user,
                             std::string_view resource_type,
                             std::string_view name, std::string_view operation);
 
+// -- bearer tokens (HTTP) ---------------------------------------------------------
+//
+// A bearer token lets an HTTP client log in once (HTTP Basic, POST
+// /v1/tokens) and then send `Authorization: Bearer <token>` instead of the
+// password: no PBKDF2 per request on the node, no password kept by the
+// client. Tokens are stateless and valid on every node of the cluster:
+//
+//   token   = "fry1." base64url(payload) "." base64url(mac)   (no padding)
+//   payload = issued_ms (8 bytes, big-endian) expires_ms (8) nonce (16)
+//             user (the rest, 1..128 bytes)
+//   mac     = HMAC-SHA256(key, "fry1." base64url(payload))
+//   key     = HMAC-SHA256(the user's ServerKey, "ferry bearer token v1")
+//
+// The key comes from the user's SCRAM credential, which the metadata quorum
+// replicates to every node, so any node can check a token any node issued,
+// and nothing new is stored. Setting a new password (a new salt, so a new
+// ServerKey) or deleting the user makes every token of that user invalid at
+// once; otherwise a token is good until it expires (there is no list of
+// revoked tokens: keep lifetimes short).
+
+inline constexpr std::string_view bearer_token_prefix = "fry1.";
+
+/// What a valid token says.
+struct bearer_claims {
+  std::string user;
+  int64_t issued_ms = 0;
+  int64_t expires_ms = 0;
+};
+
+/// A new token for the user of `cred`, issued at `now_ms`, valid until
+/// now_ms + ttl_ms. invalid_request for a ttl_ms <= 0 or a bad credential.
+caf::expected<std::string> issue_bearer_token(const scram_credential& cred,
+                                              int64_t now_ms, int64_t ttl_ms);
+
+/// The user a token names, read without checking anything else (to find
+/// the credential to verify it with). authentication_failed if malformed.
+caf::expected<std::string> bearer_token_user(std::string_view token);
+
+/// Checks a token against the credential of the user it names:
+/// authentication_failed "malformed bearer token", "invalid bearer token"
+/// (a wrong MAC: forged, altered, or the user's password changed since) or
+/// "bearer token expired".
+caf::expected<bearer_claims> verify_bearer_token(const scram_credential& cred,
+                                                 std::string_view token,
+                                                 int64_t now_ms);
+
 /// The users, ACLs and superusers one node checks requests against.
 /// Thread-safe: written by the metadata state machine, read by the front
 /// doors.

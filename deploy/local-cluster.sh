@@ -9,6 +9,9 @@
 #   deploy/local-cluster.sh start [N]      N voters (default 3), waits until each listens
 #   deploy/local-cluster.sh start [N] --tls  the same with mutual TLS on every port:
 #                                          certificates made with openssl in <state>/tls/
+#   deploy/local-cluster.sh start [N] --tls --auth  and users with passwords and ACLs
+#                                          (ferryd --auth scram): superuser admin, its
+#                                          password in <state>/admin.password
 #   deploy/local-cluster.sh status         which nodes are up (+ ferryctl cluster describe)
 #   deploy/local-cluster.sh add            start one more node, broker-only, with the next id
 #   deploy/local-cluster.sh remove NODE    ferryctl cluster remove-node NODE (its replicas
@@ -44,6 +47,8 @@
 #   tls/                with --tls: ca.pem (+ ca.key), node-I.pem/.key per node,
 #                       client.pem/.key (ferryctl run with the brokers file uses
 #                       them), client.env (export FERRY_TLS_* for other clients)
+#   admin.password      with --auth: the password of user admin (the superuser),
+#                       made at the first start (mode 0600)
 #
 # Exit status: 0 on success; 1 on a failure (a node that does not come up,
 # ports in use, a cluster already running); 2 on a usage error; `status` exits
@@ -61,13 +66,17 @@ host=127.0.0.1
 
 usage() {
   cat <<EOF
-usage: $prog start [N] [--tls] | status | add | remove NODE | kill NODE | restart NODE | stop
+usage: $prog start [N] [--tls [--auth]] | status | add | remove NODE | kill NODE | restart NODE | stop
 
   start [N]      start N ferryd nodes (default 3, at most 99) on $host, each a
                  voter of the metadata quorum; waits until each listens
   start [N] --tls  the same with mutual TLS on the CAF, HTTP and metrics ports
                  of every node (a new cluster only: a CA and certificates are
                  made with openssl in the state folder's tls/)
+  start [N] --tls --auth  and users (ferryd --auth scram --superusers admin):
+                 the HTTP API wants a password or bearer token and checks ACLs;
+                 user admin is made with a random password, kept in the state
+                 folder's admin.password (ferryctl user/acl manage the rest)
   status         which nodes are up, then 'ferryctl cluster describe' (exit 3 if
                  any node is down)
   add            start one more node with the next id, a broker-only node (not
@@ -117,6 +126,7 @@ removed=
 base_port=
 ferryd=
 tls=0
+auth=0
 
 # Loads cluster.conf (nodes, voters, removed, base_port, ferryd) or fails: no
 # cluster here. (voters= and removed= are absent in clusters started before
@@ -124,7 +134,7 @@ tls=0
 load_conf() {
   local conf=$cluster_dir/cluster.conf
   [[ -f $conf ]] || die "no local cluster in $cluster_dir (start one with: $prog start)"
-  nodes='' voter_count='' removed='' base_port='' ferryd='' tls=0
+  nodes='' voter_count='' removed='' base_port='' ferryd='' tls=0 auth=0
   local key value
   while IFS='=' read -r key value; do
     case $key in
@@ -134,6 +144,7 @@ load_conf() {
       base_port) base_port=$value ;;
       ferryd) ferryd=$value ;;
       tls) tls=$value ;;
+      auth) auth=$value ;;
     esac
   done <"$conf"
   voter_count=${voter_count:-$nodes}
@@ -147,8 +158,8 @@ load_conf() {
 }
 
 save_conf() {
-  printf 'nodes=%s\nvoters=%s\nremoved=%s\nbase_port=%s\nferryd=%s\ntls=%s\n' "$nodes" \
-    "$voter_count" "$removed" "$base_port" "$ferryd" "$tls" >"$cluster_dir/cluster.conf.tmp"
+  printf 'nodes=%s\nvoters=%s\nremoved=%s\nbase_port=%s\nferryd=%s\ntls=%s\nauth=%s\n' "$nodes" \
+    "$voter_count" "$removed" "$base_port" "$ferryd" "$tls" "$auth" >"$cluster_dir/cluster.conf.tmp"
   mv "$cluster_dir/cluster.conf.tmp" "$cluster_dir/cluster.conf"
 }
 
@@ -209,6 +220,30 @@ node_tls_args() {
   local d
   d=$(tls_dir)
   echo --tls-cert "$d/node-$1.pem" --tls-key "$d/node-$1.key" --tls-ca "$d/ca.pem"
+}
+
+# ferryd's user flags (none without --auth). Scripts and browsers log in to
+# the HTTP API with a password, so it only asks for a client certificate.
+node_auth_args() {
+  ((auth == 1)) || return 0
+  echo --auth scram --superusers admin --tls-client-auth requested
+}
+
+admin_password_file() { echo "$cluster_dir/admin.password"; }
+
+# With --auth, once: user admin with a random password (over the CAF port,
+# where the client certificate is the credential).
+make_admin() {
+  ((auth == 1)) || return 0
+  local file ferryctl
+  file=$(admin_password_file)
+  [[ -s $file ]] && return 0
+  ferryctl=$(ferryctl_path)
+  (umask 077 && openssl rand -hex 16 >"$file.tmp")
+  timeout 60 "$ferryctl" --broker "$(paste -sd, "$cluster_dir/brokers")" --connect-timeout 3000 \
+    $(client_tls_args) --request-timeout 30000 user create admin --password-stdin <"$file.tmp" \
+    >/dev/null || { rm -f "$file.tmp"; die "ferryctl user create admin failed"; }
+  mv "$file.tmp" "$file"
 }
 
 # ferryctl's TLS flags (none without TLS).
@@ -284,7 +319,7 @@ launch() {
   local args=(--node-id "$i" --voters "$(voters)" --host "$host"
               --port "$(caf_port "$i")" --data-dir "$dir/data"
               --http-port "$(http_port "$i")" --metrics-port "$(metrics_port "$i")"
-              $(node_tls_args "$i"))
+              $(node_tls_args "$i") $(node_auth_args))
   if command -v setsid >/dev/null; then
     setsid "$ferryd" "${args[@]}" >>"$log" 2>&1 </dev/null &
   else
@@ -388,16 +423,19 @@ set_ids() {
 # -- commands -------------------------------------------------------------------------
 
 cmd_start() {
-  local want= want_tls=0 arg
+  local want= want_tls=0 want_auth=0 arg
   for arg in "$@"; do
     case $arg in
       --tls) want_tls=1 ;;
+      --auth) want_auth=1 ;;
       *)
         [[ -z $want ]] || usage_error "start takes at most one number (N), got: $*"
         want=$arg
         ;;
     esac
   done
+  ((want_auth == 0 || want_tls == 1)) ||
+    usage_error "start --auth needs --tls (passwords never cross the network in the clear)"
   if [[ -n $want ]]; then
     if ! is_uint "$want" || ((10#$want < 1 || 10#$want > 99)); then
       usage_error "start: N must be a number of nodes from 1 to 99, not '$want'"
@@ -424,6 +462,8 @@ cmd_start() {
       die "$cluster_dir holds a cluster on base port $base_port (FERRY_CLUSTER_BASE_PORT=$env_base): unset it, or remove $cluster_dir for a new one"
     ((want_tls == 0 || tls == 1)) ||
       die "$cluster_dir holds a cluster without TLS: start it without --tls, or remove $cluster_dir for a new one"
+    ((want_auth == 0 || auth == 1)) ||
+      die "$cluster_dir holds a cluster without users: start it without --auth, or remove $cluster_dir for a new one"
   else
     nodes=${want:-3}
     voter_count=$nodes
@@ -431,6 +471,7 @@ cmd_start() {
     base_port=${env_base:-19090}
     ferryd=$build_dir/ferryd
     tls=$want_tls
+    auth=$want_auth
     set_ids
   fi
   ((base_port >= 1 && base_port + 200 + nodes <= 65535)) ||
@@ -460,6 +501,7 @@ cmd_start() {
     exit 1
   fi
   write_brokers
+  make_admin
   echo "started a cluster of ${#ids[@]} node(s) ($voter_count voters) in $cluster_dir"
   print_table "${ids[@]}"
   local how="with FERRY_CLUSTER_DIR=$cluster_dir"
@@ -470,7 +512,13 @@ cmd_start() {
     d=$(tls_dir)
     echo "TLS: mutual TLS on every port; certificates in $d (ferryctl's default above uses client.pem;"
     echo "  other clients: source $d/client.env, or"
-    echo "  curl --cacert $d/ca.pem --cert $d/client.pem --key $d/client.key https://$host:$(http_port "${ids[0]}")/v1/topics)"
+    if ((auth == 1)); then
+      echo "  curl --cacert $d/ca.pem -u admin:\$(cat $(admin_password_file)) https://$host:$(http_port "${ids[0]}")/v1/topics)"
+      echo "users: superuser admin (password in $(admin_password_file)); add others with"
+      echo "  ferryctl user create NAME --password-stdin, and allow them with ferryctl acl add"
+    else
+      echo "  curl --cacert $d/ca.pem --cert $d/client.pem --key $d/client.key https://$host:$(http_port "${ids[0]}")/v1/topics)"
+    fi
   fi
 }
 
@@ -624,7 +672,7 @@ case $command in
     usage
     ;;
   start)
-    (($# <= 2)) || usage_error "start takes at most two arguments (N, --tls), got: $*"
+    (($# <= 3)) || usage_error "start takes at most three arguments (N, --tls, --auth), got: $*"
     cmd_start "$@"
     ;;
   status)

@@ -85,6 +85,7 @@ struct api_request {
   std::string body;
   std::string user; ///< the authenticated user ("" with auth off)
   std::string peer; ///< "ip:port" of the client
+  bool by_token = false; ///< authenticated with a bearer token
 
   const std::string* param(const std::string& key) const {
     auto i = query.find(key);
@@ -100,6 +101,7 @@ struct api_response {
   std::string content_type = "application/json";
   std::string www_authenticate; ///< WWW-Authenticate header (401)
   std::string retry_after;      ///< Retry-After header (429), seconds
+  bool no_store = false;        ///< Cache-Control: no-store (secrets)
 };
 
 std::string dump(const json& j) {
@@ -344,6 +346,9 @@ public:
   virtual void close_now() = 0;
 };
 
+/// A 401 that asks for a password or a token (defined with authenticate).
+api_response unauthenticated(const std::string& message);
+
 /// Routes one request that has been read (defined after the router).
 void dispatch(gateway_core& core, http::request<http::string_body> req,
               std::shared_ptr<session> s, std::string peer);
@@ -534,6 +539,8 @@ private:
       res_.set(http::field::location, r.location);
     if (!r.www_authenticate.empty())
       res_.set(http::field::www_authenticate, r.www_authenticate);
+    if (r.no_store)
+      res_.set(http::field::cache_control, "no-store");
     if (!r.retry_after.empty())
       res_.set(http::field::retry_after, r.retry_after);
     res_.body() = std::move(r.body);
@@ -1772,6 +1779,61 @@ void change_acl(call& c) {
   }
 }
 
+// -- handlers: bearer tokens (issue 16) ------------------------------------------------
+
+/// POST /v1/tokens: a bearer token for the user who logged in with a
+/// password (see the header). Body optional: {"ttlSeconds": N}.
+void issue_token(call& c) {
+  auto* sec = c.core.cfg.security.get();
+  if (!sec)
+    return c.sink->post_error(400, ec::invalid_request,
+                              "this node runs without --auth: requests need no token");
+  if (c.req.by_token)
+    return c.sink->post([] {
+      return unauthenticated("log in with a password (HTTP Basic) to get a "
+                             "token; a token cannot be traded for another");
+    });
+  auto ttl = c.core.cfg.token_ttl;
+  if (!c.req.body.empty()) {
+    auto body = body_of(c);
+    if (!body)
+      return;
+    if (!body->is_object())
+      return c.sink->post_error(400, ec::invalid_request,
+                                "the body must be a JSON object");
+    for (auto& [k, v] : body->items())
+      if (k != "ttlSeconds")
+        return c.sink->post_error(400, ec::invalid_request,
+                                  "unknown field \"" + k + "\" (only ttlSeconds)");
+    if (body->contains("ttlSeconds")) {
+      auto& v = (*body)["ttlSeconds"];
+      auto max = c.core.cfg.token_max_ttl.count();
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > max)
+        return c.sink->post_error(400, ec::invalid_request,
+                                  "\"ttlSeconds\" must be a whole number from 1 to "
+                                    + std::to_string(max));
+      ttl = std::chrono::seconds{v.get<int64_t>()};
+    }
+  }
+  auto cred = sec->user(c.req.user);
+  if (!cred) // deleted between the login and here
+    return c.sink->post([] { return unauthenticated("unknown user or wrong password"); });
+  auto now = now_ms();
+  auto ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count();
+  auto token = issue_bearer_token(*cred, now, ttl_ms);
+  if (!token)
+    return c.sink->post_error(token.error());
+  c.core.audit(c.req.user, c.req.peer, "issue token", "user " + c.req.user, "allowed",
+               "expires in " + std::to_string(ttl.count()) + " s");
+  auto r = reply(201, json{{"token", std::move(*token)},
+                           {"tokenType", "Bearer"},
+                           {"user", c.req.user},
+                           {"expiresAtMs", now + ttl_ms},
+                           {"expiresInSeconds", ttl.count()}});
+  r.no_store = true;
+  c.sink->post([r = std::move(r)] { return r; });
+}
+
 // -- the router ------------------------------------------------------------------
 
 using handler_fn = void (*)(call&);
@@ -1809,6 +1871,7 @@ const std::vector<route_entry>& routes() {
     {{"v1", "dlq", "{}"}, {{v::get, show_dlq}}},
     {{"v1", "dlq", "{}", "redrive"}, {{v::post, redrive_dlq}}},
     {{"v1", "dlq", "{}", "purge"}, {{v::post, purge_dlq}}},
+    {{"v1", "tokens"}, {{v::post, issue_token}}},
     {{"v1", "users"}, {{v::get, list_users}, {v::post, create_user}}},
     {{"v1", "users", "{}"}, {{v::delete_, delete_user}}},
     {{"v1", "acls"},
@@ -1896,12 +1959,110 @@ std::string sha256_of(std::string_view a, std::string_view b) {
 
 api_response unauthenticated(const std::string& message) {
   auto r = reply_error(401, to_string(ec::authentication_failed), message);
-  r.www_authenticate = "Basic realm=\"ferry\", charset=\"UTF-8\"";
+  r.www_authenticate = "Basic realm=\"ferry\", charset=\"UTF-8\", Bearer realm=\"ferry\"";
   return r;
 }
 
-/// Checks the request's Basic credentials (see the header): sets ar.user,
-/// or answers the reply to send instead.
+/// A refused bearer token (RFC 6750, section 3).
+api_response token_refused(const std::string& message) {
+  auto r = reply_error(401, to_string(ec::authentication_failed), message);
+  r.www_authenticate = "Bearer realm=\"ferry\", error=\"invalid_token\", "
+                       "error_description=\"" + message + "\"";
+  return r;
+}
+
+/// Counts a failed login from `ar.peer` (locking the address out past
+/// login_failures_allowed), logs and audits it.
+void login_failed(gateway_core& core, const api_request& ar,
+                  const std::string& user, const std::string& why) {
+  auto ip = address_of(ar.peer);
+  int failures = 0;
+  {
+    std::lock_guard<std::mutex> guard{core.login_mtx};
+    if (core.logins.size() >= 65536)
+      core.logins.clear();
+    auto& rec = core.logins[ip];
+    failures = ++rec.failures;
+    auto over = failures - core.cfg.login_failures_allowed;
+    if (over >= 0) {
+      auto wait = core.cfg.login_lockout_base * (int64_t{1} << std::min(over, 20));
+      rec.locked_until = steady::now() + std::min(wait, core.cfg.login_lockout_max);
+    }
+  }
+  log::warn("{}: login failed for user '{}' from {} ({} failed since the last "
+            "success from there): {}",
+            core.cfg.name, user, ar.peer, failures, why);
+  // The principal is the one claimed (the audit line says it was denied).
+  core.audit(user, ar.peer, "login", "cluster", "denied", why);
+}
+
+/// The credentials after a case-insensitive scheme word ("basic",
+/// "bearer") and a space, trimmed; nullopt for another scheme.
+std::optional<std::string_view> credentials_of(std::string_view authorization,
+                                               std::string_view scheme) {
+  if (authorization.size() <= scheme.size()
+      || authorization[scheme.size()] != ' '
+      || !std::equal(scheme.begin(), scheme.end(), authorization.begin(),
+                     [](char a, char b) {
+                       return a == std::tolower(static_cast<unsigned char>(b));
+                     }))
+    return std::nullopt;
+  auto rest = authorization.substr(scheme.size() + 1);
+  while (!rest.empty() && rest.front() == ' ')
+    rest.remove_prefix(1);
+  while (!rest.empty() && rest.back() == ' ')
+    rest.remove_suffix(1);
+  return rest;
+}
+
+/// The message of an authentication_failed error, without the code.
+std::string failure_text(const caf::error& err) {
+  auto why = describe(err);
+  auto prefix = std::string{to_string(ec::authentication_failed)} + ": ";
+  if (why.rfind(prefix, 0) == 0)
+    why.erase(0, prefix.size());
+  return why;
+}
+
+/// Checks a bearer token (see the header): sets ar.user, or answers the
+/// reply to send instead.
+std::optional<api_response> authenticate_token(gateway_core& core, api_request& ar,
+                                               std::string_view token) {
+  auto& sec = *core.cfg.security;
+  auto user = bearer_token_user(token);
+  if (!user) {
+    login_failed(core, ar, "", "malformed bearer token");
+    return token_refused("malformed bearer token");
+  }
+  auto cred = sec.user(*user);
+  if (!cred) {
+    // Deleted since it was issued, or never a user: as invalid as a
+    // forged token (the reply does not say which).
+    login_failed(core, ar, *user, "bearer token of an unknown user");
+    return token_refused("invalid bearer token");
+  }
+  auto claims = verify_bearer_token(*cred, token, now_ms());
+  if (!claims) {
+    auto why = failure_text(claims.error());
+    if (why == "bearer token expired") {
+      // Signed with the user's key: not a guess, so it is not counted.
+      core.audit(*user, ar.peer, "login", "cluster", "denied", why);
+      return token_refused(why);
+    }
+    login_failed(core, ar, *user, why);
+    return token_refused(why);
+  }
+  {
+    std::lock_guard<std::mutex> guard{core.login_mtx};
+    core.logins.erase(address_of(ar.peer));
+  }
+  ar.user = claims->user;
+  ar.by_token = true;
+  return std::nullopt;
+}
+
+/// Checks the request's Basic credentials or bearer token (see the
+/// header): sets ar.user, or answers the reply to send instead.
 std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
                                          std::string_view authorization) {
   auto& sec = *core.cfg.security;
@@ -1922,27 +2083,19 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
       return r;
     }
   }
+  if (auto bearer = credentials_of(authorization, "bearer"))
+    return authenticate_token(core, ar, *bearer);
   // "Basic <base64(user:password)>"; the scheme is case-insensitive.
-  std::string_view scheme = authorization.substr(0, 6);
-  bool basic = scheme.size() == 6
-               && std::equal(scheme.begin(), scheme.end(), "basic ",
-                             [](char a, char b) {
-                               return std::tolower(static_cast<unsigned char>(a))
-                                      == b;
-                             });
-  if (!basic) {
+  auto token = credentials_of(authorization, "basic");
+  if (!token) {
     core.audit(ar.user, ar.peer, "login", "cluster", "denied", "no credentials");
     return unauthenticated(
       authorization.empty()
-        ? "this node requires a user and password (HTTP Basic over https)"
-        : "only HTTP Basic credentials are accepted");
+        ? "this node requires a user and password (HTTP Basic over https) "
+          "or a bearer token"
+        : "only HTTP Basic credentials and bearer tokens are accepted");
   }
-  auto token = authorization.substr(6);
-  while (!token.empty() && token.front() == ' ')
-    token.remove_prefix(1);
-  while (!token.empty() && token.back() == ' ')
-    token.remove_suffix(1);
-  auto decoded = base64_decode(token);
+  auto decoded = base64_decode(*token);
   auto colon = decoded ? decoded->find(':') : std::string::npos;
   if (!decoded || colon == std::string::npos) {
     core.audit(ar.user, ar.peer, "login", "cluster", "denied",
@@ -1980,25 +2133,7 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
     ar.user = user;
     return std::nullopt;
   }
-  int failures = 0;
-  {
-    std::lock_guard<std::mutex> guard{core.login_mtx};
-    if (core.logins.size() >= 65536)
-      core.logins.clear();
-    auto& rec = core.logins[ip];
-    failures = ++rec.failures;
-    auto over = failures - core.cfg.login_failures_allowed;
-    if (over >= 0) {
-      auto wait = core.cfg.login_lockout_base * (int64_t{1} << std::min(over, 20));
-      rec.locked_until = now + std::min(wait, core.cfg.login_lockout_max);
-    }
-  }
-  log::warn("{}: login failed for user '{}' from {} ({} failed since the last "
-            "success from there)",
-            core.cfg.name, user, ar.peer, failures);
-  // The principal is the one claimed (the audit line says it was denied).
-  core.audit(user, ar.peer, "login", "cluster", "denied",
-             cred ? "wrong password" : "unknown user");
+  login_failed(core, ar, user, cred ? "wrong password" : "unknown user");
   return unauthenticated("unknown user or wrong password");
 }
 

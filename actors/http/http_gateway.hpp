@@ -84,6 +84,17 @@
 //               source topic, redrive: redrive, purge: delete
 //   cluster     describe: describe, remove node, users, ACLs: alter (list
 //               users and ACLs: describe)
+// Bearer tokens: POST /v1/tokens, logged in with HTTP Basic, answers 201
+// {"token","tokenType":"Bearer","user","expiresAtMs","expiresInSeconds"}
+// (body optional: {"ttlSeconds": N}, 1..token_max_ttl, default token_ttl).
+// `Authorization: Bearer <token>` then stands for the password on every
+// route of every node of the cluster, until the token expires or the user
+// gets a new password or is deleted (broker/security.hpp has the format;
+// tokens are signed with a key derived from the user's SCRAM ServerKey,
+// nothing is stored). A token cannot be traded for a new one. A forged or
+// altered token counts as a failed login (lockout); an expired one is a
+// 401 saying so. The 401s name both schemes in WWW-Authenticate; a refused
+// token gets `Bearer ... error="invalid_token"` (RFC 6750).
 // A denial is 403 authorization_failed naming the principal, operation and
 // resource. Denials, failed logins and every admin change (with its
 // outcome) go to `audit` (broker/audit_log.hpp).
@@ -163,6 +174,10 @@ struct http_gateway_config {
   int login_failures_allowed = 5;
   std::chrono::milliseconds login_lockout_base{1000};
   std::chrono::milliseconds login_lockout_max{30000};
+  /// Bearer tokens (POST /v1/tokens): the lifetime of a token when the
+  /// request names none, and the longest one may ask for.
+  std::chrono::seconds token_ttl{3600};
+  std::chrono::seconds token_max_ttl{86400};
 };
 
 /// The HTTP server of one node. Not copyable; see the file comment.

@@ -33,7 +33,9 @@
 // Listening on an address other than loopback needs TLS with client
 // certificates required on every port, or --insecure.
 // Users (issue 16): --auth scram makes the HTTP API require HTTP Basic
-// credentials of a user in the metadata quorum and check every request
+// credentials (or a bearer token from POST /v1/tokens, at most
+// --http-token-max-ttl seconds long) of a user in the metadata quorum and
+// check every request
 // against the ACLs (actors/http/http_gateway.hpp); --superusers names the
 // users no ACL restricts. It needs TLS (passwords never cross the network
 // in the clear). The CAF port keeps authenticating by certificate: a
@@ -348,6 +350,7 @@ struct options {
   std::string auth = "none";
   std::vector<std::string> superusers;
   std::string audit_log;
+  int64_t http_token_max_ttl = 86400;
 };
 
 } // namespace
@@ -467,6 +470,11 @@ int main(int argc, char** argv) {
   app.add_option("--audit-log", opt.audit_log,
                  "file for one JSON line per denied request and admin change "
                  "(default with --auth scram: <data-dir>/audit.log)");
+  app.add_option("--http-token-max-ttl", opt.http_token_max_ttl,
+                 "with --auth scram, the longest lifetime in seconds of an HTTP "
+                 "bearer token (POST /v1/tokens; default lifetime 3600 s or this, "
+                 "if shorter)")
+    ->check(CLI::Range(int64_t{1}, int64_t{30} * 86400));
   app.add_flag("--version", show_version, "print the version and exit");
   try {
     app.parse(argc, argv);
@@ -705,6 +713,8 @@ int main(int argc, char** argv) {
     if (opt.auth == "scram")
       hc.security = security;
     hc.audit = audit;
+    hc.token_max_ttl = std::chrono::seconds{opt.http_token_max_ttl};
+    hc.token_ttl = std::min(hc.token_ttl, hc.token_max_ttl);
     auto gw = ferry::http_gateway::listen(std::move(hc));
     if (!gw) {
       auto msg = ferry::describe(gw.error());

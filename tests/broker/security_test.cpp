@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace ferry {
 namespace {
@@ -212,6 +214,87 @@ TEST(SecurityRegistry, AnswersFromWhatWasSetAndBumpsItsVersion) {
             "User:alice may not read topic t");
   EXPECT_EQ(describe_denial("alice", "cluster", "cluster", "alter"),
             "User:alice may not alter the cluster");
+}
+
+// -- bearer tokens ------------------------------------------------------------------
+
+/// The message of an authentication_failed error ("" for another error).
+std::string error_text(const caf::error& e) {
+  std::string prefix = "authentication_failed: ";
+  auto text = describe(e);
+  return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : "";
+}
+
+TEST(BearerToken, VerifiesUntilItExpiresAndNamesItsUser) {
+  auto c = make_scram_credential("alice", "pw-1");
+  ASSERT_TRUE(c);
+  auto t = issue_bearer_token(*c, 1'000'000, 60'000);
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->rfind("fry1.", 0), 0u) << *t;
+  // Only URL-safe characters: it goes into headers and shell variables.
+  for (auto ch : *t)
+    EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-'
+                || ch == '_' || ch == '.')
+      << *t;
+  auto user = bearer_token_user(*t);
+  ASSERT_TRUE(user);
+  EXPECT_EQ(*user, "alice");
+  auto ok = verify_bearer_token(*c, *t, 1'000'000 + 59'999);
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_EQ(ok->user, "alice");
+  EXPECT_EQ(ok->issued_ms, 1'000'000);
+  EXPECT_EQ(ok->expires_ms, 1'060'000);
+  auto late = verify_bearer_token(*c, *t, 1'060'000);
+  ASSERT_FALSE(late);
+  EXPECT_TRUE(is(late.error(), ec::authentication_failed));
+  EXPECT_EQ(error_text(late.error()), "bearer token expired");
+  // Two tokens of one user at one time differ (a random nonce).
+  auto t2 = issue_bearer_token(*c, 1'000'000, 60'000);
+  ASSERT_TRUE(t2);
+  EXPECT_NE(*t, *t2);
+  EXPECT_FALSE(issue_bearer_token(*c, 1'000'000, 0));
+}
+
+TEST(BearerToken, AlteredForgedOrOtherUsersTokensAreInvalid) {
+  auto alice = make_scram_credential("alice", "pw-1");
+  auto bob = make_scram_credential("bob", "pw-1");
+  ASSERT_TRUE(alice && bob);
+  auto t = issue_bearer_token(*alice, 1'000, 60'000);
+  ASSERT_TRUE(t);
+  auto invalid = [&](const scram_credential& c, const std::string& token) {
+    auto r = verify_bearer_token(c, token, 2'000);
+    if (r)
+      return std::string{"accepted"};
+    EXPECT_TRUE(is(r.error(), ec::authentication_failed));
+    return error_text(r.error());
+  };
+  // Every single character changed in the payload or the MAC.
+  for (size_t i = 5; i < t->size(); ++i) {
+    if ((*t)[i] == '.')
+      continue;
+    auto bad = *t;
+    bad[i] = bad[i] == 'A' ? 'B' : 'A';
+    auto why = invalid(*alice, bad);
+    EXPECT_TRUE(why == "invalid bearer token" || why == "malformed bearer token")
+      << "position " << i << ": " << why;
+  }
+  // Checked with another user's key (the name in it is alice's).
+  EXPECT_EQ(invalid(*bob, *t), "invalid bearer token");
+  // A new password of the same user: every old token is invalid.
+  auto renewed = make_scram_credential("alice", "pw-2");
+  ASSERT_TRUE(renewed);
+  EXPECT_EQ(invalid(*renewed, *t), "invalid bearer token");
+  // A token naming alice, made with bob's key (bob forging alice's).
+  auto forged_src = *bob;
+  forged_src.user = "alice";
+  auto forged = issue_bearer_token(forged_src, 1'000, 60'000);
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(invalid(*alice, *forged), "invalid bearer token");
+  for (const std::string& junk : std::vector<std::string>{"", "fry1.", "fry1..", "Basic abc", "fry1.AAAA.AAAA",
+                           "fry2." + t->substr(5), t->substr(0, t->rfind('.')),
+                           *t + "=", std::string(5000, 'a')})
+    EXPECT_EQ(invalid(*alice, junk), "malformed bearer token") << junk;
+  EXPECT_FALSE(bearer_token_user("fry1.x.y"));
 }
 
 } // namespace

@@ -5,7 +5,8 @@
 // an ACL, allowed with one, denied again by a deny and after removal; a user
 // who may not read a topic gets none of its records through its DLQ or its
 // group's description; failed logins are slowed down; denials and admin
-// changes are in the audit log, secrets nowhere.
+// changes are in the audit log, secrets nowhere; a bearer token stands for
+// the password until it expires or the password changes.
 
 #include "ferryctl_run.hpp"
 #include "process.hpp"
@@ -94,10 +95,23 @@ protected:
   /// curl https://127.0.0.1:HTTP/path as `user` (empty: no credentials).
   reply http(const std::string& user, const std::string& password, const std::string& method,
              const std::string& path, const std::string& body = {}) {
+    std::vector<std::string> auth;
+    if (!user.empty())
+      auth = {"-u", user + ":" + password};
+    return curl(auth, method, path, body);
+  }
+
+  /// The same with `Authorization: Bearer <token>`.
+  reply bearer(const std::string& token, const std::string& method, const std::string& path,
+               const std::string& body = {}) {
+    return curl({"-H", "Authorization: Bearer " + token}, method, path, body);
+  }
+
+  reply curl(const std::vector<std::string>& auth, const std::string& method,
+             const std::string& path, const std::string& body) {
     std::vector<std::string> args{"-sS", "--max-time", "20", "--cacert", certs_.path("ca.pem"),
                                   "-X", method, "-D", "-", "-w", "\n%{http_code}"};
-    if (!user.empty())
-      args.insert(args.end(), {"-u", user + ":" + password});
+    args.insert(args.end(), auth.begin(), auth.end());
     if (!body.empty())
       args.insert(args.end(), {"-H", "Content-Type: application/json", "--data-binary", body});
     args.push_back("https://127.0.0.1:" + std::to_string(node_->http_port()) + path);
@@ -417,4 +431,77 @@ TEST_F(auth_node, FailedLoginsFromOneAddressAreSlowedDown) {
   EXPECT_EQ(status, 200);
   EXPECT_EQ(http("alice", "guess-again", "GET", "/v1/topics").status, 401);
   EXPECT_EQ(alice("GET", "/v1/topics").status, 200);
+}
+
+TEST_F(auth_node, BearerTokensStandForThePasswordUntilTheyExpireOrItChanges) {
+  ASSERT_EQ(admin("POST", "/v1/topics", R"({"name":"t","partitions":1})").status, 201);
+  acl("add", {"--principal", "User:alice", "--operation", "read", "--topic", "t"});
+  auto issued = alice("POST", "/v1/tokens");
+  ASSERT_EQ(issued.status, 201) << issued.body;
+  EXPECT_TRUE(contains(issued.headers, "Cache-Control: no-store")) << issued.headers;
+  auto tj = issued.j();
+  ASSERT_TRUE(tj.is_object()) << issued.body;
+  EXPECT_EQ(tj.value("tokenType", ""), "Bearer");
+  EXPECT_EQ(tj.value("user", ""), "alice");
+  EXPECT_EQ(tj.value("expiresInSeconds", 0), 3600);
+  auto token = tj.value("token", "");
+  ASSERT_FALSE(token.empty()) << issued.body;
+
+  // The token is alice: her ACLs apply, no password needed.
+  auto list = bearer(token, "GET", "/v1/topics");
+  EXPECT_EQ(list.status, 200) << list.body;
+  EXPECT_TRUE(contains(list.body, "\"t\"")) << list.body;
+  EXPECT_EQ(bearer(token, "GET", "/v1/topics/t/partitions/0/messages?offset=0").status, 200);
+  auto denied = bearer(token, "DELETE", "/v1/topics/t");
+  EXPECT_EQ(denied.status, 403) << denied.body;
+  EXPECT_TRUE(contains(denied.body, "User:alice may not delete topic t")) << denied.body;
+  // The scheme is case-insensitive (RFC 7235).
+  auto lower = curl({"-H", "Authorization: bearer " + token}, "GET", "/v1/topics", "");
+  EXPECT_EQ(lower.status, 200) << lower.body;
+  // A token is not traded for another.
+  auto again = bearer(token, "POST", "/v1/tokens");
+  EXPECT_EQ(again.status, 401) << again.body;
+
+  // Lifetimes: from 1 s to --http-token-max-ttl (86400 by default).
+  for (auto* bad : {R"({"ttlSeconds":0})", R"({"ttlSeconds":86401})", R"({"ttlSeconds":"60"})",
+                    R"({"ttl":60})", "[1]", "{"}) {
+    auto r = alice("POST", "/v1/tokens", bad);
+    EXPECT_EQ(r.status, 400) << bad << " " << r.body;
+    EXPECT_EQ(r.code(), "invalid_request") << bad << " " << r.body;
+  }
+  auto brief = alice("POST", "/v1/tokens", R"({"ttlSeconds":1})");
+  ASSERT_EQ(brief.status, 201) << brief.body;
+  EXPECT_EQ(brief.j().value("expiresInSeconds", 0), 1);
+  auto brief_token = brief.j().value("token", "");
+  std::this_thread::sleep_for(1500ms);
+  auto expired = bearer(brief_token, "GET", "/v1/topics");
+  EXPECT_EQ(expired.status, 401) << expired.body;
+  EXPECT_TRUE(contains(expired.body, "bearer token expired")) << expired.body;
+  EXPECT_TRUE(contains(expired.headers, "error=\"invalid_token\"")) << expired.headers;
+
+  // One character changed: refused.
+  auto altered = token;
+  altered[altered.size() / 2] = altered[altered.size() / 2] == 'A' ? 'B' : 'A';
+  auto forged = bearer(altered, "GET", "/v1/topics");
+  EXPECT_EQ(forged.status, 401) << forged.body;
+  EXPECT_EQ(forged.code(), "authentication_failed");
+  EXPECT_EQ(bearer(token, "GET", "/v1/topics").status, 200);
+
+  // A new password ends every token of the user.
+  user_create("alice", "alice-secret-2");
+  auto stale = bearer(token, "GET", "/v1/topics");
+  EXPECT_EQ(stale.status, 401) << stale.body;
+  EXPECT_TRUE(contains(stale.body, "invalid bearer token")) << stale.body;
+
+  // Issued tokens are audited, never written anywhere.
+  EXPECT_GE(audit_lines({"\"issue token\"", "User:alice", "\"allowed\""}), 2) << audit_text();
+  EXPECT_FALSE(contains(audit_text(), token));
+  EXPECT_FALSE(contains(node_->output(), token));
+
+  // Forged tokens count as failed logins: the address is slowed down.
+  reply last;
+  for (int i = 0; i < 8 && last.status != 429; ++i)
+    last = bearer(altered, "GET", "/v1/topics");
+  EXPECT_EQ(last.status, 429) << last.body;
+  EXPECT_EQ(last.code(), "login_throttled");
 }
