@@ -59,6 +59,7 @@ const char* to_string(ec x) {
     case ec::authorization_failed: return "authorization_failed";
     case ec::login_throttled: return "login_throttled";
     case ec::unknown_user: return "unknown_user";
+    case ec::security_loading: return "security_loading";
   }
   return "unknown_error";
 }

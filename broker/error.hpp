@@ -128,6 +128,9 @@ enum class ec : uint8_t {
   login_throttled,
   /// The user does not exist (user delete).
   unknown_user,
+  /// The node has not loaded the users and ACLs from the metadata quorum
+  /// yet (it is starting): try again in a moment (retriable).
+  security_loading,
 };
 
 /// The CAF error category of `ec`.

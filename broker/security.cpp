@@ -281,6 +281,14 @@ uint64_t security_registry::version() const {
   return version_;
 }
 
+void security_registry::set_loaded(bool loaded) {
+  loaded_.store(loaded, std::memory_order_release);
+}
+
+bool security_registry::loaded() const {
+  return loaded_.load(std::memory_order_acquire);
+}
+
 // -- bearer tokens ------------------------------------------------------------------
 
 namespace {

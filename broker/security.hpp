@@ -32,6 +32,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -153,12 +154,20 @@ public:
   /// Bumped by every set(): caches of verified passwords compare it.
   uint64_t version() const;
 
+  /// False while the node that fills this registry has not caught up with
+  /// the metadata quorum (ferryd sets it false before the node starts; the
+  /// node sets it true once ready): a front door then answers "try again"
+  /// instead of refusing users it has not loaded yet. True by default.
+  void set_loaded(bool loaded);
+  bool loaded() const;
+
 private:
   mutable std::shared_mutex mtx_;
   std::set<std::string> superusers_;
   std::map<std::string, scram_credential> users_;
   std::vector<acl_entry> acls_;
   uint64_t version_ = 0;
+  std::atomic<bool> loaded_{true};
 };
 
 } // namespace ferry

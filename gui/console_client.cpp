@@ -3,6 +3,7 @@
 #include "actors/client/consumer.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 #include "broker/topic_config.hpp"
 
@@ -393,6 +394,7 @@ struct console_client::impl {
   caf::actor browse_hdl; ///< the current browse (woken by cancel_browse)
   caf::actor listener;
   std::shared_ptr<std::atomic<bool>> redrive_cancel;
+  bool tls = false;
 
   void stop_actors() {
     if (producer)
@@ -407,8 +409,16 @@ struct console_client::impl {
   }
 };
 
-console_client::console_client(QObject* parent) : QObject(parent), d_(new impl) {
+console_client::console_client(QObject* parent) : console_client(tls_files{}, parent) {
+}
+
+console_client::console_client(const tls_files& tls, QObject* parent)
+  : QObject(parent), d_(new impl) {
   configure_client(d_->cfg);
+  if (tls.enabled())
+    configure_tls(d_->cfg, tls_settings{tls.certificate.toStdString(), tls.key.toStdString(),
+                                        tls.ca.toStdString()});
+  d_->tls = tls.enabled();
   d_->sys = std::make_unique<caf::actor_system>(d_->cfg);
   d_->g->target = this;
 }
@@ -475,6 +485,10 @@ QString console_client::address() const {
 
 QString console_client::host() const {
   return d_->host;
+}
+
+bool console_client::uses_tls() const {
+  return d_->tls;
 }
 
 void console_client::set_request_timeout_ms(int ms) {

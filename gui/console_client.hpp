@@ -23,6 +23,9 @@ class console_client : public QObject {
   Q_OBJECT
 public:
   explicit console_client(QObject* parent = nullptr);
+  /// With TLS: every connection speaks mutual TLS with these files
+  /// (checked by the caller first: see ferry::check_tls).
+  explicit console_client(const tls_files& tls, QObject* parent = nullptr);
   ~console_client() override;
 
   /// Starts connecting to "HOST:PORT" (replacing any previous broker).
@@ -32,6 +35,8 @@ public:
   /// The address given to connect_to().
   QString address() const;
   QString host() const;
+  /// True when the console talks TLS (then the metrics port is https too).
+  bool uses_tls() const;
 
   /// Milliseconds each broker request may take before failed() reports it.
   void set_request_timeout_ms(int ms);

@@ -177,4 +177,13 @@ QString format_bytes(qint64 bytes);
 /// True if `m` passes the browse filters of `req` (case-insensitive).
 bool matches(const message_row& m, const browse_request& req);
 
+/// The client certificate, its key and the CA of a TLS cluster (PEM file
+/// paths; all empty: plaintext).
+struct tls_files {
+  QString certificate;
+  QString key;
+  QString ca;
+  bool enabled() const { return !certificate.isEmpty(); }
+};
+
 } // namespace ferry::console

@@ -128,7 +128,10 @@ main_window::main_window(console_client* client, metrics_sampler* metrics, QUrl 
       auto port = client_->address().section(':', -1).toInt();
       for (auto& n : snap.nodes)
         if (n.metrics_port > 0 && (n.port == port || snap.nodes.size() == 1)) {
-          QUrl url(QStringLiteral("http://%1:%2/metrics").arg(client_->host()).arg(n.metrics_port));
+          QUrl url(QStringLiteral("%1://%2:%3/metrics")
+                     .arg(client_->uses_tls() ? QStringLiteral("https") : QStringLiteral("http"),
+                          client_->host())
+                     .arg(n.metrics_port));
           if (metrics_->url() != url) {
             metrics_->set_url(url);
             metrics_->start();

@@ -4,6 +4,11 @@
 #include <QNetworkAccessManager>
 #include <QNetworkReply>
 #include <QNetworkRequest>
+#include <QSslCertificate>
+#include <QSslConfiguration>
+#include <QSslKey>
+#include <QSslSocket>
+#include <QFile>
 
 namespace ferry::console {
 
@@ -12,8 +17,38 @@ metrics_sampler::metrics_sampler(QObject* parent)
   connect(&timer_, &QTimer::timeout, this, &metrics_sampler::scrape);
 }
 
+metrics_sampler::~metrics_sampler() = default;
+
 void metrics_sampler::set_url(const QUrl& url) {
   url_ = url;
+}
+
+QString metrics_sampler::set_tls(const QString& certificate, const QString& key,
+                                  const QString& ca) {
+  auto certs = QSslCertificate::fromPath(certificate, QSsl::Pem);
+  if (certs.isEmpty())
+    return QStringLiteral("no certificate in %1").arg(certificate);
+  QFile key_file(key);
+  if (!key_file.open(QIODevice::ReadOnly))
+    return QStringLiteral("cannot read %1").arg(key);
+  auto pem = key_file.readAll();
+  QSslKey k(pem, QSsl::Ec, QSsl::Pem);
+  if (k.isNull())
+    k = QSslKey(pem, QSsl::Rsa, QSsl::Pem);
+  if (k.isNull())
+    return QStringLiteral("no EC or RSA private key in %1").arg(key);
+  auto cas = QSslCertificate::fromPath(ca, QSsl::Pem);
+  if (cas.isEmpty())
+    return QStringLiteral("no CA certificate in %1").arg(ca);
+  auto conf = std::make_unique<QSslConfiguration>(QSslConfiguration::defaultConfiguration());
+  conf->setLocalCertificate(certs.front());
+  if (certs.size() > 1)
+    conf->setLocalCertificateChain(certs);
+  conf->setPrivateKey(k);
+  conf->setCaCertificates(cas);
+  conf->setPeerVerifyMode(QSslSocket::VerifyPeer);
+  ssl_ = std::move(conf);
+  return {};
 }
 
 void metrics_sampler::start(int interval_ms) {
@@ -31,6 +66,8 @@ void metrics_sampler::scrape() {
   in_flight_ = true;
   QNetworkRequest req(url_);
   req.setTransferTimeout(5000);
+  if (ssl_)
+    req.setSslConfiguration(*ssl_);
   auto* reply = net_->get(req);
   connect(reply, &QNetworkReply::finished, this, [this, reply] {
     in_flight_ = false;

@@ -9,8 +9,11 @@
 #include <QTimer>
 #include <QUrl>
 
+#include <memory>
+
 QT_BEGIN_NAMESPACE
 class QNetworkAccessManager;
+class QSslConfiguration;
 QT_END_NAMESPACE
 
 namespace ferry::console {
@@ -19,8 +22,12 @@ class metrics_sampler : public QObject {
   Q_OBJECT
 public:
   explicit metrics_sampler(QObject* parent = nullptr);
+  ~metrics_sampler() override;
 
   void set_url(const QUrl& url);
+  /// https scrapes present this client certificate and trust only `ca`.
+  /// Returns what is wrong with the files ("" when they load).
+  QString set_tls(const QString& certificate, const QString& key, const QString& ca);
   QUrl url() const { return url_; }
   /// Starts scraping (at once, then every interval_ms).
   void start(int interval_ms = 2000);
@@ -40,6 +47,7 @@ private:
   QUrl url_;
   metrics_history history_;
   bool in_flight_ = false;
+  std::unique_ptr<QSslConfiguration> ssl_;
 };
 
 } // namespace ferry::console

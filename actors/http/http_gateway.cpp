@@ -2174,6 +2174,16 @@ void dispatch(gateway_core& core, http::request<http::string_body> req,
     return;
   }
   if (core.cfg.security && ar.segments != std::vector<std::string>{"healthz"}) {
+    if (!core.cfg.security->loaded()) {
+      sink->post([] {
+        auto r = reply_error(503, to_string(ec::security_loading),
+                             "this node is starting and has not loaded the users "
+                             "from the metadata quorum yet: try again");
+        r.retry_after = "1";
+        return r;
+      });
+      return;
+    }
     auto header = req[http::field::authorization];
     if (auto refused = authenticate(
           core, ar, std::string_view{header.data(), header.size()})) {

@@ -377,6 +377,7 @@ unsigned status_of(ec code) {
     case ec::not_enough_replicas:
     case ec::fenced_leader_epoch:
     case ec::log_closed:
+    case ec::security_loading:
       return 503;
     case ec::request_timed_out:
       return 504;

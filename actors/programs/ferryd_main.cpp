@@ -631,6 +631,9 @@ int main(int argc, char** argv) {
   // Users and ACLs: filled by the metadata quorum, checked by the HTTP API.
   auto security = std::make_shared<ferry::security_registry>();
   security->set_superusers({opt.superusers.begin(), opt.superusers.end()});
+  // Until the node has caught up with the quorum, the HTTP API answers 503
+  // security_loading instead of refusing users it does not know yet.
+  security->set_loaded(false);
   std::shared_ptr<ferry::audit_log> audit;
   if (opt.auth == "scram" && opt.audit_log.empty())
     opt.audit_log = (data_dir / "audit.log").string();

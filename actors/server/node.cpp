@@ -11,6 +11,8 @@ void mark_ready(self_ptr self) {
   if (st.ready)
     return;
   st.ready = true;
+  if (st.cfg.security)
+    st.cfg.security->set_loaded(true);
   size_t partitions = 0;
   for (auto& [name, md] : st.topics)
     partitions += md.partitions.size();

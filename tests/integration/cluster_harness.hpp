@@ -4,7 +4,8 @@
 //
 // cluster::start() picks three free loopback ports, launches
 //   ferryd --node-id N --voters 1@127.0.0.1:P1,2@...,3@... --metrics-port 0
-//          --http-port -1 [--log-level $FERRY_TEST_LOG_LEVEL]
+//          --http-port -1 (unless add_node_args() names one)
+//          [--log-level $FERRY_TEST_LOG_LEVEL]
 //          [--log-file $FERRY_TEST_LOG_DIR/node<N>.log]
 // per node (own temp data dir, process.hpp), waits for every "listening on"
 // line (retrying with fresh ports when one was taken meanwhile), and opens one
@@ -253,8 +254,11 @@ public:
                       : endpoint(other);
           voters += (other > 1 ? "," : "") + std::to_string(other) + "@" + ep;
         }
-        std::vector<std::string> args{"--node-id",      std::to_string(id), "--voters", voters,
-                                      "--metrics-port", "0", "--http-port", "-1"};
+        std::vector<std::string> args{"--node-id", std::to_string(id), "--voters", voters,
+                                      "--metrics-port", "0"};
+        // No HTTP API unless the node arguments ask for one.
+        if (std::find(node_args_.begin(), node_args_.end(), "--http-port") == node_args_.end())
+          args.insert(args.end(), {"--http-port", "-1"});
         args.insert(args.end(), node_args_.begin(), node_args_.end());
         if (auto lvl = std::getenv("FERRY_TEST_LOG_LEVEL"); lvl && *lvl) {
           args.push_back("--log-level");
