@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs deploy/local-cluster.sh the way a user would, against built binaries:
 #
-#   local_cluster_test.sh --bin BUILD/bin [--script deploy/local-cluster.sh] [--nodes N] [--tls]
+#   local_cluster_test.sh --bin BUILD/bin [--script deploy/local-cluster.sh] [--nodes N] [--tls [--auth]]
 #
 # start 3 -> status -> ferryctl topic create (RF 3) with no --broker, from the
 # folder that holds ./ferry-cluster (so ferryctl's default finds the cluster)
@@ -28,17 +28,20 @@ bin=
 script=$here/../../deploy/local-cluster.sh
 nodes=3
 tls=
-usage="usage: $0 --bin BUILD/bin [--script local-cluster.sh] [--nodes N] [--tls]"
+auth=
+usage="usage: $0 --bin BUILD/bin [--script local-cluster.sh] [--nodes N] [--tls [--auth]]"
 while (($# > 0)); do
   case $1 in
     --bin) bin=$2; shift 2 ;;
     --script) script=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --tls) tls=--tls; shift ;;
+    --auth) auth=--auth; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 [[ -n $bin && $nodes =~ ^[1-9]$ ]] || { echo "$usage" >&2; exit 2; }
+[[ -z $auth || -n $tls ]] || { echo "$usage (--auth needs --tls)" >&2; exit 2; }
 rf=$((nodes >= 3 ? 3 : nodes))
 victim=$((nodes >= 2 ? 2 : 1))
 bin=$(cd "$bin" && pwd)
@@ -146,7 +149,9 @@ ctl() {
 api=http://127.0.0.1:$((base + 101))
 [[ -z $tls ]] || api=https://127.0.0.1:$((base + 101))
 api_curl() {
-  if [[ -n $tls ]]; then
+  if [[ -n $auth ]]; then
+    curl --cacert "$FERRY_CLUSTER_DIR/tls/ca.pem" -u "admin:$(<"$FERRY_CLUSTER_DIR/admin.password")" "$@"
+  elif [[ -n $tls ]]; then
     local c=$FERRY_CLUSTER_DIR/tls
     curl --cacert "$c/ca.pem" --cert "$c/client.pem" --key "$c/client.key" "$@"
   else
@@ -154,8 +159,8 @@ api_curl() {
   fi
 }
 
-step "start $nodes $tls (base port $base) in $FERRY_CLUSTER_DIR"
-out=$("$script" start "$nodes" $tls) || fail "start failed: $out"
+step "start $nodes $tls $auth (base port $base) in $FERRY_CLUSTER_DIR"
+out=$("$script" start "$nodes" $tls $auth) || fail "start failed: $out"
 echo "$out"
 [[ $(grep -cE '^[0-9]+ +[0-9]+ +up ' <<<"$out") == "$nodes" ]] || fail "start did not show $nodes nodes up"
 [[ $(wc -l <"$FERRY_CLUSTER_DIR/brokers") == "$nodes" ]] || fail "brokers file has not $nodes lines"
@@ -221,17 +226,46 @@ if [[ -n $tls ]]; then
   if ctl --broker "127.0.0.1:$((base + 1))" --connect-timeout 3000 topic list >/dev/null 2>&1; then
     fail "a plaintext ferryctl (explicit --broker, no certificate) was served"
   fi
-  body=$(curl -sS --max-time 10 --cacert "$certs/ca.pem" --cert "$certs/client.pem" \
-    --key "$certs/client.key" "https://127.0.0.1:$((base + 101))/v1/topics") ||
-    fail "curl with the client certificate failed"
+  body=$(api_curl -sS --max-time 10 "https://127.0.0.1:$((base + 101))/v1/topics") ||
+    fail "curl with the client certificate (and admin's password under --auth) failed"
   grep -F '"name":"t"' <<<"$body" >/dev/null || fail "https topic list has no topic t: $body"
-  if curl -sS --max-time 10 --cacert "$certs/ca.pem" "https://127.0.0.1:$((base + 101))/v1/topics" >/dev/null 2>&1; then
-    fail "curl without a client certificate was served"
+  if [[ -z $auth ]]; then
+    if curl -sS --max-time 10 --cacert "$certs/ca.pem" "https://127.0.0.1:$((base + 101))/v1/topics" >/dev/null 2>&1; then
+      fail "curl without a client certificate was served"
+    fi
   fi
   metrics=$(curl -sS --max-time 10 --cacert "$certs/ca.pem" --cert "$certs/client.pem" \
     --key "$certs/client.key" "https://127.0.0.1:$((base + 201))/metrics") ||
     fail "curl of the https metrics failed"
   grep -F "ferry_partition_high_watermark" <<<"$metrics" >/dev/null || fail "no ferry metrics over https"
+fi
+
+if [[ -n $auth ]]; then
+  step "auth: admin's password file, 401 without it, a user with an ACL and a bearer token"
+  pw=$FERRY_CLUSTER_DIR/admin.password
+  [[ -s $pw && $(stat -c %a "$pw") == 600 ]] || fail "start --auth made no private $pw"
+  grep -F "auth scram" "$FERRY_CLUSTER_DIR/node-1/ferryd.log" >/dev/null ||
+    fail "node 1 did not log auth scram"
+  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$certs/ca.pem" \
+    "https://127.0.0.1:$((base + 101))/v1/topics") || fail "curl without a password failed"
+  [[ $code == 401 ]] || fail "no password: HTTP $code, not 401"
+  ctl user create alice --password-stdin <<<"alice-pw-1" >/dev/null || fail "user create alice failed"
+  ctl acl add --principal User:alice --operation read --topic t >/dev/null || fail "acl add failed"
+  token=$(curl -sS --max-time 10 --cacert "$certs/ca.pem" -u alice:alice-pw-1 -X POST \
+    "https://127.0.0.1:$((base + 101))/v1/tokens" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])') ||
+    fail "alice got no token from node 1"
+  last=$((nodes >= 2 ? 2 : 1))
+  deadline=$((SECONDS + 20))
+  until body=$(curl -sS --max-time 10 --cacert "$certs/ca.pem" -H "Authorization: Bearer $token" \
+    "https://127.0.0.1:$((base + 100 + last))/v1/topics") && grep -F '"name":"t"' <<<"$body" >/dev/null; do
+    ((SECONDS < deadline)) || fail "node $last did not serve alice's token: $body"
+    sleep 0.5
+  done
+  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$certs/ca.pem" \
+    -H "Authorization: Bearer $token" -X DELETE "https://127.0.0.1:$((base + 101))/v1/topics/t") ||
+    fail "curl DELETE as alice failed"
+  [[ $code == 403 ]] || fail "alice deleted topic t: HTTP $code, not 403"
 fi
 
 step "kill $victim"
