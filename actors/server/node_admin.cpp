@@ -37,7 +37,12 @@ caf::result<topic_metadata> delete_topic(self_ptr self, std::string& name) {
 
 caf::result<std::vector<topic_metadata>> list_topics(self_ptr self) {
   auto rp = self->make_response_promise<std::vector<topic_metadata>>();
-  relay(self, rp, self->state.cfg.metadata, list_atom_v, topic_atom_v);
+  // Asked once the node is ready: before, the metadata may not have caught
+  // up (a restarted Raft member), and a client told that its topic does
+  // not exist gives up (the producer takes unknown_topic as final).
+  when_ready(self, [self, rp]() mutable {
+    relay(self, rp, self->state.cfg.metadata, list_atom_v, topic_atom_v);
+  });
   return rp;
 }
 

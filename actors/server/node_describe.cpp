@@ -114,21 +114,23 @@ void describe_cluster(self_ptr self, std::vector<topic_metadata> topics,
 caf::result<topic_description> describe_topic(self_ptr self,
                                               std::string& name) {
   auto rp = self->make_response_promise<topic_description>();
-  auto& st = self->state;
-  self
-    ->request(st.cfg.metadata, st.cfg.status_timeout, describe_atom_v,
-              topic_atom_v, std::move(name))
-    .then(
-      [self, rp](topic_metadata& md) mutable {
-        when_ready(self, [self, rp, md]() mutable {
+  // Asked once the node is ready (see list_topics): a restarted node's
+  // metadata may not know the topic yet.
+  when_ready(self, [self, rp, name = std::move(name)]() mutable {
+    auto& st = self->state;
+    self
+      ->request(st.cfg.metadata, st.cfg.status_timeout, describe_atom_v,
+                topic_atom_v, std::move(name))
+      .then(
+        [self, rp](topic_metadata& md) mutable {
           gather_status(self, md, [rp](topic_description td) mutable {
             rp.deliver(std::move(td));
           });
+        },
+        [self, rp](caf::error& err) mutable {
+          rp.deliver(failed(self, std::move(err)));
         });
-      },
-      [self, rp](caf::error& err) mutable {
-        rp.deliver(failed(self, std::move(err)));
-      });
+  });
   return rp;
 }
 

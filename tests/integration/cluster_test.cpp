@@ -37,6 +37,7 @@
 
 #include "client_system.hpp"
 #include "cluster_harness.hpp"
+#include "ferryctl_run.hpp"
 #include "process.hpp"
 
 #include "actors/client/client_connection.hpp"
@@ -1055,6 +1056,33 @@ private:
 // dials, so node 1 dials it after peer_dial_fallback (10 s). Node 2 is a
 // silent listener, a different one in each node's --voters, which tells who
 // dialed it.
+// A client that comes right after the whole cluster restarted asks a node
+// that has not caught up with the metadata yet: it must wait, not answer
+// that the topic does not exist (the producer takes unknown_topic as
+// final). Before the node held topic lists and describes until it was
+// ready, `local-cluster.sh stop; start; ferryctl produce t` failed with
+// "topic 't' does not exist" 2 of 2 times.
+TEST(Cluster, TopicsAreKnownToClientsRightAfterAFullRestart) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "restarted";
+  auto why = c.create_topic(topic, 1);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  for (auto& [id, code] : c.stop_all())
+    EXPECT_EQ(code, 0) << "node " << id << "\n" << c.node(id).output();
+  for (int id = 1; id <= cluster::size; ++id) {
+    auto again = c.restart(id);
+    ASSERT_TRUE(again.empty()) << again;
+  }
+  // Node 3 has only just said "listening on".
+  auto described = ferry::test::ferryctl(c.endpoint(3), {"topic", "describe", topic});
+  EXPECT_EQ(described.exit_code, 0) << described.out << described.err << "\n" << c.dump();
+  auto produced = ferry::test::ferryctl(c.endpoint(3), {"produce", topic}, "after the restart\n");
+  EXPECT_EQ(produced.exit_code, 0) << produced.out << produced.err << "\n" << c.dump();
+  EXPECT_NE(produced.out.find("produced 1 message"), std::string::npos) << produced.out;
+}
+
 TEST(Cluster, OneNodeOfEachPairDialsFirst) {
   auto t0 = steady::now();
   auto ports = free_tcp_ports(2);
