@@ -363,7 +363,6 @@ std::string token_mac(const scram_credential& cred, std::string_view signed_part
 
 struct parsed_token {
   std::string_view signed_part;
-  std::string payload;
   std::string mac;
   bearer_claims claims;
 };
@@ -393,7 +392,6 @@ caf::expected<parsed_token> parse_token(std::string_view token) {
   t.claims.expires_ms = static_cast<int64_t>(expires);
   if (validate_user_name(t.claims.user))
     return malformed();
-  t.payload = std::move(*payload);
   t.mac = std::move(*mac);
   return t;
 }

@@ -451,15 +451,16 @@ QString console_client::connect_to(const QString& address) {
   d_->conn = spawn_connection(*d_->sys, *parsed);
   auto g = d_->g;
   auto addr = d_->address;
+  auto how = d_->tls ? QStringLiteral(" (mutual TLS)") : QString{};
   auto listener = d_->sys->spawn(
-    [g, addr](connection_listener::pointer) -> connection_listener::behavior_type {
+    [g, addr, how](connection_listener::pointer) -> connection_listener::behavior_type {
       return {
-        [g, addr](connect_atom, broker_actor b) {
+        [g, addr, how](connect_atom, broker_actor b) {
           bool up = static_cast<bool>(b);
-          g->post([up, addr](console_client* q) {
+          g->post([up, addr, how](console_client* q) {
             if (q->address() != addr)
               return; // a replaced connection's late news
-            emit q->connection_changed(up, up ? QStringLiteral("connected to %1").arg(addr)
+            emit q->connection_changed(up, up ? QStringLiteral("connected to %1%2").arg(addr, how)
                                               : QStringLiteral("lost %1, reconnecting")
                                                   .arg(addr));
           });

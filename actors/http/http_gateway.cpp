@@ -2015,15 +2015,6 @@ std::optional<std::string_view> credentials_of(std::string_view authorization,
   return rest;
 }
 
-/// The message of an authentication_failed error, without the code.
-std::string failure_text(const caf::error& err) {
-  auto why = describe(err);
-  auto prefix = std::string{to_string(ec::authentication_failed)} + ": ";
-  if (why.rfind(prefix, 0) == 0)
-    why.erase(0, prefix.size());
-  return why;
-}
-
 /// Checks a bearer token (see the header): sets ar.user, or answers the
 /// reply to send instead.
 std::optional<api_response> authenticate_token(gateway_core& core, api_request& ar,
@@ -2043,7 +2034,7 @@ std::optional<api_response> authenticate_token(gateway_core& core, api_request& 
   }
   auto claims = verify_bearer_token(*cred, token, now_ms());
   if (!claims) {
-    auto why = failure_text(claims.error());
+    auto why = http_api::to_api_error(claims.error()).message;
     if (why == "bearer token expired") {
       // Signed with the user's key: not a guess, so it is not counted.
       core.audit(*user, ar.peer, "login", "cluster", "denied", why);
