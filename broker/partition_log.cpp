@@ -18,6 +18,8 @@
 
 #include "broker/partition_log.hpp"
 
+#include "broker/node_journal.hpp"
+
 #include "broker/file_system.hpp"
 #include "broker/record_batch.hpp"
 #include "broker/segment.hpp"
@@ -58,13 +60,16 @@ constexpr size_t max_pending_index_entries = 1024;
 class disk_partition_log final : public partition_log {
 public:
   disk_partition_log(std::filesystem::path dir, log_config cfg,
-                     partition_checkpoint* ckpt, file_system* fs, clock_fn clock)
+                     partition_checkpoint* ckpt, file_system* fs, clock_fn clock,
+                     node_journal* journal)
     : dir_(std::move(dir)),
       cfg_(cfg),
       ckpt_(ckpt),
       fs_(fs),
-      clock_(std::move(clock)) {
+      clock_(std::move(clock)),
+      journal_(journal) {
     opts_.index_interval_bytes = cfg_.index_interval_bytes;
+    opts_.journal = journal;
     opts_.max_batch_bytes = std::max<size_t>(cfg_.max_batch_bytes,
                                              default_max_batch_bytes);
   }
@@ -133,6 +138,7 @@ private:
   partition_checkpoint* ckpt_;
   file_system* fs_;
   clock_fn clock_;
+  node_journal* journal_;
   std::vector<std::unique_ptr<segment>> segs_;
   offset log_start_{0};
   offset hw_{0};
@@ -241,7 +247,7 @@ caf::error disk_partition_log::recover() {
 caf::expected<std::unique_ptr<partition_log>>
 partition_log::open(const std::filesystem::path& dir, log_config cfg,
                     partition_checkpoint* checkpoint, file_system* fs,
-                    clock_fn clock) {
+                    clock_fn clock, node_journal* journal) {
   if (checkpoint == nullptr)
     return make_error(ec::invalid_argument, "partition_log::open needs a checkpoint");
   if (cfg.segment_bytes == 0)
@@ -253,8 +259,10 @@ partition_log::open(const std::filesystem::path& dir, log_config cfg,
     fs = &default_file_system();
   if (!clock)
     clock = system_now_ms;
+  if (journal)
+    journal->adopt(dir);
   auto log = std::make_unique<disk_partition_log>(dir, cfg, checkpoint, fs,
-                                                  std::move(clock));
+                                                  std::move(clock), journal);
   if (auto err = log->recover())
     return err;
   return std::unique_ptr<partition_log>{std::move(log)};
@@ -482,7 +490,13 @@ caf::expected<flush_job> disk_partition_log::begin_flush() {
   flush_job job;
   job.end = log_end();
   job.generation = generation_;
-  job.file = segs_.back()->begin_sync_log();
+  if (journal_) {
+    // Everything this log recorded is queued in the journal by now.
+    if (segs_.back()->begin_journal_sync())
+      job.journal_seq = journal_->last_seq();
+  } else {
+    job.file = segs_.back()->begin_sync_log();
+  }
   unflushed_records_ = 0;
   return job;
 }
@@ -496,7 +510,10 @@ caf::expected<offset> disk_partition_log::end_flush(const flush_job& job,
   if (job.generation != generation_)
     return durable_end_;
   // A roll in between synced everything up to its point already.
-  segs_.back()->confirm_sync(job.file.get());
+  if (job.journal_seq != 0)
+    segs_.back()->confirm_journal_sync();
+  else
+    segs_.back()->confirm_sync(job.file.get());
   durable_end_ = std::max(durable_end_, std::min(job.end, log_end()));
   (void) segs_.back()->write_indexes();
   return durable_end_;

@@ -30,6 +30,7 @@ namespace ferry {
 
 class file_handle;
 class file_system;
+class node_journal;
 
 /// Milliseconds since the Unix epoch; injectable so tests control time.
 using clock_fn = std::function<timestamp_ms()>;
@@ -91,6 +92,10 @@ struct flush_job {
   /// The log's truncation count at begin_flush: a job that a truncation
   /// overtook covers nothing any more.
   uint64_t generation = 0;
+  /// With a node journal (file null): durable_end() becomes `end` once the
+  /// journal is durable up to this record (node_journal::when_durable).
+  /// 0: nothing to wait for.
+  uint64_t journal_seq = 0;
 };
 
 /// What open() found and repaired.
@@ -122,10 +127,13 @@ public:
   /// @param fs file layer; nullptr means the real POSIX one. Must outlive
   ///        the log.
   /// @param clock time source; empty means system_now_ms.
+  /// @param journal the node's journal (node_journal.hpp); nullptr: the
+  ///        log syncs its own files. Must outlive the log. Its records are
+  ///        replayed by node_journal::open, before any log of the node opens.
   static caf::expected<std::unique_ptr<partition_log>>
   open(const std::filesystem::path& dir, log_config cfg,
        partition_checkpoint* checkpoint, file_system* fs = nullptr,
-       clock_fn clock = {});
+       clock_fn clock = {}, node_journal* journal = nullptr);
 
   virtual ~partition_log() = default;
 

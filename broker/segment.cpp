@@ -1,5 +1,7 @@
 #include "broker/segment.hpp"
 
+#include "broker/node_journal.hpp"
+
 #include "broker/big_endian.hpp"
 #include "broker/file_system.hpp"
 
@@ -231,6 +233,8 @@ segment::create(file_system& fs, const std::filesystem::path& dir, offset base,
     return fail(tidx.error());
   s->time_index_.attach(std::move(*tidx));
   s->indexes_loaded_ = true;
+  if (opts.journal)
+    s->journal_seq_ = opts.journal->record_create(s->path_of(log_file_suffix));
   return s;
 }
 
@@ -566,6 +570,8 @@ caf::error segment::append(std::string_view bytes, std::span<batch_position> bat
     }
     return err;
   }
+  if (opts_.journal)
+    journal_seq_ = opts_.journal->record_write(path_of(log_file_suffix), size_, bytes);
   auto pos = size_;
   for (auto& b : batches) {
     b.position = pos;
@@ -581,8 +587,12 @@ caf::error segment::append(std::string_view bytes, std::span<batch_position> bat
 caf::error segment::sync_log() {
   if (!dirty_ && !unconfirmed_)
     return caf::none;
-  if (auto err = log_->sync())
+  if (opts_.journal) {
+    if (auto err = opts_.journal->wait_durable(journal_seq_))
+      return err;
+  } else if (auto err = log_->sync()) {
     return err;
+  }
   dirty_ = false;
   unconfirmed_ = false;
   return caf::none;
@@ -594,6 +604,14 @@ std::shared_ptr<file_handle> segment::begin_sync_log() {
   dirty_ = false;
   unconfirmed_ = true;
   return log_;
+}
+
+bool segment::begin_journal_sync() {
+  if (!dirty_)
+    return false;
+  dirty_ = false;
+  unconfirmed_ = true;
+  return true;
 }
 
 void segment::confirm_sync(const file_handle* file) {
@@ -687,6 +705,8 @@ caf::expected<offset> segment::truncate_to(offset end) {
     return err;
   if (auto err = log_->truncate(pos))
     return err;
+  if (opts_.journal)
+    journal_seq_ = opts_.journal->record_truncate(path_of(log_file_suffix), pos);
   size_ = pos;
   end_ = new_end;
   dirty_ = true;
@@ -700,6 +720,8 @@ caf::error segment::remove_files() {
   log_.reset();
   if (auto err = fs_->remove(path_of(log_file_suffix)))
     return err;
+  if (opts_.journal)
+    journal_seq_ = opts_.journal->record_remove(path_of(log_file_suffix));
   if (auto err = fs_->remove(path_of(index_file_suffix)))
     return err;
   return fs_->remove(path_of(time_index_file_suffix));

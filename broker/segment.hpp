@@ -47,6 +47,7 @@ namespace ferry {
 
 class file_handle;
 class file_system;
+class node_journal;
 
 /// File name suffixes. A segment's files are named by its base offset,
 /// zero-padded to 20 digits: 00000000000000000042.log.
@@ -76,6 +77,11 @@ struct segment_options {
   uint32_t index_interval_bytes = 4096;
   /// Largest batch recovery accepts; a longer length field counts as damage.
   size_t max_batch_bytes = default_max_batch_bytes;
+  /// The node's journal (node_journal.hpp): when set, every change to the
+  /// .log file (create, write, truncate, remove) is recorded there after it
+  /// is applied, and sync_log() waits for the journal instead of syncing
+  /// the file. Null: the file is fdatasynced itself.
+  node_journal* journal = nullptr;
 };
 
 /// A read in progress, carried across segments by partition_log::read().
@@ -152,6 +158,14 @@ public:
   /// any other file: this segment was rolled or replaced meanwhile).
   void confirm_sync(const file_handle* file);
 
+  /// With a journal: like begin_sync_log(), but the durability comes from
+  /// the journal records of this segment. True if it was dirty; the caller
+  /// then waits for the journal up to its last record.
+  bool begin_journal_sync();
+
+  /// The journal covered the sync begun by begin_journal_sync().
+  void confirm_journal_sync() { unconfirmed_ = false; }
+
   /// Appends pending index entries to the index files (no sync).
   caf::error write_indexes();
 
@@ -227,6 +241,8 @@ private:
   bool dirty_ = false;
   // A sync begun by begin_sync_log() and not confirmed yet.
   bool unconfirmed_ = false;
+  // The newest journal record of this segment's log file (with a journal).
+  uint64_t journal_seq_ = 0;
 };
 
 } // namespace ferry

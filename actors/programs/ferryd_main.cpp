@@ -62,6 +62,7 @@
 #include "broker/metadata_writer.hpp"
 #include "broker/raft_core.hpp"
 #include "broker/security.hpp"
+#include "broker/node_journal.hpp"
 #include "broker/sync_pool.hpp"
 #include "metrics/exposer.hpp"
 #include "metrics/metrics.hpp"
@@ -340,6 +341,9 @@ struct options {
   /// Threads of the node's sync pool; 0: sync_pool::default_threads.
   int io_threads = 0;
   bool fetch_sessions = false;
+  std::string journal = "auto";
+  int journal_min_partitions = 64;
+  int journal_file_mb = 1024;
   /// Segment files open at once; 0: cached_file_system::default_max_open.
   int64_t max_open_files = 0;
   ferry::tls_settings tls;
@@ -429,6 +433,24 @@ int main(int argc, char** argv) {
                  "leader node in one request per round (one fetch loop per "
                  "pair of nodes; experimental, measured slower so far); "
                  "false (default): one long poll per partition");
+  app.add_option("--journal", opt.journal,
+                 "on: every partition's appends also go to one node journal "
+                 "(<data-dir>/journal), and one write + fdatasync of it makes a "
+                 "round of appends of all partitions durable; segment files are "
+                 "synced at checkpoints and the journal is replayed at start. "
+                 "off: each partition fdatasyncs its own segment file (syncfs "
+                 "for large rounds). auto (default): on for the partitions a "
+                 "node hosts beyond --journal-min-partitions")
+    ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--journal-min-partitions", opt.journal_min_partitions,
+                 "--journal auto: replicas spawned while the node hosts fewer "
+                 "than this many sync their own files")
+    ->check(CLI::Range(0, 1000000));
+  app.add_option("--journal-file-mb", opt.journal_file_mb,
+                 "size of a journal file; past it a new file starts and a "
+                 "checkpoint (syncfs of the data directory's file system) lets "
+                 "the older ones be deleted. Bounds the replay at start")
+    ->check(CLI::Range(1, 4096));
   app.add_option("--io-threads", opt.io_threads,
                  "threads that run the group commit's fdatasync for every "
                  "partition of this node (0: 4 per core, at least 4); "
@@ -773,10 +795,46 @@ int main(int argc, char** argv) {
         ? static_cast<size_t>(opt.max_open_files)
         : ferry::cached_file_system::default_max_open(nofile)};
     auto meta_writer = std::make_shared<ferry::metadata_writer>(shared_store);
+    // With the journal only the first few partitions sync their own files,
+    // each with its own fdatasync: a syncfs would write back every
+    // journaled partition's segment data too, on the ack path.
     auto sync = std::make_shared<ferry::sync_pool>(ferry::sync_pool_options{
-      opt.io_threads > 0
+      .threads = opt.io_threads > 0
         ? static_cast<size_t>(opt.io_threads)
-        : ferry::sync_pool::default_threads(std::thread::hardware_concurrency())});
+        : ferry::sync_pool::default_threads(std::thread::hardware_concurrency()),
+      .syncfs_threshold = opt.journal == "off" ? size_t{8} : size_t{0}});
+    // Before any replica opens its log: the journal's records are applied
+    // to the segment files first.
+    std::shared_ptr<ferry::node_journal> journal;
+    if (opt.journal != "off") {
+      ferry::journal_options jo;
+      jo.file_bytes = static_cast<uint64_t>(opt.journal_file_mb) << 20;
+      ferry::journal_replay_report jr;
+      auto j = ferry::node_journal::open(data_dir, jo, &jr);
+      if (!j) {
+        auto msg = ferry::describe(j.error());
+        ferry::log::critical("cannot open the node journal: {}", msg);
+        std::fprintf(stderr, "ferryd: cannot open the node journal: %s\n",
+                     msg.c_str());
+        ferry::log::flush();
+        return 1;
+      }
+      journal = std::move(*j);
+    } else {
+      // A journal left by a run with --journal=true must be applied before
+      // the logs open; it is then emptied and not written any more.
+      ferry::journal_options jo;
+      jo.threads = false;
+      auto j = ferry::node_journal::open(data_dir, jo);
+      if (!j) {
+        auto msg = ferry::describe(j.error());
+        ferry::log::critical("cannot replay the node journal: {}", msg);
+        std::fprintf(stderr, "ferryd: cannot replay the node journal: %s\n",
+                     msg.c_str());
+        ferry::log::flush();
+        return 1;
+      }
+    }
     caf::actor_system sys{cfg};
     ferry::node_config nc;
     nc.node_id = opt.node_id;
@@ -792,6 +850,9 @@ int main(int argc, char** argv) {
     nc.http_port = http ? http->port() : 0;
     // Replicas run on the scheduler; their fdatasync on these threads.
     nc.replica_defaults.sync = sync;
+    nc.replica_defaults.journal = journal;
+    nc.journal_min_replicas = opt.journal == "auto"
+      ? static_cast<size_t>(opt.journal_min_partitions) : 0;
     nc.replica_defaults.fs = &segment_files;
     nc.replica_defaults.meta_writer = meta_writer;
     nc.fetch_sessions = opt.fetch_sessions;

@@ -238,6 +238,12 @@ struct node_config {
   /// by default: measured slower so far (actors/README.md, "Fetch
   /// sessions").
   bool fetch_sessions = false;
+  /// With replica_defaults.journal: a replica spawned while the node hosts
+  /// fewer replicas than this syncs its own segment file instead (few
+  /// partitions: the journal's second copy of every byte costs more than
+  /// the few fdatasyncs it saves). A directory the journal has records of
+  /// (node_journal::adopted) always uses it. 0: every replica uses it.
+  size_t journal_min_replicas = 0;
   /// A new controller waits this long for brokers it has not seen yet.
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).

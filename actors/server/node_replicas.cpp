@@ -5,6 +5,8 @@
 
 #include "actors/server/node_internal.hpp"
 
+#include "broker/node_journal.hpp"
+
 #include "broker/metadata_writer.hpp"
 
 namespace ferry::node_detail {
@@ -33,6 +35,8 @@ void delete_replica_data(self_ptr self, const topic_partition& key) {
   std::filesystem::remove_all(dir, ec);
   if (ec)
     log::error("node: cannot delete {}: {}", dir.string(), ec.message());
+  else if (auto& j = st.cfg.replica_defaults.journal)
+    j->record_remove(dir);
   if (auto& w = st.cfg.replica_defaults.meta_writer) {
     // Behind any write the replica queued there before it died.
     if (auto k = metadata_format::encode_partition_key(key.topic, key.partition)) {
@@ -116,6 +120,9 @@ void spawn_replica(self_ptr self, const topic_partition& key,
                                 st.cfg.metrics, key.topic, key.partition)
                             : nullptr;
   rc.node_probe = st.probe;
+  if (rc.journal && st.replicas.size() + 1 < st.cfg.journal_min_replicas
+      && !rc.journal->adopted(rc.dir))
+    rc.journal = nullptr;
   // On the shared scheduler: fdatasync runs on rc.sync's threads (if set).
   r.handle = self->spawn(partition_replica, std::move(rc));
   r.config = md.config;

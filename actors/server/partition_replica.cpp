@@ -5,6 +5,7 @@
 #include "broker/metadata_store.hpp"
 #include "broker/metadata_writer.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/node_journal.hpp"
 #include "broker/sync_pool.hpp"
 #include "broker/topic_config.hpp"
 #include "metrics/node_probe.hpp"
@@ -346,7 +347,7 @@ bool start_sync(replica_ptr self) {
     fence(self, std::move(job.error()));
     return false;
   }
-  if (!job->file) {
+  if (!job->file && job->journal_seq == 0) {
     // Nothing dirty: durable already (a roll synced it, say).
     if (auto r = st.log->end_flush(*job, caf::none); !r) {
       fence(self, std::move(r.error()));
@@ -360,11 +361,15 @@ bool start_sync(replica_ptr self) {
   auto file = job->file;
   st.sync_job = std::move(*job);
   partition_actor me = self;
-  st.cfg.sync->submit(std::move(file), [slot, me](caf::error err) {
+  auto done = [slot, me](caf::error err) {
     slot->result = std::move(err);
     slot->done.store(true, std::memory_order_release);
     caf::anon_send(me, flush_atom_v);
-  });
+  };
+  if (st.sync_job->journal_seq != 0)
+    st.cfg.journal->when_durable(st.sync_job->journal_seq, std::move(done));
+  else
+    st.cfg.sync->submit(std::move(file), std::move(done));
   return true;
 }
 
@@ -385,7 +390,7 @@ void commit(replica_ptr self, bool inline_sync = false) {
   ++st.stats.commits;
   if (flush_needed(st)) {
     ++st.stats.log_flushes;
-    if (st.cfg.sync && !inline_sync) {
+    if ((st.cfg.sync || st.cfg.journal) && !inline_sync) {
       if (!start_sync(self))
         return;
     } else if (auto r = flush_log(st); !r) {
@@ -1346,7 +1351,7 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
   else
     st.checkpoint = std::make_unique<memory_checkpoint>();
   auto opened = partition_log::open(st.cfg.dir, st.log_cfg, st.checkpoint.get(),
-                                    st.cfg.fs, st.cfg.clock);
+                                    st.cfg.fs, st.cfg.clock, st.cfg.journal.get());
   if (!opened) {
     log::error("partition {}: cannot open log in {}: {}", name_of(st),
                st.cfg.dir.string(), opened.error());
@@ -1499,6 +1504,8 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
         if (ec)
           log::warn("partition {}: cannot delete {}: {}", name_of(st),
                     st.cfg.dir.string(), ec.message());
+        else if (st.cfg.journal)
+          st.cfg.journal->record_remove(st.cfg.dir);
         if (st.cfg.store && st.cfg.meta_writer) {
           if (auto key = snapshot_key(st)) {
             st.cfg.meta_writer->erase_later(metadata_format::partitions_db,

@@ -117,6 +117,7 @@ class file_system;
 class metadata_store;
 class metadata_writer;
 class sync_pool;
+class node_journal;
 
 namespace metrics {
 class node_probe;
@@ -214,6 +215,13 @@ struct partition_replica_config {
   /// pool's callback wakes it with a flush_atom. Null (the deterministic
   /// tests' default): the replica calls fdatasync itself, inline.
   std::shared_ptr<sync_pool> sync;
+  /// The node's journal (broker/node_journal.hpp). Set (ferryd, unless
+  /// --journal=false): the log records its file changes there and a group
+  /// commit waits for the journal's round (one write and one fdatasync for
+  /// every partition of the node) instead of syncing its own segment file;
+  /// the journal's callback wakes the replica with a flush_atom as the
+  /// pool's does. Removing the replica's directory is recorded there too.
+  std::shared_ptr<node_journal> journal;
   /// The node's batched metadata writes (with `store`): the tick's HW
   /// checkpoint and producer snapshot, and their erasure on delete, are
   /// queued there and written for many partitions in one LMDB transaction;

@@ -12,6 +12,7 @@
 #include "broker/file_system.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/node_journal.hpp"
 #include "broker/sync_pool.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -924,6 +925,89 @@ TEST_F(partition_replica_sync_test, produces_during_a_running_sync_share_the_nex
   }
   EXPECT_EQ(pool_->stats().fdatasyncs, 2u);
   EXPECT_EQ(state().log->durable_end(), offset{6});
+}
+
+// -- the node journal (cfg.journal) -------------------------------------------
+// With a journal the group commit waits for the journal's round (one write
+// and one fdatasync for every partition of the node) instead of syncing the
+// segment file. The journal has no threads here: the test runs its rounds.
+
+class partition_replica_journal_test : public partition_replica_test {
+protected:
+  void SetUp() override {
+    partition_replica_test::SetUp();
+    journal_options o;
+    o.threads = false;
+    auto j = node_journal::open(root_.path(), o);
+    ASSERT_TRUE(j) << describe(j.error());
+    journal_ = *j;
+    cfg_.journal = journal_;
+  }
+
+  void TearDown() override {
+    partition_replica_test::TearDown();
+    journal_.reset();
+  }
+
+  std::shared_ptr<node_journal> journal_;
+};
+
+TEST_F(partition_replica_journal_test, produces_are_acked_after_the_journal_round_not_a_file_sync) {
+  spawn();
+  journal_->run_pending(); // the segment's create record
+  auto syncs = faulty_.syncs_of(".log");
+  auto first = request(produce_atom_v, produce_req(make_batch({.records = 2})));
+  sched_->run();
+  EXPECT_EQ(answers_waiting(), 0u) << "acked before the journal round";
+  EXPECT_EQ(state().log->durable_end(), offset{0});
+  // More produces while the first commit waits: appended, one commit later.
+  std::vector<decltype(first)> more;
+  for (int i = 0; i < 3; ++i)
+    more.push_back(request(produce_atom_v, produce_req(make_batch({}))));
+  sched_->run();
+  EXPECT_EQ(state().log->log_end(), offset{5});
+  EXPECT_EQ(answers_waiting(), 0u);
+  EXPECT_GE(journal_->run_pending(), 4u) << "the appends' records";
+  sched_->run();
+  auto r = await<produce_response>(first);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->base_offset, offset{0});
+  journal_->run_pending();
+  sched_->run();
+  for (int i = 0; i < 3; ++i) {
+    auto m = await<produce_response>(more[i]);
+    ASSERT_OK(m);
+    EXPECT_EQ(m->base_offset, offset{i + 2});
+  }
+  EXPECT_EQ(state().log->durable_end(), offset{5});
+  EXPECT_EQ(state().log->high_watermark(), offset{5});
+  EXPECT_EQ(faulty_.syncs_of(".log"), syncs) << "the segment file was synced itself";
+  EXPECT_GE(journal_->stats().rounds, 2u);
+}
+
+TEST_F(partition_replica_journal_test, deleting_the_replica_is_recorded_so_a_replay_does_not_revive_it) {
+  spawn();
+  auto h = request(produce_atom_v, produce_req(make_batch({})));
+  sched_->run();
+  journal_->run_pending();
+  sched_->run();
+  ASSERT_OK(await<produce_response>(h));
+  auto stopped = request(stop_atom_v, true);
+  sched_->run();
+  journal_->run_pending();
+  EXPECT_FALSE(fs::exists(cfg_.dir));
+  EXPECT_TRUE(journal_->adopted(cfg_.dir));
+  // Replaying the journal (a restart) leaves the directory deleted.
+  journal_.reset();
+  cfg_.journal.reset();
+  journal_options o;
+  o.threads = false;
+  journal_replay_report rep;
+  auto j = node_journal::open(root_.path(), o, &rep);
+  ASSERT_TRUE(j) << describe(j.error());
+  EXPECT_GE(rep.records, 3u);
+  EXPECT_FALSE(fs::exists(cfg_.dir));
+  (void) stopped;
 }
 
 TEST_F(partition_replica_sync_test, a_failed_sync_on_the_pool_fences_the_replica) {

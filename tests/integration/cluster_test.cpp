@@ -695,6 +695,12 @@ TEST(Cluster, FetchSessionsKeepAckedWritesAcrossLeaderKills) {
   acked_writes_survive_leader_kills(40, 2, {"--fetch-sessions", "true"});
 }
 
+// Every replica on the node journal (ferryd --journal on): followers and
+// leaders ack after the journal round; killed leaders replay it.
+TEST(Cluster, NodeJournalKeepsAckedWritesAcrossLeaderKills) {
+  acked_writes_survive_leader_kills(40, 2, {"--journal", "on"});
+}
+
 // -- 3 ------------------------------------------------------------------------
 
 TEST(Cluster, FollowerRestartCatchesUp) {

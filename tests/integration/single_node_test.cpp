@@ -548,9 +548,11 @@ TEST(SingleNode, SigkillWhileProducingKeepsEveryAckedBatchOnceInOrder) {
 // multi-partition request, SIGKILL in the middle. After the restart every
 // acknowledged batch is in its partition exactly once, at its offset, in
 // order, and the node never held more descriptors than its bound allows.
-TEST(SingleNode, SigkillAcrossManyPartitionsOnFewDescriptorsKeepsAckedBatches) {
+void sigkill_across_many_partitions(std::vector<std::string> extra_args) {
   constexpr int partitions = 64;
-  ferryd_process d{{"--max-open-files", "32", "--io-threads", "2"}};
+  std::vector<std::string> args{"--max-open-files", "32", "--io-threads", "2"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  ferryd_process d{args};
   ASSERT_STARTED(d);
   auto open_fds = [](pid_t pid) {
     size_t n = 0;
@@ -632,6 +634,17 @@ TEST(SingleNode, SigkillAcrossManyPartitionsOnFewDescriptorsKeepsAckedBatches) {
     }
   }
   EXPECT_EQ(d.stop(), 0) << d.output();
+}
+
+TEST(SingleNode, SigkillAcrossManyPartitionsOnFewDescriptorsKeepsAckedBatches) {
+  sigkill_across_many_partitions({});
+}
+
+// The same with every partition on the node journal (ferryd --journal on:
+// acks after the journal's write + fdatasync, segment files unsynced, the
+// journal replayed into them at the restart).
+TEST(SingleNode, SigkillWithTheNodeJournalKeepsAckedBatches) {
+  sigkill_across_many_partitions({"--journal", "on"});
 }
 
 TEST(SingleNode, SecondFerrydOnTheSamePortFailsClearly) {

@@ -1,0 +1,396 @@
+// node_journal: partition logs whose durability comes from one node journal.
+// A crash is simulated by copying the data directory while the journal and
+// the logs are open (what a round wrote and synced is what the copy has),
+// then damaging the copy's segment files as a lost page cache would, then
+// replaying the copy's journal and opening its logs.
+
+#include "tests/temp_dir.hpp"
+#include "broker/node_journal.hpp"
+#include "broker/partition_checkpoint.hpp"
+#include "broker/partition_log.hpp"
+#include "broker/record_batch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace ferry;
+namespace fs = std::filesystem;
+
+namespace {
+
+using test::temp_dir;
+
+std::string make_batch(int n, char fill, size_t value_size = 30) {
+  std::vector<record> recs;
+  for (int i = 0; i < n; ++i) {
+    record r;
+    r.offset_delta = i;
+    r.timestamp = 1000 + i;
+    r.key = "k" + std::to_string(i);
+    r.value = std::string(value_size, fill);
+    recs.push_back(std::move(r));
+  }
+  auto b = encode_batch(batch_meta{}, recs);
+  EXPECT_TRUE(b) << describe(b.error());
+  return b ? *b : std::string{};
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in{p, std::ios::binary};
+  return {std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+}
+
+void write_bytes(const fs::path& p, std::string_view bytes) {
+  std::ofstream out{p, std::ios::binary | std::ios::trunc};
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// The values' first characters of every record in the log, in order: a
+/// compact picture of its content ("aab" = two records of batch 'a', one 'b').
+std::string content(partition_log& log) {
+  std::string out;
+  auto from = log.log_start();
+  while (from < log.log_end()) {
+    auto r = log.read(from, 1 << 20, log.log_end());
+    EXPECT_TRUE(r) << describe(r.error());
+    if (!r || r->batches == 0)
+      break;
+    std::string_view in = r->data;
+    while (!in.empty()) {
+      auto h = parse_batch_header(in);
+      EXPECT_TRUE(h) << describe(h.error());
+      if (!h)
+        return out;
+      auto b = decode_batch(in.substr(0, h->total_size()));
+      EXPECT_TRUE(b) << describe(b.error());
+      if (!b)
+        return out;
+      for (auto& rec : b->records)
+        out += (!rec.value || rec.value->empty()) ? '?' : (*rec.value)[0];
+      in.remove_prefix(h->total_size());
+    }
+    from = r->next_offset;
+  }
+  return out;
+}
+
+caf::expected<append_info> append(partition_log& log, std::string batch) {
+  return log.append(std::span<char>{batch.data(), batch.size()});
+}
+
+/// A log and its checkpoint under `root`/topics/t-0, journaled.
+struct journaled_log {
+  memory_checkpoint ckpt;
+  std::unique_ptr<partition_log> log;
+
+  static fs::path dir(const fs::path& root) { return root / "topics" / "t-0"; }
+
+  caf::error open(const fs::path& root, node_journal* j, log_config cfg = {}) {
+    auto l = partition_log::open(dir(root), cfg, &ckpt, nullptr, {}, j);
+    if (!l)
+      return l.error();
+    log = std::move(*l);
+    return caf::none;
+  }
+};
+
+/// Group commit as a replica does it: begin_flush, wait for the journal
+/// (threads off: run its round here), end_flush.
+void commit(partition_log& log, node_journal& j) {
+  auto job = log.begin_flush();
+  ASSERT_TRUE(job) << describe(job.error());
+  ASSERT_EQ(job->file, nullptr) << "a journaled log never syncs its own file";
+  caf::error result;
+  bool called = false;
+  if (job->journal_seq != 0) {
+    j.when_durable(job->journal_seq, [&](caf::error e) {
+      result = std::move(e);
+      called = true;
+    });
+    j.run_pending();
+    ASSERT_TRUE(called);
+  }
+  auto r = log.end_flush(*job, std::move(result));
+  ASSERT_TRUE(r) << describe(r.error());
+}
+
+journal_options no_threads() {
+  journal_options o;
+  o.threads = false;
+  return o;
+}
+
+fs::path copy_of(const fs::path& from, const fs::path& to) {
+  fs::remove_all(to);
+  fs::copy(from, to, fs::copy_options::recursive);
+  return to;
+}
+
+std::vector<fs::path> journal_files(const fs::path& root) {
+  std::vector<fs::path> out;
+  for (auto& e : fs::directory_iterator{node_journal::dir_of(root)})
+    out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+fs::path only_segment(const fs::path& root) {
+  for (auto& e : fs::directory_iterator{journaled_log::dir(root)})
+    if (e.path().extension() == ".log")
+      return e.path();
+  return {};
+}
+
+} // namespace
+
+TEST(node_journal, acked_appends_survive_losing_every_unsynced_segment_write) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get()));
+  for (char c : std::string{"abcde"}) {
+    ASSERT_TRUE(append(*l.log, make_batch(3, c)));
+    commit(*l.log, **j);
+  }
+  EXPECT_EQ(l.log->durable_end(), offset{15});
+  EXPECT_EQ(content(*l.log), "aaabbbcccdddeee");
+  // An append not committed yet: in the segment file, not in the journal.
+  ASSERT_TRUE(append(*l.log, make_batch(2, 'f')));
+
+  // The crash: the page cache of the segment file is lost entirely.
+  auto crashed = copy_of(root, tmp.path() / "crashed");
+  auto seg = only_segment(crashed);
+  ASSERT_FALSE(seg.empty());
+  write_bytes(seg, "");
+  fs::remove(seg.parent_path() / (seg.stem().string() + ".index"));
+
+  journal_replay_report rep;
+  auto j2 = node_journal::open(crashed, no_threads(), &rep);
+  ASSERT_TRUE(j2) << describe(j2.error());
+  EXPECT_EQ(rep.files, 1u);
+  EXPECT_EQ(rep.records, 6u); // create + 5 writes
+  EXPECT_EQ(rep.torn_bytes, 0u);
+  journaled_log back;
+  ASSERT_FALSE(back.open(crashed, j2->get()));
+  EXPECT_EQ(content(*back.log), "aaabbbcccdddeee");
+  EXPECT_EQ(back.log->log_end(), offset{15});
+  // Replayed and made durable: the journal starts empty.
+  EXPECT_EQ(journal_files(crashed).size(), 1u);
+  EXPECT_EQ(fs::file_size(journal_files(crashed)[0]), 8u);
+}
+
+TEST(node_journal, a_torn_journal_gives_a_prefix_of_the_recorded_history_at_every_byte) {
+  // History: a, b, truncate to after a, c, then a roll and d in a new
+  // segment. At every cut of the journal file the replayed log must hold
+  // exactly what the history had after the last whole record.
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get()));
+  std::vector<std::pair<uint64_t, std::string>> states; // journal size -> content
+  auto jfile = journal_files(root).at(0);
+  auto note = [&] {
+    (*j)->run_pending();
+    states.emplace_back(fs::file_size(jfile), content(*l.log));
+  };
+  note();
+  ASSERT_TRUE(append(*l.log, make_batch(2, 'a')));
+  note();
+  ASSERT_TRUE(append(*l.log, make_batch(3, 'b')));
+  note();
+  ASSERT_TRUE(l.log->truncate_to(offset{2}));
+  note();
+  ASSERT_TRUE(append(*l.log, make_batch(2, 'c')));
+  note();
+  ASSERT_FALSE(l.log->roll());
+  note();
+  ASSERT_TRUE(append(*l.log, make_batch(1, 'd')));
+  note();
+  auto journal = file_bytes(jfile);
+  ASSERT_EQ(journal.size(), states.back().first);
+  // What the segment files held at the crash: either nothing was written
+  // back, or everything was (the journal replays over both).
+  for (int disk = 0; disk < 2; ++disk) {
+    for (size_t cut = 0; cut <= journal.size(); ++cut) {
+      SCOPED_TRACE("segments " + std::string{disk == 0 ? "empty" : "full"}
+                   + ", journal cut at " + std::to_string(cut));
+      auto crashed = copy_of(root, tmp.path() / "crashed");
+      if (disk == 0)
+        fs::remove_all(journaled_log::dir(crashed));
+      else if (cut < states[5].first)
+        // The roll waited for the journal before it created the next
+        // segment: that file cannot exist unless the journal up to the
+        // roll is durable.
+        for (auto& e : fs::directory_iterator{journaled_log::dir(crashed)})
+          if (e.path().stem() != "00000000000000000000")
+            fs::remove(e.path());
+      write_bytes(journal_files(crashed).at(0), std::string_view{journal}.substr(0, cut));
+      std::string expect;
+      for (auto& [size, c] : states)
+        if (size <= cut)
+          expect = c;
+      journal_replay_report rep;
+      auto j2 = node_journal::open(crashed, no_threads(), &rep);
+      ASSERT_TRUE(j2) << describe(j2.error());
+      journaled_log back;
+      ASSERT_FALSE(back.open(crashed, j2->get()));
+      auto got = content(*back.log);
+      // With nothing replayed the segment keeps what was written back (data
+      // never acknowledged, which the log may keep); else exactly the state
+      // after the last whole record.
+      if (disk == 0 || cut >= states[0].first)
+        EXPECT_EQ(got, expect);
+      if (cut > 8 && cut < journal.size()
+          && std::none_of(states.begin(), states.end(),
+                          [&](auto& s) { return s.first == cut; }))
+        EXPECT_GT(rep.torn_bytes, 0u);
+      // Appending after the recovery works and survives another replay.
+      ASSERT_TRUE(append(*back.log, make_batch(1, 'z')));
+      commit(*back.log, **j2);
+      EXPECT_EQ(content(*back.log), got + "z");
+    }
+  }
+}
+
+TEST(node_journal, checkpoints_delete_old_journal_files_and_keep_the_data) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto opts = no_threads();
+  opts.file_bytes = 1024; // a new file (and a checkpoint) every ~1 KB
+  auto j = node_journal::open(root, opts);
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get()));
+  std::string expect;
+  for (int i = 0; i < 40; ++i) {
+    char c = static_cast<char>('a' + i % 26);
+    ASSERT_TRUE(append(*l.log, make_batch(2, c, 100)));
+    commit(*l.log, **j);
+    expect += std::string(2, c);
+  }
+  auto st = (*j)->stats();
+  EXPECT_GT(st.checkpoints, 5u);
+  EXPECT_LE(journal_files(root).size(), 2u) << "old journal files are deleted";
+  EXPECT_EQ(st.files, journal_files(root).size());
+  // A crash now: the segment holds what the checkpoints synced, the
+  // journal the rest; the page cache of the segment since the last
+  // checkpoint is not lost here (syncfs wrote it), so cut it to what the
+  // journal's first remaining record does not cover to be sure the replay
+  // restores it.
+  auto crashed = copy_of(root, tmp.path() / "crashed");
+  journal_replay_report rep;
+  auto j2 = node_journal::open(crashed, no_threads(), &rep);
+  ASSERT_TRUE(j2) << describe(j2.error());
+  EXPECT_LT(rep.records, 40u);
+  journaled_log back;
+  ASSERT_FALSE(back.open(crashed, j2->get()));
+  EXPECT_EQ(content(*back.log), expect);
+}
+
+TEST(node_journal, a_removed_and_recreated_partition_gets_only_its_new_data) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  {
+    journaled_log old;
+    ASSERT_FALSE(old.open(root, j->get()));
+    ASSERT_TRUE(append(*old.log, make_batch(4, 'o')));
+    commit(*old.log, **j);
+    ASSERT_FALSE(old.log->close());
+  }
+  // The topic is deleted: its directory goes, and the removal is recorded.
+  fs::remove_all(journaled_log::dir(root));
+  (*j)->record_remove(journaled_log::dir(root));
+  journaled_log fresh;
+  ASSERT_FALSE(fresh.open(root, j->get()));
+  ASSERT_TRUE(append(*fresh.log, make_batch(1, 'n')));
+  commit(*fresh.log, **j);
+  for (int lost = 0; lost < 2; ++lost) {
+    SCOPED_TRACE(lost ? "segment page cache lost" : "segment written back");
+    auto crashed = copy_of(root, tmp.path() / "crashed");
+    if (lost)
+      write_bytes(only_segment(crashed), "");
+    auto j2 = node_journal::open(crashed, no_threads());
+    ASSERT_TRUE(j2) << describe(j2.error());
+    journaled_log back;
+    ASSERT_FALSE(back.open(crashed, j2->get()));
+    EXPECT_EQ(content(*back.log), "n");
+  }
+}
+
+TEST(node_journal, damage_before_the_last_file_is_an_error_not_a_torn_tail) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  {
+    auto j = node_journal::open(root, no_threads());
+    ASSERT_TRUE(j) << describe(j.error());
+    journaled_log l;
+    ASSERT_FALSE(l.open(root, j->get()));
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(append(*l.log, make_batch(2, 'x', 300)));
+      commit(*l.log, **j);
+    }
+    copy_of(root, tmp.path() / "crashed");
+  }
+  auto crashed = tmp.path() / "crashed";
+  auto files = journal_files(crashed);
+  ASSERT_EQ(files.size(), 1u);
+  auto bytes = file_bytes(files[0]);
+  ASSERT_GT(bytes.size(), 100u);
+  // A later file exists, so damage in this one cannot be a torn write.
+  write_bytes(files[0].parent_path() / "00000000000000099999.journal", "FRYJNL01");
+  bytes[bytes.size() - 50] ^= 0x5a;
+  write_bytes(files[0], bytes);
+  auto j2 = node_journal::open(crashed, no_threads());
+  ASSERT_FALSE(j2);
+  EXPECT_EQ(code_of(j2.error()), ec::corrupt_segment) << describe(j2.error());
+  EXPECT_NE(describe(j2.error()).find("not the last file"), std::string::npos)
+    << describe(j2.error());
+  // The same damage in the last file is a torn tail: cut, and the rest
+  // replayed.
+  fs::remove(files[0].parent_path() / "00000000000000099999.journal");
+  journal_replay_report rep;
+  auto j3 = node_journal::open(crashed, no_threads(), &rep);
+  ASSERT_TRUE(j3) << describe(j3.error());
+  EXPECT_GT(rep.torn_bytes, 0u);
+  EXPECT_NE(rep.reason.find("crc mismatch"), std::string::npos) << rep.reason;
+}
+
+TEST(node_journal, writer_thread_completes_waiters_in_rounds) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root);
+  ASSERT_TRUE(j) << describe(j.error());
+  std::atomic<int> done{0};
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 200; ++i) {
+    auto seq = (*j)->record_write(root / "topics" / "x.log", static_cast<uint64_t>(i) * 10,
+                                  std::string(10, 'p'));
+    (*j)->when_durable(seq, [&](caf::error e) {
+      EXPECT_FALSE(e);
+      ++done;
+    });
+  }
+  EXPECT_FALSE((*j)->wait_durable((*j)->last_seq()));
+  for (int i = 0; i < 500 && done < 200; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  EXPECT_EQ(done, 200);
+  auto st = (*j)->stats();
+  EXPECT_EQ(st.records, 200u);
+  EXPECT_GE(st.rounds, 1u);
+  EXPECT_LE(st.rounds, 200u);
+}
