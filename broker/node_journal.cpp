@@ -74,27 +74,71 @@ caf::error sync_dir(const std::filesystem::path& dir) {
   return err;
 }
 
-caf::expected<std::string> read_file(const std::filesystem::path& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return io_error("open of " + p.string());
-  std::string out;
-  struct stat sb{};
-  if (::fstat(fd, &sb) == 0)
-    out.resize(static_cast<size_t>(sb.st_size));
-  size_t got = 0;
-  while (got < out.size()) {
-    auto n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    got += static_cast<size_t>(n);
+/// Reads a journal file front to back in chunks (a journal file can be
+/// larger than the memory it is worth holding at once).
+class chunked_reader {
+public:
+  ~chunked_reader() {
+    if (fd_ >= 0)
+      ::close(fd_);
   }
-  ::close(fd);
-  out.resize(got);
-  return out;
-}
+
+  caf::error open(const std::filesystem::path& p) {
+    path_ = p;
+    fd_ = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0)
+      return io_error("open of " + p.string());
+    struct stat sb{};
+    if (::fstat(fd_, &sb) != 0)
+      return io_error("stat of " + p.string());
+    size_ = static_cast<uint64_t>(sb.st_size);
+    return caf::none;
+  }
+
+  uint64_t size() const { return size_; }
+  uint64_t position() const { return base_ + at_; }
+
+  /// The next `n` bytes (fewer at the end of the file); valid until the
+  /// next call.
+  caf::expected<std::string_view> take(size_t n) {
+    if (buf_.size() - at_ < n) {
+      buf_.erase(0, at_);
+      base_ += at_;
+      at_ = 0;
+      while (buf_.size() < n && base_ + buf_.size() < size_) {
+        auto want = std::max<size_t>(n - buf_.size(), chunk);
+        want = static_cast<size_t>(
+          std::min<uint64_t>(want, size_ - base_ - buf_.size()));
+        auto old = buf_.size();
+        buf_.resize(old + want);
+        auto r = ::pread(fd_, buf_.data() + old, want,
+                         static_cast<off_t>(base_ + old));
+        if (r < 0 && errno == EINTR) {
+          buf_.resize(old);
+          continue;
+        }
+        if (r < 0)
+          return io_error("read of " + path_.string());
+        buf_.resize(old + static_cast<size_t>(r));
+        if (r == 0)
+          break;
+      }
+    }
+    auto got = std::min(n, buf_.size() - at_);
+    std::string_view out{buf_.data() + at_, got};
+    at_ += got;
+    return out;
+  }
+
+private:
+  static constexpr size_t chunk = 8u << 20;
+  std::filesystem::path path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  uint64_t base_ = 0;
+  size_t at_ = 0;
+  std::string buf_;
+};
 
 /// Applies records to the files under a root, keeping files open between
 /// records.
@@ -236,14 +280,13 @@ node_journal::open(const std::filesystem::path& root, journal_options opts,
     for (size_t i = 0; i < files.size(); ++i) {
       bool last = i + 1 == files.size();
       auto path = j->dir_ / file_name(files[i]);
-      auto text = read_file(path);
-      if (!text)
-        return std::move(text.error());
+      chunked_reader in;
+      if (auto err = in.open(path))
+        return err;
       ++rep.files;
-      std::string_view in = *text;
       auto damaged = [&](uint64_t pos, const std::string& why) -> caf::error {
         if (last) {
-          rep.torn_bytes = text->size() - pos;
+          rep.torn_bytes = in.size() - pos;
           rep.reason = why + " at position " + std::to_string(pos) + " of "
                        + path.filename().string();
           return caf::none;
@@ -253,53 +296,63 @@ node_journal::open(const std::filesystem::path& root, journal_options opts,
                             + " at position " + std::to_string(pos)
                             + " (not the last file, so not a torn write)");
       };
-      if (in.size() < file_magic.size()
-          || in.substr(0, file_magic.size()) != file_magic) {
+      auto head = in.take(file_magic.size());
+      if (!head)
+        return std::move(head.error());
+      if (*head != file_magic) {
         // A file started just before the crash, its header not durable yet.
         if (auto err = damaged(0, "no journal header"))
           return err;
         continue;
       }
-      size_t pos = file_magic.size();
       caf::error stop;
-      while (pos < in.size()) {
-        auto rest = in.substr(pos);
-        if (rest.size() < record_header) {
-          stop = damaged(pos, "short record header");
+      bool torn = false;
+      while (in.position() < in.size()) {
+        auto pos = in.position();
+        auto fail = [&](const std::string& why) {
+          stop = damaged(pos, why);
+          torn = true;
+        };
+        auto hdr = in.take(record_header);
+        if (!hdr)
+          return std::move(hdr.error());
+        if (hdr->size() < record_header) {
+          fail("short record header");
           break;
         }
-        auto len = be::load<uint32_t>(rest.data());
-        auto crc = be::load<uint32_t>(rest.data() + 4);
+        auto len = be::load<uint32_t>(hdr->data());
+        auto crc = be::load<uint32_t>(hdr->data() + 4);
         if (len < body_fixed || len > max_record) {
-          stop = damaged(pos, "impossible record length " + std::to_string(len));
+          fail("impossible record length " + std::to_string(len));
           break;
         }
-        if (rest.size() < record_header + len) {
-          stop = damaged(pos, "record cut short");
+        auto body = in.take(len);
+        if (!body)
+          return std::move(body.error());
+        if (body->size() < len) {
+          fail("record cut short");
           break;
         }
-        auto body = rest.substr(record_header, len);
-        if (crc32c(body.data(), body.size()) != crc) {
-          stop = damaged(pos, "crc mismatch");
+        if (crc32c(body->data(), body->size()) != crc) {
+          fail("crc mismatch");
           break;
         }
-        auto type = static_cast<uint8_t>(body[0]);
-        auto plen = be::load<uint16_t>(body.data() + 1);
-        if (body_fixed + plen > body.size()) {
-          stop = damaged(pos, "path longer than its record");
+        auto type = static_cast<uint8_t>((*body)[0]);
+        auto plen = be::load<uint16_t>(body->data() + 1);
+        if (body_fixed + plen > body->size()) {
+          fail("path longer than its record");
           break;
         }
-        auto rel = body.substr(3, plen);
-        auto arg = be::load<uint64_t>(body.data() + 3 + plen);
-        auto data = body.substr(body_fixed + plen);
+        auto rel = body->substr(3, plen);
+        auto arg = be::load<uint64_t>(body->data() + 3 + plen);
+        auto data = body->substr(body_fixed + plen);
         if (auto err = apply.apply(type, rel, arg, data))
           return err;
         ++rep.records;
-        pos += record_header + len;
       }
       if (stop)
         return stop;
-      if (pos < in.size())
+      if (torn)
         break; // the torn tail of the last file
     }
   }

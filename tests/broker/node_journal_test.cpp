@@ -394,3 +394,31 @@ TEST(node_journal, writer_thread_completes_waiters_in_rounds) {
   EXPECT_GE(st.rounds, 1u);
   EXPECT_LE(st.rounds, 200u);
 }
+
+TEST(node_journal, a_journal_larger_than_the_replay_buffer_replays_every_record) {
+  // Records of 300 KB, 40 of them: 12 MB, so records straddle the 8 MB
+  // chunks the replay reads in.
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  auto file = root / "topics" / "big-0" / "00000000000000000000.log";
+  fs::create_directories(file.parent_path());
+  write_bytes(file, "");
+  (*j)->record_create(file);
+  std::string expect;
+  for (int i = 0; i < 40; ++i) {
+    std::string chunk(300 * 1024 + static_cast<size_t>(i), static_cast<char>('A' + i % 26));
+    (*j)->record_write(file, expect.size(), chunk);
+    expect += chunk;
+  }
+  EXPECT_EQ((*j)->run_pending(), 41u);
+  auto crashed = copy_of(root, tmp.path() / "crashed");
+  write_bytes(crashed / "topics" / "big-0" / "00000000000000000000.log", "");
+  journal_replay_report rep;
+  auto j2 = node_journal::open(crashed, no_threads(), &rep);
+  ASSERT_TRUE(j2) << describe(j2.error());
+  EXPECT_EQ(rep.records, 41u);
+  EXPECT_EQ(rep.torn_bytes, 0u) << rep.reason;
+  EXPECT_TRUE(file_bytes(crashed / "topics" / "big-0" / "00000000000000000000.log") == expect);
+}
