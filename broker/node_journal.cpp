@@ -399,6 +399,16 @@ node_journal::~node_journal() {
   }
   if (fd_ >= 0)
     ::close(fd_);
+  fd_ = -1;
+  // A clean stop: everything recorded is written; once the segment files
+  // hold it durably the journal is not needed, and the next start has
+  // nothing to replay. (Owners close their logs before the journal goes.)
+  if (!failed_ && root_fd_ >= 0 && !posix_io::syncfs(root_fd_, root_)) {
+    std::error_code ec;
+    for (auto i = oldest_file_; i <= file_index_; ++i)
+      std::filesystem::remove(dir_ / file_name(i), ec);
+    (void) sync_dir(dir_);
+  }
   if (root_fd_ >= 0)
     ::close(root_fd_);
 }

@@ -30,6 +30,10 @@
 // the result is made durable (syncfs), the journal files are deleted and a
 // new one is started. The format is in FORMAT.md, "Node journal".
 //
+// Destroying the journal writes what is queued, then (a clean stop) syncs
+// the file system and deletes the journal files: the next open has nothing
+// to replay. Owners close their logs first.
+//
 // Thread-safe. record_*() take a mutex and copy the bytes; they never block
 // on the disk. A failed write or sync is permanent: every waiter, present
 // and future, gets the error (nothing after it can be trusted to be durable),

@@ -85,7 +85,16 @@ struct registry::families {
                              "Failed client requests by error code")),
       forwarded(counter(r, "ferry_forwarded_requests_total",
                         "Client partition requests this node relayed to "
-                        "the node leading the partition")) {
+                        "the node leading the partition")),
+      journal_rounds(counter(r, "ferry_journal_rounds_total",
+                             "Write + fdatasync rounds of the node journal")),
+      journal_bytes(counter(r, "ferry_journal_bytes_total",
+                            "Bytes written to the node journal")),
+      journal_checkpoints(counter(r, "ferry_journal_checkpoints_total",
+                                  "Node journal checkpoints (syncfs, then "
+                                  "older journal files deleted)")),
+      journal_files(gauge(r, "ferry_journal_files",
+                          "Node journal files on disk")) {
   }
 
   static gauges& gauge(prometheus::Registry& r, const char* name,
@@ -129,6 +138,10 @@ struct registry::families {
   gauges& raft_commit_index;
   counters& request_errors;
   counters& forwarded;
+  counters& journal_rounds;
+  counters& journal_bytes;
+  counters& journal_checkpoints;
+  gauges& journal_files;
 };
 
 registry::registry()
@@ -175,6 +188,10 @@ prometheus::Family<prometheus::Gauge>& registry::raft_is_leader() { return famil
 prometheus::Family<prometheus::Gauge>& registry::raft_commit_index() { return families_->raft_commit_index; }
 prometheus::Family<prometheus::Counter>& registry::request_errors_total() { return families_->request_errors; }
 prometheus::Family<prometheus::Counter>& registry::forwarded_requests_total() { return families_->forwarded; }
+prometheus::Family<prometheus::Counter>& registry::journal_rounds_total() { return families_->journal_rounds; }
+prometheus::Family<prometheus::Counter>& registry::journal_bytes_total() { return families_->journal_bytes; }
+prometheus::Family<prometheus::Counter>& registry::journal_checkpoints_total() { return families_->journal_checkpoints; }
+prometheus::Family<prometheus::Gauge>& registry::journal_files() { return families_->journal_files; }
 // clang-format on
 
 template <class T>

@@ -127,6 +127,13 @@ public:
   /// leading the partition. Clients that send to partition leaders directly
   /// (the producer and consumer of the client library) keep it near 0.
   prometheus::Family<prometheus::Counter>& forwarded_requests_total();
+  /// ferry_journal_rounds_total, ferry_journal_bytes_total,
+  /// ferry_journal_checkpoints_total (counters) and ferry_journal_files
+  /// (gauge): the node journal (broker/node_journal.hpp), when it is on.
+  prometheus::Family<prometheus::Counter>& journal_rounds_total();
+  prometheus::Family<prometheus::Counter>& journal_bytes_total();
+  prometheus::Family<prometheus::Counter>& journal_checkpoints_total();
+  prometheus::Family<prometheus::Gauge>& journal_files();
 
   // -- series lifetime --------------------------------------------------------
 

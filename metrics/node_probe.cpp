@@ -12,6 +12,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -37,6 +38,32 @@ node_probe::~node_probe() {
     r.release(r.request_errors_total(), labels{{"code", code}});
   for (const auto& [kind, counter] : forwarded_)
     r.release(r.forwarded_requests_total(), labels{{"kind", kind}});
+  if (journal_rounds_) {
+    r.release(r.journal_rounds_total(), {});
+    r.release(r.journal_bytes_total(), {});
+    r.release(r.journal_checkpoints_total(), {});
+    r.release(r.journal_files(), {});
+  }
+}
+
+void node_probe::journal(uint64_t rounds, uint64_t bytes, uint64_t checkpoints,
+                         uint64_t files) {
+  std::lock_guard lk{journal_mtx_};
+  auto& r = *reg_;
+  if (!journal_rounds_) {
+    journal_rounds_ = &r.acquire(r.journal_rounds_total(), {});
+    journal_bytes_ = &r.acquire(r.journal_bytes_total(), {});
+    journal_checkpoints_ = &r.acquire(r.journal_checkpoints_total(), {});
+    journal_files_ = &r.acquire(r.journal_files(), {});
+  }
+  uint64_t now[3] = {rounds, bytes, checkpoints};
+  prometheus::Counter* c[3] = {journal_rounds_, journal_bytes_, journal_checkpoints_};
+  for (int i = 0; i < 3; ++i) {
+    if (now[i] > journal_seen_[i])
+      c[i]->Increment(static_cast<double>(now[i] - journal_seen_[i]));
+    journal_seen_[i] = std::max(journal_seen_[i], now[i]);
+  }
+  journal_files_->Set(static_cast<double>(files));
 }
 
 void node_probe::disk(uint64_t used_bytes, uint64_t free_bytes) {

@@ -53,6 +53,11 @@ public:
   /// keep their last values).
   caf::error sample_disk(const std::filesystem::path& data_dir);
 
+  /// The node journal's totals so far (counters move by the difference to
+  /// the last call; the series appear on the first call).
+  void journal(uint64_t rounds, uint64_t bytes, uint64_t checkpoints,
+               uint64_t files);
+
   /// The metadata quorum as this node knows it.
   void raft(int64_t term, bool is_leader, int64_t commit_index);
 
@@ -74,6 +79,12 @@ private:
   prometheus::Gauge* raft_term_;
   prometheus::Gauge* raft_is_leader_;
   prometheus::Gauge* raft_commit_index_;
+  std::mutex journal_mtx_;
+  prometheus::Counter* journal_rounds_ = nullptr;
+  prometheus::Counter* journal_bytes_ = nullptr;
+  prometheus::Counter* journal_checkpoints_ = nullptr;
+  prometheus::Gauge* journal_files_ = nullptr;
+  uint64_t journal_seen_[3] = {0, 0, 0};
   /// Counters by one label's value, added on first use.
   using counters = std::map<std::string, prometheus::Counter*, std::less<>>;
 

@@ -4,6 +4,8 @@
 
 #include "actors/server/node_internal.hpp"
 
+#include "broker/node_journal.hpp"
+
 namespace ferry::node_detail {
 
 /// Samples the data dir's disk into `probe` now and every `interval` until
@@ -11,9 +13,14 @@ namespace ferry::node_detail {
 caf::behavior disk_sampler(caf::event_based_actor* self,
                            std::shared_ptr<metrics::node_probe> probe,
                            std::filesystem::path dir, caf::timespan interval,
-                           caf::actor_addr node) {
+                           caf::actor_addr node,
+                           std::shared_ptr<node_journal> journal) {
   auto failing = std::make_shared<bool>(false);
-  auto sample = [probe, dir, failing] {
+  auto sample = [probe, dir, failing, journal] {
+    if (journal) {
+      auto js = journal->stats();
+      probe->journal(js.rounds, js.bytes, js.checkpoints, js.files);
+    }
     auto err = probe->sample_disk(dir);
     if (err && !*failing)
       log::warn("node: cannot sample the disk of {}: {}", dir.string(), err);

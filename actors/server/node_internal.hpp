@@ -433,6 +433,7 @@ void raft_status_changed(self_ptr self, const raft_status& rs);
 caf::behavior disk_sampler(caf::event_based_actor* self,
                            std::shared_ptr<metrics::node_probe> probe,
                            std::filesystem::path dir, caf::timespan interval,
-                           caf::actor_addr node);
+                           caf::actor_addr node,
+                           std::shared_ptr<node_journal> journal);
 
 } // namespace ferry::node_detail

@@ -997,16 +997,20 @@ TEST_F(partition_replica_journal_test, deleting_the_replica_is_recorded_so_a_rep
   journal_->run_pending();
   EXPECT_FALSE(fs::exists(cfg_.dir));
   EXPECT_TRUE(journal_->adopted(cfg_.dir));
-  // Replaying the journal (a restart) leaves the directory deleted.
-  journal_.reset();
-  cfg_.journal.reset();
+  // A crash now: replaying the journal leaves the directory deleted.
+  auto crashed = root_.path().parent_path()
+                 / (root_.path().filename().string() + "-crashed");
+  fs::remove_all(crashed);
+  fs::copy(root_.path(), crashed, fs::copy_options::recursive);
   journal_options o;
   o.threads = false;
   journal_replay_report rep;
-  auto j = node_journal::open(root_.path(), o, &rep);
+  auto j = node_journal::open(crashed, o, &rep);
   ASSERT_TRUE(j) << describe(j.error());
-  EXPECT_GE(rep.records, 3u);
-  EXPECT_FALSE(fs::exists(cfg_.dir));
+  EXPECT_GE(rep.records, 3u); // create, write, remove
+  EXPECT_FALSE(fs::exists(crashed / cfg_.dir.filename()));
+  j->reset();
+  fs::remove_all(crashed);
   (void) stopped;
 }
 

@@ -422,3 +422,25 @@ TEST(node_journal, a_journal_larger_than_the_replay_buffer_replays_every_record)
   EXPECT_EQ(rep.torn_bytes, 0u) << rep.reason;
   EXPECT_TRUE(file_bytes(crashed / "topics" / "big-0" / "00000000000000000000.log") == expect);
 }
+
+TEST(node_journal, a_clean_close_leaves_nothing_to_replay) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  {
+    auto j = node_journal::open(root);
+    ASSERT_TRUE(j) << describe(j.error());
+    journaled_log l;
+    ASSERT_FALSE(l.open(root, j->get()));
+    ASSERT_TRUE(append(*l.log, make_batch(3, 'q')));
+    ASSERT_TRUE(l.log->flush());
+    ASSERT_FALSE(l.log->close());
+  }
+  EXPECT_TRUE(journal_files(root).empty());
+  journal_replay_report rep;
+  auto j = node_journal::open(root, no_threads(), &rep);
+  ASSERT_TRUE(j) << describe(j.error());
+  EXPECT_EQ(rep.records, 0u);
+  journaled_log back;
+  ASSERT_FALSE(back.open(root, j->get()));
+  EXPECT_EQ(content(*back.log), "qqq");
+}

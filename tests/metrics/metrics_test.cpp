@@ -289,6 +289,26 @@ TEST(node_probe, reports_disk_raft_and_errors_by_code) {
   EXPECT_EQ(series_count(*reg, "ferry_disk_used_bytes"), 0u);
 }
 
+TEST(node_probe, journal_totals_become_counters_that_only_grow) {
+  auto reg = std::make_shared<metrics::registry>();
+  auto probe = std::make_unique<metrics::node_probe>(reg);
+  EXPECT_EQ(series_count(*reg, "ferry_journal_rounds_total"), 0u)
+    << "no journal series before the node reports one";
+  probe->journal(10, 4096, 0, 1);
+  EXPECT_EQ(value(*reg, "ferry_journal_rounds_total", {}), 10);
+  EXPECT_EQ(value(*reg, "ferry_journal_bytes_total", {}), 4096);
+  EXPECT_EQ(value(*reg, "ferry_journal_checkpoints_total", {}), 0);
+  EXPECT_EQ(value(*reg, "ferry_journal_files", {}), 1);
+  probe->journal(25, 10000, 1, 2);
+  EXPECT_EQ(value(*reg, "ferry_journal_rounds_total", {}), 25);
+  EXPECT_EQ(value(*reg, "ferry_journal_bytes_total", {}), 10000);
+  EXPECT_EQ(value(*reg, "ferry_journal_checkpoints_total", {}), 1);
+  EXPECT_EQ(value(*reg, "ferry_journal_files", {}), 2);
+  probe.reset();
+  EXPECT_EQ(series_count(*reg, "ferry_journal_rounds_total"), 0u);
+  EXPECT_EQ(series_count(*reg, "ferry_journal_files"), 0u);
+}
+
 TEST(registry, text_format_names_every_family_with_its_type) {
   auto reg = std::make_shared<metrics::registry>();
   metrics::partition_probe p{reg, "t", partition_id{0}};
