@@ -805,12 +805,14 @@ int main(int argc, char** argv) {
       .syncfs_threshold = opt.journal == "off" ? size_t{8} : size_t{0}});
     // Before any replica opens its log: the journal's records are applied
     // to the segment files first.
+    // With --journal off a journal left by an earlier run is still replayed
+    // (and then emptied); it is not written any more.
     std::shared_ptr<ferry::node_journal> journal;
-    if (opt.journal != "off") {
+    {
       ferry::journal_options jo;
       jo.file_bytes = static_cast<uint64_t>(opt.journal_file_mb) << 20;
-      ferry::journal_replay_report jr;
-      auto j = ferry::node_journal::open(data_dir, jo, &jr);
+      jo.threads = opt.journal != "off";
+      auto j = ferry::node_journal::open(data_dir, jo);
       if (!j) {
         auto msg = ferry::describe(j.error());
         ferry::log::critical("cannot open the node journal: {}", msg);
@@ -819,21 +821,8 @@ int main(int argc, char** argv) {
         ferry::log::flush();
         return 1;
       }
-      journal = std::move(*j);
-    } else {
-      // A journal left by a run with --journal=true must be applied before
-      // the logs open; it is then emptied and not written any more.
-      ferry::journal_options jo;
-      jo.threads = false;
-      auto j = ferry::node_journal::open(data_dir, jo);
-      if (!j) {
-        auto msg = ferry::describe(j.error());
-        ferry::log::critical("cannot replay the node journal: {}", msg);
-        std::fprintf(stderr, "ferryd: cannot replay the node journal: %s\n",
-                     msg.c_str());
-        ferry::log::flush();
-        return 1;
-      }
+      if (opt.journal != "off")
+        journal = std::move(*j);
     }
     caf::actor_system sys{cfg};
     ferry::node_config nc;
