@@ -344,6 +344,8 @@ struct options {
   std::string journal = "auto";
   int journal_min_partitions = 64;
   int journal_file_mb = 1024;
+  /// CAF's scheduler policy: "sharing" or "stealing".
+  std::string scheduler = "sharing";
   /// Segment files open at once; 0: cached_file_system::default_max_open.
   int64_t max_open_files = 0;
   ferry::tls_settings tls;
@@ -442,6 +444,13 @@ int main(int argc, char** argv) {
                  "for large rounds). auto (default): on for the partitions a "
                  "node hosts beyond --journal-min-partitions")
     ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--scheduler", opt.scheduler,
+                 "how actors share the worker threads. sharing (default): one "
+                 "queue for all workers. stealing: a queue per worker, idle "
+                 "workers steal (CAF 0.17's steal walks the victim's whole "
+                 "queue: with thousands of partitions busy it took most of "
+                 "the node's CPU)")
+    ->check(CLI::IsMember({"sharing", "stealing"}));
   app.add_option("--journal-min-partitions", opt.journal_min_partitions,
                  "--journal auto: replicas spawned while the node hosts fewer "
                  "than this many sync their own files")
@@ -787,6 +796,7 @@ int main(int argc, char** argv) {
     cfg.set("scheduler.max-threads",
             static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
     cfg.set("work-stealing.moderate-poll-attempts", 0);
+    cfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
     // Declared before the actor system, so they outlive every replica that
     // holds them (and the pool is never destroyed on one of its threads).
     auto nofile = ferry::raise_open_file_limit();

@@ -647,6 +647,13 @@ TEST(SingleNode, SigkillWithTheNodeJournalKeepsAckedBatches) {
   sigkill_across_many_partitions({"--journal", "on"});
 }
 
+// The same on CAF's work-stealing scheduler (ferryd --scheduler stealing;
+// the default is one shared queue, see broker/README.md "Scheduling many
+// partitions").
+TEST(SingleNode, SigkillOnTheWorkStealingSchedulerKeepsAckedBatches) {
+  sigkill_across_many_partitions({"--scheduler", "stealing"});
+}
+
 TEST(SingleNode, SecondFerrydOnTheSamePortFailsClearly) {
   ferryd_process first;
   ASSERT_STARTED(first);
