@@ -195,6 +195,7 @@ segment::segment(file_system& fs, std::filesystem::path dir, offset base,
     opts_(opts),
     index_(base),
     time_index_(base) {
+  log_path_ = path_of(log_file_suffix);
 }
 
 segment::~segment() = default;
@@ -571,7 +572,7 @@ caf::error segment::append(std::string_view bytes, std::span<batch_position> bat
     return err;
   }
   if (opts_.journal)
-    journal_seq_ = opts_.journal->record_write(path_of(log_file_suffix), size_, bytes);
+    journal_seq_ = opts_.journal->record_write(log_path_, size_, bytes);
   auto pos = size_;
   for (auto& b : batches) {
     b.position = pos;
@@ -706,7 +707,7 @@ caf::expected<offset> segment::truncate_to(offset end) {
   if (auto err = log_->truncate(pos))
     return err;
   if (opts_.journal)
-    journal_seq_ = opts_.journal->record_truncate(path_of(log_file_suffix), pos);
+    journal_seq_ = opts_.journal->record_truncate(log_path_, pos);
   size_ = pos;
   end_ = new_end;
   dirty_ = true;

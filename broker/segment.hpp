@@ -229,6 +229,8 @@ private:
   file_system* fs_;
   std::filesystem::path dir_;
   offset base_;
+  /// path_of(".log"), built once: the journal names it in every record.
+  std::filesystem::path log_path_;
   offset end_;
   uint64_t size_ = 0;
   std::optional<timestamp_ms> max_ts_;
