@@ -444,3 +444,58 @@ TEST(node_journal, a_clean_close_leaves_nothing_to_replay) {
   ASSERT_FALSE(back.open(root, j->get()));
   EXPECT_EQ(content(*back.log), "qqq");
 }
+
+TEST(node_journal, index_entries_are_written_in_batches_and_a_crash_before_them_loses_nothing) {
+  // Every batch gets an offset and a time index entry (interval 1 byte).
+  // A journaled log writes them after a flush only once 16 are pending, so
+  // after 5 commits the index file is still empty; a crash then (the copy)
+  // leaves no index, and the reopened log reads every offset; after 8 more
+  // commits the entries are on disk.
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  log_config cfg;
+  cfg.index_interval_bytes = 1;
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get(), cfg));
+  auto index_file = [&](const fs::path& r) {
+    auto seg = only_segment(r);
+    return seg.parent_path() / (seg.stem().string() + ".index");
+  };
+  std::string want;
+  for (char c : std::string{"abcde"}) {
+    ASSERT_TRUE(append(*l.log, make_batch(2, c)));
+    commit(*l.log, **j);
+    want += std::string(2, c);
+  }
+  EXPECT_EQ(fs::file_size(index_file(root)), 0u)
+    << "index entries written at every flush";
+  auto crashed = copy_of(root, tmp.path() / "crashed");
+  {
+    auto j2 = node_journal::open(crashed, no_threads());
+    ASSERT_TRUE(j2) << describe(j2.error());
+    journaled_log back;
+    ASSERT_FALSE(back.open(crashed, j2->get(), cfg));
+    EXPECT_EQ(content(*back.log), want);
+    for (int64_t o = 0; o < 10; ++o) {
+      auto r = back.log->read(offset{o}, 1 << 20, back.log->log_end());
+      ASSERT_TRUE(r) << describe(r.error());
+      EXPECT_GT(r->batches, 0u) << "offset " << o;
+    }
+  }
+  for (char c : std::string{"fghijklmnopqrst"}) {
+    ASSERT_TRUE(append(*l.log, make_batch(2, c)));
+    commit(*l.log, **j);
+    want += std::string(2, c);
+  }
+  // 20 batches: the first has no entry (position 0), so 19 offset entries
+  // (and one time entry: the batches' timestamps do not grow); 16 pending
+  // were reached at the 16th offset entry, so at least 15 are on disk.
+  EXPECT_GE(fs::file_size(index_file(root)), 15u * 8u);
+  EXPECT_LT(fs::file_size(index_file(root)), 19u * 8u);
+  EXPECT_EQ(content(*l.log), want);
+  ASSERT_FALSE(l.log->close());
+  // A close writes the rest: one entry per batch after the first.
+  EXPECT_EQ(fs::file_size(index_file(root)), 19u * 8u);
+}
