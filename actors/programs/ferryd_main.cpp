@@ -342,7 +342,7 @@ struct options {
   int io_threads = 0;
   bool fetch_sessions = false;
   std::string journal = "auto";
-  int journal_min_partitions = 64;
+  int journal_min_partitions = 128;
   int journal_file_mb = 1024;
   /// CAF's scheduler policy: "sharing" or "stealing".
   std::string scheduler = "sharing";
@@ -441,8 +441,9 @@ int main(int argc, char** argv) {
                  "round of appends of all partitions durable; segment files are "
                  "synced at checkpoints and the journal is replayed at start. "
                  "off: each partition fdatasyncs its own segment file (syncfs "
-                 "for large rounds). auto (default): on for the partitions a "
-                 "node hosts beyond --journal-min-partitions")
+                 "for large rounds). auto (default): on once the metadata "
+                 "places --journal-min-partitions or more partition replicas "
+                 "on the node")
     ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--scheduler", opt.scheduler,
                  "how actors share the worker threads. sharing (default): one "
@@ -452,8 +453,9 @@ int main(int argc, char** argv) {
                  "the node's CPU)")
     ->check(CLI::IsMember({"sharing", "stealing"}));
   app.add_option("--journal-min-partitions", opt.journal_min_partitions,
-                 "--journal auto: replicas spawned while the node hosts fewer "
-                 "than this many sync their own files")
+                 "--journal auto: replicas spawned while the metadata places "
+                 "fewer than this many partition replicas on the node sync "
+                 "their own files (they keep that until they restart)")
     ->check(CLI::Range(0, 1000000));
   app.add_option("--journal-file-mb", opt.journal_file_mb,
                  "size of a journal file; past it a new file starts and a "

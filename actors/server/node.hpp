@@ -238,11 +238,14 @@ struct node_config {
   /// by default: measured slower so far (actors/README.md, "Fetch
   /// sessions").
   bool fetch_sessions = false;
-  /// With replica_defaults.journal: a replica spawned while the node hosts
-  /// fewer replicas than this syncs its own segment file instead (few
-  /// partitions: the journal's second copy of every byte costs more than
-  /// the few fdatasyncs it saves). A directory the journal has records of
-  /// (node_journal::adopted) always uses it. 0: every replica uses it.
+  /// With replica_defaults.journal: a replica spawned while the metadata
+  /// gives the node fewer partition replicas than this syncs its own
+  /// segment file instead (few partitions: the journal's second copy of
+  /// every byte costs more than the few fdatasyncs it saves). Counted from
+  /// the metadata, not from the replicas running, so a topic of many
+  /// partitions created on an idle node is journaled whole; replicas keep
+  /// their choice until they restart. A directory the journal has records
+  /// of (node_journal::adopted) always uses it. 0: every replica uses it.
   size_t journal_min_replicas = 0;
   /// A new controller waits this long for brokers it has not seen yet.
   std::chrono::milliseconds controller_grace{3000};
@@ -328,6 +331,8 @@ struct node_state {
   std::vector<std::function<void()>> deferred;
   /// Replicas hosted here, by (topic, partition).
   std::map<topic_partition, hosted_replica> replicas;
+  /// Partition replicas the metadata places on this node (reconcile).
+  size_t assigned_replicas = 0;
   /// Replicas told to stop with data deletion that have not answered yet;
   /// a topic re-created meanwhile waits for them.
   std::map<topic_partition, partition_actor> stopping;

@@ -120,7 +120,9 @@ void spawn_replica(self_ptr self, const topic_partition& key,
                                 st.cfg.metrics, key.topic, key.partition)
                             : nullptr;
   rc.node_probe = st.probe;
-  if (rc.journal && st.replicas.size() + 1 < st.cfg.journal_min_replicas
+  if (rc.journal
+      && std::max(st.assigned_replicas, st.replicas.size())
+           < st.cfg.journal_min_replicas
       && !rc.journal->adopted(rc.dir))
     rc.journal = nullptr;
   // On the shared scheduler: fdatasync runs on rc.sync's threads (if set).
@@ -161,6 +163,12 @@ void reconcile(self_ptr self) {
     stop_replica(self, key, r.handle, true);
     i = st.replicas.erase(i);
   }
+  size_t assigned = 0;
+  for (auto& [name, md] : st.topics)
+    for (auto& pa : md.partitions)
+      if (hosts(st, pa))
+        ++assigned;
+  st.assigned_replicas = assigned;
   // Start what is missing, reconfigure what changed.
   for (auto& [name, md] : st.topics) {
     for (auto& pa : md.partitions) {

@@ -18,6 +18,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -652,6 +654,60 @@ TEST(SingleNode, SigkillWithTheNodeJournalKeepsAckedBatches) {
 // partitions").
 TEST(SingleNode, SigkillOnTheWorkStealingSchedulerKeepsAckedBatches) {
   sigkill_across_many_partitions({"--scheduler", "stealing"});
+}
+
+// --journal auto counts the partition replicas the metadata places on the
+// node: a topic of 12 partitions created next to one of 4 (16 >= the
+// threshold of 10) is journaled whole, the 4 stay on their own fdatasyncs.
+// The journal names every file it records, so its bytes show which.
+TEST(SingleNode, JournalAutoFollowsThePartitionCountTheMetadataGivesTheNode) {
+  ferryd_process d{{"--journal-min-partitions", "10"}};
+  ASSERT_STARTED(d);
+  client c{d.port()};
+  ASSERT_TRUE(c.connected()) << c.error();
+  auto journal_bytes = [&] {
+    std::string all;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(d.data_dir() / "journal", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::ifstream in{it->path(), std::ios::binary};
+      all.append(std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{});
+    }
+    return all;
+  };
+  auto produce_all = [&](const std::string& topic, int partitions) {
+    std::vector<produce_request> reqs;
+    for (int p = 0; p < partitions; ++p)
+      reqs.push_back({topic, partition_id{p}, acks_mode::all,
+                      make_batch(topic + "-r", 2, 100)});
+    auto rs = c.ask<std::vector<produce_result>>(produce_atom_v, reqs);
+    ASSERT_TRUE(rs) << describe(rs.error());
+    for (auto& r : *rs)
+      EXPECT_FALSE(r.error) << describe(r.error);
+  };
+  topic_config few;
+  few.partitions = 4;
+  ASSERT_TRUE(c.create("few", few));
+  produce_all("few", 4);
+  EXPECT_EQ(journal_bytes().find("few-"), std::string::npos)
+    << "4 partitions on the node, under the threshold: no journal";
+  topic_config many;
+  many.partitions = 12;
+  ASSERT_TRUE(c.create("many", many));
+  produce_all("many", 12);
+  produce_all("few", 4);
+  auto j = journal_bytes();
+  for (int p = 0; p < 12; ++p)
+    EXPECT_NE(j.find("many-" + std::to_string(p) + "/"), std::string::npos)
+      << "partition many-" << p << " is not journaled";
+  EXPECT_EQ(j.find("few-"), std::string::npos)
+    << "a replica keeps its choice until it restarts";
+  // Everything acked is readable.
+  for (int p = 0; p < 12; ++p)
+    EXPECT_EQ(c.read_all("many", p).size(), 2u) << "many-" << p;
+  for (int p = 0; p < 4; ++p)
+    EXPECT_EQ(c.read_all("few", p).size(), 4u) << "few-" << p;
+  EXPECT_EQ(d.stop(), 0) << d.output();
 }
 
 TEST(SingleNode, SecondFerrydOnTheSamePortFailsClearly) {
