@@ -797,6 +797,8 @@ int main(int argc, char** argv) {
     // msgs/s made ~110k context switches/s on 2 cores and its p99 suffered.
     cfg.set("scheduler.max-threads",
             static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    // (The poll setting applies to --scheduler stealing; the default,
+    // sharing, has workers wait on one queue's condition variable.)
     cfg.set("work-stealing.moderate-poll-attempts", 0);
     cfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
     // Declared before the actor system, so they outlive every replica that
