@@ -965,6 +965,30 @@ inline bool operator==(const acl_entry& a, const acl_entry& b) {
          && a.permission == b.permission;
 }
 
+/// One step of an in-band SASL login on the CAF port (issue 16): the client
+/// sends (auth_atom, sasl_step) to a node's broker actor with its
+/// SCRAM-SHA-256 client-first message (conversation 0), then with its
+/// client-final message and the conversation id the node answered. The
+/// node's last answer has `done` set and carries the session credential
+/// (`token`, a bearer token of broker/security.hpp) and its expiry: every
+/// later request travels as (auth_atom, token, request) (see
+/// actors/client/session_proxy.hpp).
+struct sasl_step {
+  std::string mechanism; ///< "SCRAM-SHA-256"
+  uint64_t conversation = 0;
+  std::string data;      ///< the SCRAM message of this step
+  bool done = false;     ///< node: the login succeeded
+  std::string token;     ///< node, when done: the session credential
+  int64_t expires_ms = 0; ///< node, when done: the token's expiry (Unix ms)
+  std::string user;      ///< node, when done: who logged in
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sasl_step& x) {
+  return f(caf::meta::type_name("ferry::sasl_step"), x.mechanism,
+           x.conversation, x.data, x.done, x.token, x.expires_ms, x.user);
+}
+
 } // namespace ferry
 
 // -- type IDs and atoms ---------------------------------------------------------
@@ -1109,4 +1133,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::acl_entry>))
   CAF_ADD_ATOM(ferry, ferry, user_atom, "user")
   CAF_ADD_ATOM(ferry, ferry, acl_atom, "acl")
+  CAF_ADD_TYPE_ID(ferry, (ferry::sasl_step))
+  CAF_ADD_ATOM(ferry, ferry, auth_atom, "auth")
+  CAF_ADD_ATOM(ferry, ferry, session_atom, "session")
 CAF_END_TYPE_ID_BLOCK(ferry)

@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 namespace ferry {
@@ -440,6 +443,48 @@ caf::expected<bearer_claims> verify_bearer_token(const scram_credential& cred,
   if (now_ms >= t->claims.expires_ms)
     return token_error("bearer token expired");
   return std::move(t->claims);
+}
+
+// -- the cluster credential ------------------------------------------------------
+
+caf::expected<std::string> cluster_credential(std::string_view secret) {
+  if (secret.size() < min_cluster_secret_size)
+    return bad("the cluster secret is too short: " + std::to_string(secret.size())
+               + " characters, at least " + std::to_string(min_cluster_secret_size)
+               + " (openssl rand -hex 32)");
+  std::string out{cluster_credential_prefix};
+  out += base64url(hmac_sha256(secret, "ferry cluster credential v1"));
+  return out;
+}
+
+caf::expected<std::string> read_cluster_secret(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return make_error(ec::invalid_config, "cannot read the cluster secret file " + path
+                                            + ": " + std::strerror(errno));
+  std::string text;
+  char buf[512];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() < 4096)
+    text.append(buf, n);
+  std::fclose(f);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.pop_back();
+  size_t start = 0;
+  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start])))
+    ++start;
+  text.erase(0, start);
+  if (text.size() < min_cluster_secret_size)
+    return make_error(ec::invalid_config,
+                      "the cluster secret file " + path + " holds "
+                        + std::to_string(text.size()) + " characters, at least "
+                        + std::to_string(min_cluster_secret_size)
+                        + " are needed (openssl rand -hex 32 > " + path + ")");
+  return text;
+}
+
+bool same_secret(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 } // namespace ferry

@@ -133,6 +133,31 @@ caf::expected<bearer_claims> verify_bearer_token(const scram_credential& cred,
                                                  std::string_view token,
                                                  int64_t now_ms);
 
+// -- the cluster credential (CAF port sessions) --------------------------------------
+//
+// The nodes of a cluster share a secret (ferryd --cluster-secret-file, at
+// least 32 characters; deploy/local-cluster.sh makes one with openssl). Its
+// credential, "fryc." base64url(HMAC-SHA256(secret, "ferry cluster
+// credential v1")), is what nodes put in the session envelopes they send each
+// other and themselves (actors/protocol/interfaces.hpp, broker_actor): it
+// stands for the cluster, which no ACL restricts. ferryctl
+// --cluster-secret-file uses it too: whoever can read a node's secret file
+// is that node's operator (it is how the first user is created).
+
+inline constexpr std::string_view cluster_credential_prefix = "fryc.";
+inline constexpr size_t min_cluster_secret_size = 32;
+
+/// The credential of a secret; invalid_request when it is shorter than
+/// min_cluster_secret_size.
+caf::expected<std::string> cluster_credential(std::string_view secret);
+
+/// The secret in `path` (surrounding white space removed); invalid_config
+/// naming the file when it cannot be read or is too short.
+caf::expected<std::string> read_cluster_secret(const std::string& path);
+
+/// Equality in constant time (for credentials).
+bool same_secret(std::string_view a, std::string_view b);
+
 /// The users, ACLs and superusers one node checks requests against.
 /// Thread-safe: written by the metadata state machine, read by the front
 /// doors.

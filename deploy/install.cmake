@@ -38,7 +38,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/grafana/ferry-overview.json
   DESTINATION ${CMAKE_INSTALL_DATADIR}/ferry/grafana COMPONENT ferryd)
 
 # -- the client library ----------------------------------------------------------
-install(TARGETS ferry_core ferry_protocol ferry_client EXPORT FerryTargets
+install(TARGETS ferry_core ferry_protocol ferry_security ferry_client EXPORT FerryTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 # Public headers: the client's, the protocol's and the broker core's they
 # include, under include/ferry/ with their paths in the tree (so
@@ -47,7 +47,7 @@ set(ferry_public_headers
   actors/client/admin.hpp actors/client/client_connection.hpp
   actors/client/consumer.hpp actors/client/leader_links.hpp
   actors/client/producer.hpp actors/client/queue_consumer.hpp
-  actors/client/stream_dlq.hpp actors/client/tls.hpp
+  actors/client/session.hpp actors/client/stream_dlq.hpp actors/client/tls.hpp
   actors/protocol/interfaces.hpp
   broker/messages.hpp broker/model.hpp broker/raft_types.hpp broker/error.hpp
   broker/record_batch.hpp broker/compression.hpp broker/crc32c.hpp

@@ -49,6 +49,9 @@
 #                       them), client.env (export FERRY_TLS_* for other clients)
 #   admin.password      with --auth: the password of user admin (the superuser),
 #                       made at the first start (mode 0600)
+#   cluster.secret      with --auth: the secret the nodes share (ferryd
+#                       --cluster-secret-file; mode 0600); ferryctl run with the
+#                       brokers file uses it to act as the cluster's operator
 #
 # Exit status: 0 on success; 1 on a failure (a node that does not come up,
 # ports in use, a cluster already running); 2 on a usage error; `status` exits
@@ -226,13 +229,26 @@ node_tls_args() {
 # the HTTP API with a password, so it only asks for a client certificate.
 node_auth_args() {
   ((auth == 1)) || return 0
-  echo --auth scram --superusers admin --tls-client-auth requested
+  echo --auth scram --superusers admin --tls-client-auth requested \
+    --cluster-secret-file "$(cluster_secret_file)"
+}
+
+cluster_secret_file() { echo "$cluster_dir/cluster.secret"; }
+
+# With --auth, once: the secret the nodes share (they log in to each other
+# with it; ferryctl run with the brokers file acts as the operator with it).
+make_cluster_secret() {
+  ((auth == 1)) || return 0
+  local file
+  file=$(cluster_secret_file)
+  [[ -s $file ]] && return 0
+  (umask 077 && openssl rand -hex 32 >"$file.tmp") && mv "$file.tmp" "$file"
 }
 
 admin_password_file() { echo "$cluster_dir/admin.password"; }
 
 # With --auth, once: user admin with a random password (over the CAF port,
-# where the client certificate is the credential).
+# as the cluster's operator: the cluster secret is the credential).
 make_admin() {
   ((auth == 1)) || return 0
   local file ferryctl
@@ -241,7 +257,8 @@ make_admin() {
   ferryctl=$(ferryctl_path)
   (umask 077 && openssl rand -hex 16 >"$file.tmp")
   timeout 60 "$ferryctl" --broker "$(paste -sd, "$cluster_dir/brokers")" --connect-timeout 3000 \
-    $(client_tls_args) --request-timeout 30000 user create admin --password-stdin <"$file.tmp" \
+    $(client_tls_args) --cluster-secret-file "$(cluster_secret_file)" --request-timeout 30000 \
+    user create admin --password-stdin <"$file.tmp" \
     >/dev/null || { rm -f "$file.tmp"; die "ferryctl user create admin failed"; }
   mv "$file.tmp" "$file"
 }
@@ -488,6 +505,7 @@ cmd_start() {
   mkdir -p "$cluster_dir"
   cluster_dir=$(cd "$cluster_dir" && pwd)
   ((tls == 0)) || make_certs "${ids[@]}"
+  make_cluster_secret
   save_conf
   for i in "${ids[@]}"; do
     launch "$i"

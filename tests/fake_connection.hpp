@@ -29,6 +29,7 @@ fake_connection(connection_actor::stateful_pointer<fake_conn_state> self,
     [](connect_atom, uint64_t, broker_actor&) {},
     [](connect_atom, uint64_t, caf::error&) {},
     [](tick_atom) {},
+    [](session_atom, uint64_t) {},
     [self](stop_atom) { self->quit(); },
   };
 }

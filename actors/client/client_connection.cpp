@@ -1,6 +1,9 @@
 #include "actors/client/client_connection.hpp"
 
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
+
+#include "broker/scram_exchange.hpp"
 
 #include "broker/error.hpp"
 
@@ -243,6 +246,12 @@ struct connection_state {
   /// Stopped while a connect attempt ran: the actor ends when its result
   /// arrives, or at this deadline (see the stop handler).
   std::optional<clock::time_point> stop_at;
+  /// Sessions (session.hpp): the credentials of the actor system, the
+  /// node's own handle behind `broker` (a session proxy), and the number of
+  /// the current login (stale refresh timers and answers are ignored).
+  client_credentials creds;
+  broker_actor remote;
+  uint64_t session = 0;
 
   ~connection_state() {
     if (!worker.joinable())
@@ -301,6 +310,61 @@ void start_attempt(connection_pointer self) {
   }};
 }
 
+/// Runs the SCRAM-SHA-256 login with `node` and calls ok(sasl_step) with
+/// the node's last answer, or failed(error).
+template <class Ok, class Failed>
+void login(connection_pointer self, const broker_actor& node, Ok ok, Failed failed) {
+  auto& st = self->state;
+  auto client = std::make_shared<scram_client>(st.creds.user, st.creds.password);
+  auto first = client->first();
+  if (!first) {
+    failed(first.error());
+    return;
+  }
+  auto timeout = st.cfg.connect_wait;
+  sasl_step s1;
+  s1.mechanism = std::string{scram_sha256};
+  s1.data = std::move(*first);
+  self->request(node, timeout, auth_atom_v, std::move(s1))
+    .then(
+      [self, node, client, ok, failed, timeout](sasl_step& a1) {
+        auto fin = client->final(a1.data);
+        if (!fin) {
+          failed(fin.error());
+          return;
+        }
+        sasl_step s2;
+        s2.mechanism = std::string{scram_sha256};
+        s2.conversation = a1.conversation;
+        s2.data = std::move(*fin);
+        self->request(node, timeout, auth_atom_v, std::move(s2))
+          .then(
+            [client, ok, failed](sasl_step& a2) {
+              if (!a2.done || a2.token.empty()) {
+                failed(make_error(ec::authentication_failed,
+                                  "the node did not finish the login"));
+                return;
+              }
+              if (auto err = client->verify(a2.data)) {
+                failed(err);
+                return;
+              }
+              ok(a2);
+            },
+            [failed](caf::error& err) { failed(err); });
+      },
+      [failed](caf::error& err) { failed(err); });
+}
+
+/// When to log in again: at 80% of the token's life left, at least 1 s.
+caf::timespan refresh_after(int64_t expires_ms) {
+  auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  auto left = std::max<int64_t>(expires_ms - now_ms, 0);
+  return std::chrono::milliseconds{std::max<int64_t>(left * 4 / 5, 1000)};
+}
+
 void expire_waiters(connection_pointer self) {
   auto& st = self->state;
   auto now = clock::now();
@@ -347,15 +411,33 @@ void next_endpoint(connection_pointer self) {
   schedule_retry(self);
 }
 
+/// The connection is up with `hdl` (the node's, or its session proxy).
+void established(connection_pointer self, broker_actor hdl) {
+  auto& st = self->state;
+  st.broker = std::move(hdl);
+  st.ever_connected = true;
+  st.round_start = st.current;
+  st.backoff = std::chrono::milliseconds{0};
+  st.last_error = caf::error{};
+  self->monitor(st.broker);
+  for (auto& w : st.waiters)
+    w.rp.deliver(st.broker);
+  st.waiters.clear();
+  notify(self);
+}
+
 connection_actor::behavior_type connection(connection_pointer self,
                                            connection_config cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.creds = credentials_of(self->system());
   self->state.endpoints = self->state.cfg.targets();
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& st = self->state;
     if (!st.broker || msg.source != st.broker.address())
       return;
     st.broker = nullptr;
+    st.remote = nullptr;
+    ++st.session; // ends the refresh timer of that session
     st.last_error = msg.reason ? msg.reason
                                : make_error(ec::request_timed_out,
                                             "connection to " + where(st) + " closed");
@@ -401,16 +483,70 @@ connection_actor::behavior_type connection(connection_pointer self,
         next_endpoint(self);
         return;
       }
-      st.broker = std::move(hdl);
-      st.ever_connected = true;
-      st.round_start = st.current;
-      st.backoff = std::chrono::milliseconds{0};
-      st.last_error = caf::error{};
-      self->monitor(st.broker);
-      for (auto& w : st.waiters)
-        w.rp.deliver(st.broker);
-      st.waiters.clear();
-      notify(self);
+      if (!st.creds.token.empty()) {
+        established(self, spawn_session_proxy(self->system(), hdl, st.creds.token));
+        return;
+      }
+      if (st.creds.user.empty()) {
+        established(self, std::move(hdl));
+        return;
+      }
+      // Log in first; the connection counts as up once that worked.
+      st.connecting = true;
+      auto session = ++st.session;
+      login(
+        self, hdl,
+        [self, hdl, session](const sasl_step& done) {
+          auto& st = self->state;
+          st.connecting = false;
+          if (session != st.session || st.stop_at) {
+            if (st.stop_at)
+              self->quit();
+            return;
+          }
+          st.remote = hdl;
+          established(self, spawn_session_proxy(self->system(), hdl, done.token));
+          self->delayed_send(self, refresh_after(done.expires_ms), session_atom_v,
+                             session);
+        },
+        [self, session](const caf::error& err) {
+          auto& st = self->state;
+          st.connecting = false;
+          if (session != st.session || st.stop_at) {
+            if (st.stop_at)
+              self->quit();
+            return;
+          }
+          st.last_error = err;
+          st.last_error_at = where(st);
+          if (!is_retriable(err)) {
+            // A wrong password does not get better by waiting for it.
+            for (auto& w : st.waiters)
+              w.rp.deliver(err);
+            st.waiters.clear();
+          }
+          next_endpoint(self);
+        });
+    },
+    [self](session_atom, uint64_t session) {
+      auto& st = self->state;
+      if (session != st.session || !st.broker || !st.remote || st.stop_at)
+        return;
+      login(
+        self, st.remote,
+        [self, session](const sasl_step& done) {
+          auto& st = self->state;
+          if (session != st.session || !st.broker)
+            return;
+          caf::anon_send(caf::actor_cast<caf::actor>(st.broker), session_atom_v, done.token);
+          self->delayed_send(self, refresh_after(done.expires_ms), session_atom_v,
+                             session);
+        },
+        [self, session](const caf::error&) {
+          // The old token holds until it expires: try again soon.
+          if (session == self->state.session)
+            self->delayed_send(self, std::chrono::seconds{5}, session_atom_v, session);
+        });
     },
     [self](connect_atom, uint64_t id, caf::error& err) {
       auto& st = self->state;
@@ -446,6 +582,10 @@ connection_actor::behavior_type connection(connection_pointer self,
     },
     [self](stop_atom) {
       auto& st = self->state;
+      if (!st.creds.empty() && st.broker) {
+        // Our session proxy: it would live as long as the node otherwise.
+        self->send_exit(st.broker, caf::exit_reason::user_shutdown);
+      }
       for (auto& w : st.waiters)
         w.rp.deliver(make_error(ec::request_timed_out,
                                 "connection to " + all_endpoints(st) + " stopped"));

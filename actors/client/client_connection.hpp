@@ -113,11 +113,17 @@ using connection_actor = caf::typed_actor<
   caf::reacts_to<connect_atom, uint64_t, caf::error>,
   /// Internal: backoff expired or a waiter's deadline passed.
   caf::reacts_to<tick_atom>,
+  /// Internal: time to log in again (session `n`) before the token expires.
+  caf::reacts_to<session_atom, uint64_t>,
   /// Stops the connection actor.
   caf::reacts_to<stop_atom>>;
 
 /// Spawns a connection actor and starts connecting (to the first of
-/// cfg.targets()).
+/// cfg.targets()). When the actor system carries credentials
+/// (session.hpp, configure_credentials), each connect is followed by a login
+/// and the handle the connection hands out is a session proxy; a refused
+/// login (authentication_failed, login_throttled) fails the waiting
+/// requests at once with that error, and is tried again after the backoff.
 connection_actor spawn_connection(caf::actor_system& sys, connection_config cfg);
 
 /// True for errors a client should retry after a backoff: ferry's

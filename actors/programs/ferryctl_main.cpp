@@ -16,6 +16,7 @@
 #include "actors/programs/ferryctl_work.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 
@@ -1047,6 +1048,19 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", opt.tls.ca,
                  "PEM CA certificates the node's certificate must chain to; also $FERRY_TLS_CA");
 
+  std::string login_user;
+  std::string password_file;
+  std::string cluster_secret_file;
+  app.add_option("--user", login_user,
+                 "log in as this user (nodes started with --auth scram); also $FERRY_USER");
+  app.add_option("--password-file", password_file,
+                 "file whose first line is --user's password; also $FERRY_PASSWORD_FILE, "
+                 "or the password itself in $FERRY_PASSWORD");
+  app.add_option("--cluster-secret-file", cluster_secret_file,
+                 "act as the cluster's operator with the nodes' shared secret (ferryd "
+                 "--cluster-secret-file; how the first user is made); also "
+                 "$FERRY_CLUSTER_SECRET_FILE");
+
   std::function<int(context&)> run;
 
   // topic
@@ -1212,6 +1226,17 @@ int main(int argc, char** argv) {
     }
     configure_tls(cfg, opt.tls);
   }
+  auto creds = load_credentials(login_user, password_file, cluster_secret_file);
+  if (!creds) {
+    std::fprintf(stderr, "ferryctl: %s\n", describe(creds.error()).c_str());
+    return 2;
+  }
+  // The operator of a local auth cluster needs no flags.
+  if (auto* env = std::getenv("FERRY_BROKER");
+      app.count("--broker") == 0 && (env == nullptr || *env == '\0'))
+    credentials_from_local_cluster(*creds);
+  if (!creds->empty())
+    configure_credentials(cfg, *creds);
   cfg.set("scheduler.max-threads", 2);
   cfg.set("logger.console", caf::atom("none"));
   int rc = 0;

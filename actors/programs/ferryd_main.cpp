@@ -38,11 +38,13 @@
 // check every request
 // against the ACLs (actors/http/http_gateway.hpp); --superusers names the
 // users no ACL restricts. It needs TLS (passwords never cross the network
-// in the clear). The CAF port keeps authenticating by certificate: a
-// client holding a certificate from --tls-ca may do everything there
-// (that is how the first user is created: ferryctl user create). Denied
-// requests and admin changes are written to --audit-log (default
-// <data-dir>/audit.log with --auth scram).
+// in the clear). On the CAF port a client logs in in-band (SCRAM-SHA-256)
+// and every request carries its session token, checked against the same
+// ACLs (actors/server/node_auth.cpp); the nodes and the HTTP gateway use the
+// cluster credential derived from --cluster-secret-file (required with
+// --auth scram), as does ferryctl --cluster-secret-file (how the first user
+// is created). Denied requests and admin changes are written to
+// --audit-log (default <data-dir>/audit.log with --auth scram).
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
 // (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
@@ -50,6 +52,7 @@
 // use or unusable, metrics port taken), CLI11's codes (>= 100) for bad
 // options.
 
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "actors/http/http_gateway.hpp"
 #include "actors/protocol/interfaces.hpp"
@@ -357,6 +360,10 @@ struct options {
   std::vector<std::string> superusers;
   std::string audit_log;
   int64_t http_token_max_ttl = 86400;
+  /// With --auth scram: the nodes' shared secret and its credential.
+  std::string cluster_secret_file;
+  std::string cluster_credential;
+  int64_t session_ttl = 3600;
 };
 
 } // namespace
@@ -493,10 +500,21 @@ int main(int argc, char** argv) {
                "allow listening on an address other than loopback without TLS that "
                "requires client certificates on every port");
   app.add_option("--auth", opt.auth,
-                 "scram: the HTTP API requires HTTP Basic credentials of a user "
-                 "(SCRAM-SHA-256, kept in the metadata quorum: ferryctl user) and "
-                 "checks ACLs (ferryctl acl); needs TLS. none: no users")
+                 "scram: every port requires a user (SCRAM-SHA-256, kept in the "
+                 "metadata quorum: ferryctl user): the CAF port an in-band login, the "
+                 "HTTP API Basic credentials or a bearer token; requests are checked "
+                 "against the ACLs (ferryctl acl); needs TLS and --cluster-secret-file. "
+                 "none: no users")
     ->check(CLI::IsMember({"none", "scram"}));
+  app.add_option("--cluster-secret-file", opt.cluster_secret_file,
+                 "with --auth scram: a file holding the secret the nodes of the "
+                 "cluster share (at least 32 characters, e.g. openssl rand -hex 32); "
+                 "nodes authenticate to each other with it, and ferryctl "
+                 "--cluster-secret-file acts as the cluster's operator with it");
+  app.add_option("--session-ttl", opt.session_ttl,
+                 "with --auth scram: the lifetime in seconds of a CAF client's "
+                 "session after its login (clients log in again before it ends)")
+    ->check(CLI::Range(int64_t{10}, int64_t{7} * 86400));
   app.add_option("--superusers", opt.superusers,
                  "users that no ACL restricts, e.g. admin,ops")
     ->delimiter(',');
@@ -532,6 +550,31 @@ int main(int argc, char** argv) {
                  "ferryd: --auth scram needs TLS (--tls-cert/--tls-key/--tls-ca): "
                  "passwords must not cross the network in the clear, and the CAF "
                  "port authenticates clients by their certificate\n");
+    return 2;
+  }
+  if (opt.auth == "scram") {
+    if (opt.cluster_secret_file.empty()) {
+      std::fprintf(stderr,
+                   "ferryd: --auth scram needs --cluster-secret-file: the nodes "
+                   "authenticate to each other with it (openssl rand -hex 32 > F; the "
+                   "same file on every node)\n");
+      return 2;
+    }
+    auto secret = ferry::read_cluster_secret(opt.cluster_secret_file);
+    if (!secret) {
+      std::fprintf(stderr, "ferryd: --cluster-secret-file: %s\n",
+                   ferry::describe(secret.error()).c_str());
+      return 2;
+    }
+    auto cred = ferry::cluster_credential(*secret);
+    if (!cred) {
+      std::fprintf(stderr, "ferryd: --cluster-secret-file: %s\n",
+                   ferry::describe(cred.error()).c_str());
+      return 2;
+    }
+    opt.cluster_credential = std::move(*cred);
+  } else if (!opt.cluster_secret_file.empty()) {
+    std::fprintf(stderr, "ferryd: --cluster-secret-file needs --auth scram\n");
     return 2;
   }
   if (opt.auth != "scram" && !opt.superusers.empty()) {
@@ -786,6 +829,12 @@ int main(int argc, char** argv) {
     // Without heartbeats a silent peer is never noticed (see STACK.md).
     cfg.set("middleman.heartbeat-interval", caf::timespan{1s});
     cfg.set("middleman.connection-timeout", caf::timespan{3s});
+    // The node's links to its peers send with the cluster credential.
+    if (!opt.cluster_credential.empty()) {
+      ferry::client_credentials creds;
+      creds.token = opt.cluster_credential;
+      ferry::configure_credentials(cfg, creds);
+    }
     // CAF's scheduler defaults to at least 4 workers, each polling 500 times
     // 50 us apart before it sleeps: on 2 cores that idle polling took ~40%
     // of the broker's CPU under produce load. Replicas run on these
@@ -849,6 +898,11 @@ int main(int argc, char** argv) {
     nc.shutdown_timeout = std::chrono::seconds{opt.shutdown_timeout_s};
     nc.metrics = metrics_registry;
     nc.security = security;
+    nc.auth = opt.auth == "scram";
+    nc.cluster_credential = opt.cluster_credential;
+    nc.session_ttl = std::chrono::seconds{opt.session_ttl};
+    if (nc.auth)
+      nc.audit = audit;
     nc.metrics_port = metrics_port;
     nc.http_port = http ? http->port() : 0;
     // Replicas run on the scheduler; their fdatasync on these threads.
@@ -948,7 +1002,12 @@ int main(int argc, char** argv) {
                       static_cast<unsigned>(metrics_port));
         }
         if (http) {
-          http->serve(sys, node);
+          // The gateway checks its users itself and asks the node as the
+          // cluster (with sessions on, through a session proxy).
+          if (opt.auth == "scram")
+            http->serve(sys, ferry::spawn_session_proxy(sys, node, opt.cluster_credential));
+          else
+            http->serve(sys, node);
           ferry::log::info("HTTP API at {}://{}:{}/v1", scheme, opt.host,
                            http->port());
           std::printf("http on %s:%u\n", opt.host.c_str(),

@@ -135,10 +135,9 @@ using group_coordinator_actor = caf::typed_actor<
   /// Internal: the topic list changed (new partitions trigger a rebalance).
   caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
 
-/// The node's front door: the actor published on the node's port. Clients
-/// (producer, consumer, ferryctl, the console, the HTTP gateway) send every
-/// request here; it routes to partitions, coordinators and the metadata.
-using broker_actor = caf::typed_actor<
+/// The requests of the node's front door (see broker_actor): what a client,
+/// a peer node or the node's own actors ask of it.
+using broker_core_actor = caf::typed_actor<
   caf::replies_to<produce_atom, produce_request>::with<produce_response>,
   /// Batches for many partitions in one request (Kafka's Produce carries
   /// many partitions): each is served as a single produce would be (by the
@@ -244,6 +243,33 @@ using broker_actor = caf::typed_actor<
   caf::reacts_to<tick_atom>,
   /// Internal: the metadata changed; start, stop or reconfigure replicas.
   caf::reacts_to<update_atom, std::vector<topic_metadata>>>;
+
+/// The node's front door: the actor published on the node's port. Clients
+/// (producer, consumer, ferryctl, the console, the HTTP gateway) send every
+/// request here; it routes to partitions, coordinators and the metadata.
+///
+/// Sessions (issue 16). With `ferryd --auth scram` the node serves a
+/// request only inside a session envelope, (auth_atom, credential,
+/// request): the credential is a user's session token from the in-band
+/// SASL login, or the cluster credential of the nodes (derived from
+/// --cluster-secret-file). The node checks the credential and the ACLs of
+/// the request (actors/server/node_auth.cpp) before it handles it; a bare
+/// request gets authentication_failed. CAF lets a connected peer address
+/// any actor that ever talked to it by its small id and even name a local
+/// actor as the sender, so nothing here trusts a sender or a handle:
+/// the credential travels in every message. Without --auth both forms are
+/// served. Client code never builds envelopes: the connection hands it a
+/// session proxy (actors/client/session_proxy.hpp) that wraps every request.
+using broker_actor = broker_core_actor::extend<
+  /// One step of the in-band SCRAM-SHA-256 login (sasl_step).
+  /// authentication_failed (a wrong password and an unknown user alike),
+  /// login_throttled, invalid_request for a malformed message.
+  caf::replies_to<auth_atom, sasl_step>::with<sasl_step>,
+  /// A request of broker_core_actor on behalf of a credential: answered as
+  /// the request itself would be. authentication_failed for a missing,
+  /// expired or forged credential, authorization_failed when no ACL allows
+  /// the request.
+  caf::replies_to<auth_atom, std::string, caf::message>::with<caf::message>>;
 
 /// Coordinator of one queue-mode group (issue 4): leases records of the
 /// partitions it reads, counts attempts, retries with backoff and writes

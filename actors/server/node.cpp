@@ -279,7 +279,7 @@ bool start_node(self_ptr self) {
   }
   self->monitor(st.cfg.metadata);
   self->send(st.cfg.metadata, subscribe_atom_v,
-             caf::actor_cast<caf::actor>(self));
+             caf::actor_cast<caf::actor>(internal_handle(self)));
   if (cluster_mode(st)) {
     // Coordinators start on demand where their group lives.
   } else if (auto groups = st.offsets->list_groups()) {
@@ -324,9 +324,18 @@ std::filesystem::path replica_dir(const std::filesystem::path& data_dir,
 broker_actor::behavior_type
 node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
   self->state.cfg = std::move(cfg);
+  auto& cfg_ = self->state.cfg;
+  if (cfg_.auth && (!cfg_.security || cfg_.cluster_credential.empty())) {
+    log::error("node: sessions need the users (security) and the cluster credential");
+    self->quit(make_error(ec::invalid_config, "auth without users or cluster credential"));
+    return broker_actor::behavior_type::make_empty_behavior();
+  }
+  if (cfg_.auth)
+    self->state.internal = spawn_session_proxy(
+      self->system(), caf::actor_cast<broker_actor>(self), cfg_.cluster_credential);
   if (!start_node(self))
     return broker_actor::behavior_type::make_empty_behavior();
-  return {
+  return serve_sessions(self, broker_core_actor::behavior_type{
     // -- data path: delegated to the partition's replica ----------------------
     [self](produce_atom, produce_request& r) { return serve_produce(self, r); },
     [self](produce_atom, std::vector<produce_request>& rs) {
@@ -454,7 +463,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       raft_status_changed(self, rs);
     },
     [self](tick_atom) { cluster_tick(self); },
-  };
+  });
 }
 
 } // namespace ferry

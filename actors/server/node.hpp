@@ -177,6 +177,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_clock.hpp>
+#include <caf/behavior.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
@@ -189,6 +190,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -197,6 +199,9 @@ namespace ferry {
 class metadata_store;
 class metadata_state_machine;
 class offset_store;
+
+class audit_log;
+class scram_server;
 
 namespace metrics {
 class registry;
@@ -270,6 +275,25 @@ struct node_config {
   /// Filled with the replicated users and ACLs (broker/security.hpp) for
   /// the front doors to check; null: not kept.
   std::shared_ptr<security_registry> security;
+  /// Sessions on the CAF port (issue 16; ferryd --auth scram): the node
+  /// serves requests only in a session envelope whose credential checks
+  /// out, after the ACLs allowed them (node_auth.cpp; see broker_actor in
+  /// interfaces.hpp). Needs `security` and `cluster_credential`.
+  bool auth = false;
+  /// The nodes' shared credential (broker/security.hpp,
+  /// cluster_credential()): the node's own actors and its peers send with
+  /// it; it stands for the cluster, which no ACL restricts.
+  std::string cluster_credential;
+  /// Lifetime of a session token from the in-band login.
+  std::chrono::seconds session_ttl{3600};
+  /// Failed logins of one user name allowed before each further one locks
+  /// the name out for lockout_base * 2^n (at most lockout_max).
+  int login_failures_allowed = 5;
+  std::chrono::milliseconds login_lockout_base{1000};
+  std::chrono::milliseconds login_lockout_max{60000};
+  /// Denied requests, failed logins and admin changes on the CAF port (null:
+  /// the node log only).
+  std::shared_ptr<audit_log> audit;
   /// How often the data dir's disk is sampled (ferry_disk_*_bytes).
   std::chrono::milliseconds disk_sample_interval{10000};
   /// Settings of every replica the node spawns; topic, partition, dir,
@@ -422,6 +446,38 @@ struct node_state {
   bool cluster_ready = false;
   uint64_t ready_probe_applied = 0;
   int ready_probes = 0;
+
+  // -- sessions on the CAF port (node_auth.cpp) -------------------------------
+  /// The handlers of broker_core_actor, run by the session envelope.
+  caf::behavior core;
+  /// The handle the node gives its own actors (coordinators, replicas, the
+  /// metadata subscription, links): the node itself without auth, else a
+  /// session proxy that wraps what they send in the cluster credential.
+  broker_actor internal;
+  /// In-band logins between their two steps, by conversation id.
+  struct pending_login {
+    std::shared_ptr<scram_server> server;
+    caf::actor_clock::time_point deadline;
+  };
+  std::map<uint64_t, pending_login> logins;
+  /// Failed logins per user name (brute force is slowed per name: CAF
+  /// shows actors no peer address).
+  struct login_failures {
+    int count = 0;
+    caf::actor_clock::time_point locked_until{};
+  };
+  std::map<std::string, login_failures> failures;
+  /// Session tokens checked before: token -> (user, expiry in Unix ms, the
+  /// security registry version it was checked against).
+  struct checked_token {
+    std::string user;
+    int64_t expires_ms = 0;
+    uint64_t version = 0;
+  };
+  std::unordered_map<std::string, checked_token> sessions;
+  /// True while a peer's request (cluster credential, remote sender) runs:
+  /// what from_peer() means with sessions on.
+  bool peer_call = false;
 
   static inline const char* name = "node";
 };

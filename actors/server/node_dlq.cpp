@@ -15,7 +15,7 @@ dlq_manager_actor dlq_manager_of(self_ptr self) {
   if (!st.dlq) {
     dlq_manager_config dc;
     dc.store = st.cfg.store;
-    dc.broker = caf::actor_cast<broker_actor>(self);
+    dc.broker = internal_handle(self);
     if (cluster_mode(st))
       dc.state_topic = consumer_state_topic;
     st.dlq = self->spawn(dlq_manager, std::move(dc));

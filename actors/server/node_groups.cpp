@@ -14,7 +14,7 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
   auto gc = st.cfg.group_defaults;
   gc.group = group;
   gc.offsets = st.offsets;
-  gc.broker = caf::actor_cast<broker_actor>(self);
+  gc.broker = internal_handle(self);
   gc.topics = topic_list(st);
   if (cluster_mode(st)) {
     auto t = st.topics.find(consumer_state_topic);
@@ -77,7 +77,7 @@ queue_coordinator_actor spawn_queue_coordinator(self_ptr self,
   qc.group = group;
   qc.settings = st.queue_configs.at(group);
   qc.store = st.cfg.store;
-  qc.broker = caf::actor_cast<broker_actor>(self);
+  qc.broker = internal_handle(self);
   qc.topics = topic_list(st);
   qc.topics_known = st.ready;
   if (cluster_mode(st)) {
@@ -205,7 +205,7 @@ void replicate_queue_group(self_ptr self, const consumer_state_record& rec,
   pr.acks = acks_mode::all;
   pr.batch = std::move(*batch);
   self
-    ->request(caf::actor_cast<broker_actor>(self), std::chrono::seconds{30},
+    ->request(internal_handle(self), std::chrono::seconds{30},
               produce_atom_v, std::move(pr))
     .then(
       [self, rec, done](produce_response&) mutable {

@@ -18,6 +18,7 @@
 #include "actors/server/node.hpp"
 
 
+#include "actors/client/session.hpp"
 #include "actors/server/metadata_import.hpp"
 #include "actors/server/raft_metadata.hpp"
 #include "actors/server/raft_node.hpp"
@@ -174,6 +175,10 @@ caf::actor replica_leader(self_ptr self, const partition_assignment& pa);
 /// True when the current message came from a peer node (it was forwarded
 /// there already, or it is a peer's replica or quorum member).
 inline bool from_peer(self_ptr self) {
+  // With sessions, peers hold session proxies (local handles): the
+  // envelope's cluster credential tells a peer's request apart instead.
+  if (self->state.cfg.auth)
+    return self->state.peer_call;
   auto& sender = self->current_sender();
   if (!sender || sender->node() == self->node())
     return false;
@@ -254,6 +259,42 @@ struct group_home_t {
   broker_actor remote;
   caf::error err;
 };
+
+// -- node_auth.cpp ---------------------------------------------------------
+
+/// The node's behavior: the in-band login and the session envelope in front
+/// of `core` (which also serves bare requests when auth is off).
+broker_actor::behavior_type serve_sessions(self_ptr self,
+                                           broker_core_actor::behavior_type core);
+
+/// The handle the node's own actors get (node_state::internal).
+inline broker_actor internal_handle(self_ptr self) {
+  auto& st = self->state;
+  return st.internal ? st.internal : caf::actor_cast<broker_actor>(self);
+}
+
+/// Sends `xs` to the node itself: in an envelope with the cluster
+/// credential when auth is on (a bare message would be refused).
+template <class... Ts>
+void send_self(self_ptr self, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.cfg.auth) // (anonymous: the envelope's answer type is not ours)
+    caf::anon_send(caf::actor_cast<caf::actor>(self), auth_atom_v,
+                   st.cfg.cluster_credential, caf::make_message(std::forward<Ts>(xs)...));
+  else
+    self->send(self, std::forward<Ts>(xs)...);
+}
+
+template <class... Ts>
+void delayed_send_self(self_ptr self, caf::timespan delay, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.cfg.auth)
+    caf::delayed_anon_send(caf::actor_cast<caf::actor>(self), delay, auth_atom_v,
+                           st.cfg.cluster_credential,
+                           caf::make_message(std::forward<Ts>(xs)...));
+  else
+    self->delayed_send(self, delay, std::forward<Ts>(xs)...);
+}
 
 // -- node.cpp --------------------------------------------------------------
 

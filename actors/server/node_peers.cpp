@@ -60,6 +60,7 @@ adopted_link(connection_actor::stateful_pointer<adopted_link_state> self, ferry:
     [](connect_atom, uint64_t, ferry::broker_actor&) {},
     [](connect_atom, uint64_t, caf::error&) {},
     [](tick_atom) {},
+    [](session_atom, uint64_t) {},
     [self](stop_atom) { self->quit(); },
   };
 }
@@ -303,7 +304,7 @@ void cluster_tick(self_ptr self) {
       },
       [](caf::error&) {});
   if (!cluster_mode(st)) {
-    self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
+    delayed_send_self(self, st.cfg.cluster_tick, tick_atom_v);
     return; // no peers to register with, link to or fence
   }
   if (st.cluster_ready && !st.registering && st.raft_st.leader >= 0
@@ -321,7 +322,7 @@ void cluster_tick(self_ptr self) {
     probe_peer(self, id);
   if (is_controller(st))
     control(self);
-  self->delayed_send(self, st.cfg.cluster_tick, tick_atom_v);
+  delayed_send_self(self, st.cfg.cluster_tick, tick_atom_v);
 }
 
 /// Ends the link's listener and connection (the node keeps what it knows
@@ -388,7 +389,7 @@ void dial(self_ptr self, int32_t id, ferry::broker_actor adopt) {
     link = spawn_connection(self->system(), cc);
   }
   auto listener = self->spawn<caf::linked>(peer_listener, id,
-                                           caf::actor_cast<caf::actor>(self));
+                                           caf::actor_cast<caf::actor>(internal_handle(self)));
   self->send(link, subscribe_atom_v, listener);
   st.links[id] = link;
   st.link_listeners[id] = caf::actor_cast<caf::actor>(listener);
@@ -415,7 +416,10 @@ void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender)
     return;
   if (uses_tls(self->system()) && sender) {
     log::debug("node: node {} dialed this node: using its connection", id);
-    dial(self, id, caf::actor_cast<ferry::broker_actor>(sender));
+    auto peer = caf::actor_cast<ferry::broker_actor>(sender);
+    if (st.cfg.auth) // its requests need the cluster credential too
+      peer = spawn_session_proxy(self->system(), peer, st.cfg.cluster_credential);
+    dial(self, id, std::move(peer));
     return;
   }
   log::debug("node: node {} dialed this node: linking back", id);
@@ -557,7 +561,7 @@ caf::error start_metadata_quorum(self_ptr self) {
     st.raft = self->spawn(raft_observer, std::move(oc));
   }
   self->monitor(st.raft);
-  self->send(st.raft, subscribe_atom_v, caf::actor_cast<caf::actor>(self));
+  self->send(st.raft, subscribe_atom_v, caf::actor_cast<caf::actor>(internal_handle(self)));
   raft_metadata_config mc;
   mc.raft = st.raft;
   mc.machine = st.machine;
@@ -575,7 +579,7 @@ caf::error start_metadata_quorum(self_ptr self) {
     log::info("node: broker-only node {} (not a voter; {} voters) follows "
               "the metadata log",
               st.cfg.node_id, ids.size());
-  self->send(self, tick_atom_v);
+  send_self(self, tick_atom_v);
   return caf::none;
 }
 

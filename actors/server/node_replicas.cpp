@@ -20,8 +20,7 @@ void schedule_recheck(self_ptr self, caf::timespan delay) {
       && st.recheck_at <= at)
     return;
   st.recheck_at = at;
-  self->delayed_send(self, delay, update_atom_v,
-                     std::vector<topic_metadata>{});
+  delayed_send_self(self, delay, update_atom_v, std::vector<topic_metadata>{});
 }
 
 // -- replicas -----------------------------------------------------------------
@@ -111,7 +110,7 @@ void spawn_replica(self_ptr self, const topic_partition& key,
       };
     rc.assignment = pa;
     rc.leader_broker = replica_leader(self, pa);
-    rc.controller = caf::actor_cast<caf::actor>(self);
+    rc.controller = caf::actor_cast<caf::actor>(internal_handle(self));
     r.assignment = pa;
     r.leader_handle = rc.leader_broker;
   }
