@@ -457,6 +457,14 @@ caf::expected<std::string> cluster_credential(std::string_view secret) {
   return out;
 }
 
+caf::expected<std::string> operator_credential(std::string_view secret) {
+  if (auto c = cluster_credential(secret); !c)
+    return c.error();
+  std::string out{operator_credential_prefix};
+  out += base64url(hmac_sha256(secret, "ferry operator credential v1"));
+  return out;
+}
+
 caf::expected<std::string> read_cluster_secret(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f)

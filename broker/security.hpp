@@ -145,11 +145,18 @@ caf::expected<bearer_claims> verify_bearer_token(const scram_credential& cred,
 // is that node's operator (it is how the first user is created).
 
 inline constexpr std::string_view cluster_credential_prefix = "fryc.";
+inline constexpr std::string_view operator_credential_prefix = "fryo.";
 inline constexpr size_t min_cluster_secret_size = 32;
 
 /// The credential of a secret; invalid_request when it is shorter than
 /// min_cluster_secret_size.
 caf::expected<std::string> cluster_credential(std::string_view secret);
+
+/// The operator's credential of a secret: "fryo." base64url(HMAC-SHA256(
+/// secret, "ferry operator credential v1")). No ACL restricts it either,
+/// but a node treats its requests as a client's (forwarded to the Raft
+/// leader where needed), not as a peer's. invalid_request as above.
+caf::expected<std::string> operator_credential(std::string_view secret);
 
 /// The secret in `path` (surrounding white space removed); invalid_config
 /// naming the file when it cannot be read or is too short.

@@ -257,18 +257,21 @@ make_admin() {
   ferryctl=$(ferryctl_path)
   (umask 077 && openssl rand -hex 16 >"$file.tmp")
   timeout 60 "$ferryctl" --broker "$(paste -sd, "$cluster_dir/brokers")" --connect-timeout 3000 \
-    $(client_tls_args) --cluster-secret-file "$(cluster_secret_file)" --request-timeout 30000 \
+    $(client_tls_args) --request-timeout 30000 \
     user create admin --password-stdin <"$file.tmp" \
     >/dev/null || { rm -f "$file.tmp"; die "ferryctl user create admin failed"; }
   mv "$file.tmp" "$file"
 }
 
-# ferryctl's TLS flags (none without TLS).
+# ferryctl's TLS flags (none without TLS), and with --auth the operator's
+# login (the cluster secret).
 client_tls_args() {
   ((tls == 1)) || return 0
   local d
   d=$(tls_dir)
   echo --tls-cert "$d/client.pem" --tls-key "$d/client.key" --tls-ca "$d/ca.pem"
+  ((auth == 1)) || return 0
+  echo --cluster-secret-file "$(cluster_secret_file)"
 }
 
 voters() {

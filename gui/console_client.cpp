@@ -3,6 +3,7 @@
 #include "actors/client/consumer.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 #include "broker/topic_config.hpp"
@@ -437,7 +438,31 @@ console_client::~console_client() {
   // Outstanding request actors end with their replies or timeouts; nothing
   // they do reaches this object any more.
   d_->sys->await_actors_before_shutdown(false);
+  set_credentials(*d_->sys, client_credentials{});
   d_->sys.reset();
+}
+
+void console_client::set_login(const QString& user, const QString& password) {
+  if (user.isEmpty())
+    return;
+  client_credentials c;
+  c.user = user.toStdString();
+  c.password = password.toStdString();
+  set_credentials(*d_->sys, std::move(c));
+}
+
+QString console_client::set_operator(const QString& secret_file, bool is_credential) {
+  if (is_credential) {
+    client_credentials c;
+    c.token = secret_file.toStdString();
+    set_credentials(*d_->sys, std::move(c));
+    return {};
+  }
+  auto c = load_credentials("", "", secret_file.toStdString());
+  if (!c)
+    return QString::fromStdString(error_text(c.error()));
+  set_credentials(*d_->sys, std::move(*c));
+  return {};
 }
 
 QString console_client::connect_to(const QString& address) {

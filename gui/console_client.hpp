@@ -32,6 +32,15 @@ public:
   /// Returns an error text for a malformed address, else "".
   QString connect_to(const QString& address);
 
+  /// Logs in as `user` with `password` from the next connect_to() on (nodes
+  /// started with --auth scram); an empty user keeps what set_operator()
+  /// or nothing set.
+  void set_login(const QString& user, const QString& password);
+  /// Logs in with the cluster credential of a secret file
+  /// (--cluster-secret-file), or with the credential itself when
+  /// `is_credential`; "" on success, else why not.
+  QString set_operator(const QString& secret_file, bool is_credential = false);
+
   /// The address given to connect_to().
   QString address() const;
   QString host() const;

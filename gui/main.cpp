@@ -11,6 +11,7 @@
 // into DIR and exits (0 on success). Set QT_QPA_PLATFORM=offscreen to run
 // it without a display.
 
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 #include "gui/console_client.hpp"
@@ -61,6 +62,23 @@ int main(int argc, char** argv) {
                             QStringLiteral("CA certificates the nodes' certificates chain "
                                            "to; env FERRY_TLS_CA"),
                             QStringLiteral("FILE"));
+  QCommandLineOption user(QStringLiteral("user"),
+                          QStringLiteral("log in as this user (a cluster started with "
+                                         "--auth scram); env FERRY_USER"),
+                          QStringLiteral("NAME"));
+  QCommandLineOption password_file(QStringLiteral("password-file"),
+                                   QStringLiteral("file whose first line is the user's "
+                                                  "password; env FERRY_PASSWORD_FILE or "
+                                                  "FERRY_PASSWORD"),
+                                   QStringLiteral("FILE"));
+  QCommandLineOption secret_file(QStringLiteral("cluster-secret-file"),
+                                 QStringLiteral("log in as the cluster's operator with the "
+                                                "nodes' secret; env "
+                                                "FERRY_CLUSTER_SECRET_FILE"),
+                                 QStringLiteral("FILE"));
+  parser.addOption(user);
+  parser.addOption(password_file);
+  parser.addOption(secret_file);
   parser.addOption(tls_cert);
   parser.addOption(tls_key);
   parser.addOption(tls_ca);
@@ -84,6 +102,18 @@ int main(int argc, char** argv) {
              QString::fromStdString(tls.ca)};
   }
   ferry::console::console_client client{files};
+  auto creds = ferry::load_credentials(parser.value(user).toStdString(),
+                                      parser.value(password_file).toStdString(),
+                                      parser.value(secret_file).toStdString());
+  if (!creds) {
+    std::fprintf(stderr, "ferry-console: %s\n", ferry::describe(creds.error()).c_str());
+    return 2;
+  }
+  if (!creds->token.empty())
+    client.set_operator(QString::fromStdString(creds->token), true);
+  else if (!creds->user.empty())
+    client.set_login(QString::fromStdString(creds->user),
+                     QString::fromStdString(creds->password));
   ferry::console::metrics_sampler sampler;
   if (files.enabled()) {
     if (auto why = sampler.set_tls(files.certificate, files.key, files.ca); !why.isEmpty()) {

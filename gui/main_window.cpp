@@ -66,10 +66,23 @@ main_window::main_window(console_client* client, metrics_sampler* metrics, QUrl 
   address_->addItems(recent_clusters());
   address_->setMinimumWidth(220);
   address_->setToolTip(QStringLiteral("any node's HOST:PORT"));
+  user_ = new QLineEdit(central);
+  user_->setObjectName(QStringLiteral("user"));
+  user_->setPlaceholderText(QStringLiteral("user"));
+  user_->setToolTip(QStringLiteral("a user of a cluster started with --auth scram "
+                                   "(empty: no login)"));
+  user_->setMaximumWidth(120);
+  password_ = new QLineEdit(central);
+  password_->setObjectName(QStringLiteral("password"));
+  password_->setPlaceholderText(QStringLiteral("password"));
+  password_->setEchoMode(QLineEdit::Password);
+  password_->setMaximumWidth(140);
   auto* go = new QPushButton(QStringLiteral("Connect"), central);
   state_ = new QLabel(QStringLiteral("not connected"), central);
   bar->addWidget(new QLabel(QStringLiteral("Cluster"), central));
   bar->addWidget(address_);
+  bar->addWidget(user_);
+  bar->addWidget(password_);
   bar->addWidget(go);
   bar->addWidget(state_, 1);
   lay->addLayout(bar);
@@ -99,6 +112,8 @@ main_window::main_window(console_client* client, metrics_sampler* metrics, QUrl 
 
   connect(go, &QPushButton::clicked, this, [this] { connect_to(address_->currentText()); });
   connect(address_->lineEdit(), &QLineEdit::returnPressed, this,
+          [this] { connect_to(address_->currentText()); });
+  connect(password_, &QLineEdit::returnPressed, this,
           [this] { connect_to(address_->currentText()); });
   connect(timer_, &QTimer::timeout, this, &main_window::refresh);
   connect(client_, &console_client::connection_changed, this,
@@ -187,6 +202,7 @@ void main_window::mark_unreachable() {
 }
 
 void main_window::connect_to(const QString& address) {
+  client_->set_login(user_->text().trimmed(), password_->text());
   auto err = client_->connect_to(address);
   if (!err.isEmpty()) {
     log(QStringLiteral("cannot connect: %1").arg(err), true);

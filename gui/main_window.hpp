@@ -15,6 +15,7 @@
 QT_BEGIN_NAMESPACE
 class QComboBox;
 class QLabel;
+class QLineEdit;
 class QListWidget;
 class QTabWidget;
 class QTimer;
@@ -74,6 +75,10 @@ private:
   metrics_sampler* metrics_;
   bool metrics_fixed_;
   QComboBox* address_;
+  /// The login for nodes started with --auth scram (empty: none, or the
+  /// one given on the command line).
+  QLineEdit* user_;
+  QLineEdit* password_;
   QLabel* state_;
   QTabWidget* tabs_;
   cluster_view* cluster_;

@@ -12,6 +12,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 
 namespace ferry {
 
@@ -57,7 +59,27 @@ void configure_credentials(caf::actor_system_config& cfg, const client_credentia
   caf::put(cfg.content, key_token, c.token);
 }
 
+namespace {
+
+std::mutex overrides_mtx;
+std::map<const caf::actor_system*, client_credentials> overrides;
+
+} // namespace
+
+void set_credentials(const caf::actor_system& sys, client_credentials c) {
+  std::lock_guard<std::mutex> guard{overrides_mtx};
+  if (c.empty())
+    overrides.erase(&sys);
+  else
+    overrides[&sys] = std::move(c);
+}
+
 client_credentials credentials_of(const caf::actor_system& sys) {
+  {
+    std::lock_guard<std::mutex> guard{overrides_mtx};
+    if (auto i = overrides.find(&sys); i != overrides.end())
+      return i->second;
+  }
   client_credentials c;
   c.user = caf::get_or(sys.config(), key_user, "");
   c.password = caf::get_or(sys.config(), key_password, "");
@@ -105,7 +127,7 @@ caf::expected<client_credentials> load_credentials(std::string user,
     auto secret = read_cluster_secret(cluster_secret_file);
     if (!secret)
       return secret.error();
-    auto cred = cluster_credential(*secret);
+    auto cred = operator_credential(*secret);
     if (!cred)
       return cred.error();
     c.token = std::move(*cred);
@@ -143,7 +165,7 @@ bool credentials_from_local_cluster(client_credentials& c) {
   auto secret = read_cluster_secret(dir + "/cluster.secret");
   if (!secret)
     return false;
-  auto cred = cluster_credential(*secret);
+  auto cred = operator_credential(*secret);
   if (!cred)
     return false;
   c.token = std::move(*cred);

@@ -50,13 +50,19 @@ struct client_credentials {
 /// `c` (stored in the config under "ferry.session.*").
 void configure_credentials(caf::actor_system_config& cfg, const client_credentials& c);
 
-/// The credentials configure_credentials stored (empty when none).
+/// Replaces the credentials of `sys` for the connections spawned from now on
+/// (a program that asks its user, like the console's connect bar); empty
+/// credentials go back to the config's.
+void set_credentials(const caf::actor_system& sys, client_credentials c);
+
+/// The credentials of set_credentials, else those configure_credentials
+/// stored (empty when none).
 client_credentials credentials_of(const caf::actor_system& sys);
 
 /// Credentials from a program's flags and the environment: `user` (else
 /// $FERRY_USER) with the first line of `password_file` (else
 /// $FERRY_PASSWORD_FILE's, else $FERRY_PASSWORD) as its password; or the
-/// cluster credential of `cluster_secret_file` (else
+/// operator credential of `cluster_secret_file` (else
 /// $FERRY_CLUSTER_SECRET_FILE). invalid_config names what is wrong: a user
 /// without a password, both a user and a cluster secret, an unreadable file.
 caf::expected<client_credentials> load_credentials(std::string user,
@@ -65,7 +71,7 @@ caf::expected<client_credentials> load_credentials(std::string user,
 
 /// The cluster secret of a local cluster (deploy/local-cluster.sh start
 /// --auth keeps it in <state>/cluster.secret; the state folder is
-/// $FERRY_CLUSTER_DIR or ./ferry-cluster): its credential, so the operator
+/// $FERRY_CLUSTER_DIR or ./ferry-cluster): its operator credential, so the operator
 /// of a local cluster needs no flags. False when there is none.
 bool credentials_from_local_cluster(client_credentials& c);
 

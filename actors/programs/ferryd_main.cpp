@@ -363,6 +363,7 @@ struct options {
   /// With --auth scram: the nodes' shared secret and its credential.
   std::string cluster_secret_file;
   std::string cluster_credential;
+  std::string operator_credential;
   int64_t session_ttl = 3600;
 };
 
@@ -573,6 +574,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     opt.cluster_credential = std::move(*cred);
+    opt.operator_credential = *ferry::operator_credential(*secret);
   } else if (!opt.cluster_secret_file.empty()) {
     std::fprintf(stderr, "ferryd: --cluster-secret-file needs --auth scram\n");
     return 2;
@@ -900,6 +902,7 @@ int main(int argc, char** argv) {
     nc.security = security;
     nc.auth = opt.auth == "scram";
     nc.cluster_credential = opt.cluster_credential;
+    nc.operator_credential = opt.operator_credential;
     nc.session_ttl = std::chrono::seconds{opt.session_ttl};
     if (nc.auth)
       nc.audit = audit;
@@ -919,6 +922,12 @@ int main(int argc, char** argv) {
       std::chrono::milliseconds{opt.produce_ack_timeout_ms};
     auto port_slot = nc.port;
     auto node = sys.spawn(ferry::node, std::move(nc));
+    // What ferryd itself (the startup check, the HTTP gateway) asks the node
+    // through: with sessions on, a session proxy with the cluster
+    // credential (the gateway checks its users itself).
+    auto front = opt.auth == "scram"
+                   ? ferry::spawn_session_proxy(sys, node, opt.cluster_credential)
+                   : node;
     node->attach_functor([](const caf::error&) {
       char c = 'd';
       auto n = ::write(signal_pipe[1], &c, 1);
@@ -954,7 +963,7 @@ int main(int argc, char** argv) {
       caf::scoped_actor self{sys};
       bool ok = false;
       self
-        ->request(node, std::chrono::seconds{opt.startup_timeout_s},
+        ->request(front, std::chrono::seconds{opt.startup_timeout_s},
                   ferry::cluster_atom_v)
         .receive(
           [&](const ferry::cluster_description& cd) {
@@ -1002,12 +1011,7 @@ int main(int argc, char** argv) {
                       static_cast<unsigned>(metrics_port));
         }
         if (http) {
-          // The gateway checks its users itself and asks the node as the
-          // cluster (with sessions on, through a session proxy).
-          if (opt.auth == "scram")
-            http->serve(sys, ferry::spawn_session_proxy(sys, node, opt.cluster_credential));
-          else
-            http->serve(sys, node);
+          http->serve(sys, front);
           ferry::log::info("HTTP API at {}://{}:{}/v1", scheme, opt.host,
                            http->port());
           std::printf("http on %s:%u\n", opt.host.c_str(),

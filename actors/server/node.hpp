@@ -284,6 +284,9 @@ struct node_config {
   /// cluster_credential()): the node's own actors and its peers send with
   /// it; it stands for the cluster, which no ACL restricts.
   std::string cluster_credential;
+  /// The operator's credential of the same secret (ferryctl
+  /// --cluster-secret-file): unrestricted too, but served as a client.
+  std::string operator_credential;
   /// Lifetime of a session token from the in-band login.
   std::chrono::seconds session_ttl{3600};
   /// Failed logins of one user name allowed before each further one locks
@@ -458,6 +461,7 @@ struct node_state {
   struct pending_login {
     std::shared_ptr<scram_server> server;
     caf::actor_clock::time_point deadline;
+    std::string user; ///< the name the client-first message claimed
   };
   std::map<uint64_t, pending_login> logins;
   /// Failed logins per user name (brute force is slowed per name: CAF

@@ -153,7 +153,7 @@ caf::result<sasl_step> sasl_login(self_ptr self, sasl_step& in) {
     while (id == 0 || st.logins.count(id) > 0)
       if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof id) != 1)
         return make_error(ec::io_error, "no random bytes for a login");
-    st.logins.emplace(id, node_state::pending_login{server, t + login_step_timeout});
+    st.logins.emplace(id, node_state::pending_login{server, t + login_step_timeout, user});
     sasl_step out;
     out.mechanism = in.mechanism;
     out.conversation = id;
@@ -165,12 +165,17 @@ caf::result<sasl_step> sasl_login(self_ptr self, sasl_step& in) {
     return make_error(ec::authentication_failed,
                       "authentication failed (no login in progress with that id)");
   auto server = std::move(i->second.server);
+  auto claimed = std::move(i->second.user);
   st.logins.erase(i); // one attempt per conversation: no replays
+  if (auto err = locked_out(self, claimed))
+    return err;
   auto fin = server->final(in.data);
   auto user = server->user();
   if (!fin) {
     if (is(fin.error(), ec::authentication_failed)) {
-      login_failed(self, user.empty() ? std::string{"?"} : user, "wrong password");
+      // (An unknown user fails here too, after a made-up first step.)
+      login_failed(self, claimed, st.cfg.security->user(claimed) ? "wrong password"
+                                                                 : "unknown user");
       return login_refused();
     }
     return fin.error();
@@ -201,7 +206,8 @@ caf::result<sasl_step> sasl_login(self_ptr self, sasl_step& in) {
 /// Who a credential stands for.
 struct principal {
   std::string user;     ///< "" for the cluster
-  bool cluster = false; ///< the nodes' credential: no ACL applies
+  bool cluster = false; ///< the nodes' or the operator's: no ACL applies
+  bool peer = false;    ///< the nodes' own
 };
 
 caf::expected<principal> check_credential(self_ptr self, const std::string& cred) {
@@ -211,11 +217,20 @@ caf::expected<principal> check_credential(self_ptr self, const std::string& cred
                       "this node requires a login (ferryctl --user/--password-file)");
   if (cred.compare(0, cluster_credential_prefix.size(), cluster_credential_prefix) == 0) {
     if (!st.cfg.cluster_credential.empty() && same_secret(cred, st.cfg.cluster_credential))
-      return principal{{}, true};
+      return principal{{}, true, true};
     log::warn("node: a request with a wrong cluster credential from {}", source_of(self));
     audit(self, "", "login", "cluster", "denied", "wrong cluster credential");
     return make_error(ec::authentication_failed,
                       "wrong cluster credential (not this cluster's secret)");
+  }
+  if (cred.compare(0, operator_credential_prefix.size(), operator_credential_prefix) == 0) {
+    if (!st.cfg.operator_credential.empty()
+        && same_secret(cred, st.cfg.operator_credential))
+      return principal{{}, true, false};
+    log::warn("node: a request with a wrong operator credential from {}", source_of(self));
+    audit(self, "", "login", "cluster", "denied", "wrong operator credential");
+    return make_error(ec::authentication_failed,
+                      "wrong operator credential (not this cluster's secret)");
   }
   auto& sec = *st.cfg.security;
   auto version = sec.version();
@@ -511,7 +526,9 @@ caf::result<caf::message> serve_in_session(self_ptr self, std::string& cred,
   // The cluster's credential needs no users: the node's own actors and its
   // peers are served while the users are still loading.
   bool cluster = cred.compare(0, cluster_credential_prefix.size(),
-                              cluster_credential_prefix) == 0;
+                              cluster_credential_prefix) == 0
+                 || cred.compare(0, operator_credential_prefix.size(),
+                                 operator_credential_prefix) == 0;
   if (!cluster && !st.cfg.security->loaded())
     return make_error(ec::security_loading,
                       "the node is still loading users and ACLs: try again");
@@ -521,7 +538,7 @@ caf::result<caf::message> serve_in_session(self_ptr self, std::string& cred,
   if (who->cluster) {
     // A peer, or the node's own actors (local senders).
     auto& s = self->current_sender();
-    st.peer_call = s && s->node() != self->node();
+    st.peer_call = who->peer && s && s->node() != self->node();
     auto res = run_core(self, req);
     st.peer_call = false;
     return res;

@@ -24,6 +24,7 @@
 #include "actors/client/consumer.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
 
@@ -94,6 +95,9 @@ struct bench_options {
   bool json = false;
   /// A node started with --tls-*: this client's certificate, key, CA.
   tls_settings tls;
+  std::string user;
+  std::string password_file;
+  std::string cluster_secret_file;
 };
 
 /// Latencies in nanoseconds, reduced to the usual percentiles in ms.
@@ -489,6 +493,11 @@ int main(int argc, char** argv) {
                  "also $FERRY_TLS_CERT");
   app.add_option("--tls-key", opt.tls.key, "its private key; also $FERRY_TLS_KEY");
   app.add_option("--tls-ca", opt.tls.ca, "CA of the node's certificate; also $FERRY_TLS_CA");
+  app.add_option("--user", opt.user, "log in as this user (--auth scram); also $FERRY_USER");
+  app.add_option("--password-file", opt.password_file,
+                 "its password's file; also $FERRY_PASSWORD_FILE or $FERRY_PASSWORD");
+  app.add_option("--cluster-secret-file", opt.cluster_secret_file,
+                 "log in as the cluster's operator; also $FERRY_CLUSTER_SECRET_FILE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -522,6 +531,12 @@ int main(int argc, char** argv) {
       fail("--tls-cert/--tls-key/--tls-ca: " + error_text(err));
     configure_tls(cfg, opt.tls);
   }
+  // Nodes with --auth scram: a user's login or the operator's.
+  auto creds = load_credentials(opt.user, opt.password_file, opt.cluster_secret_file);
+  if (!creds)
+    fail(error_text(creds.error()));
+  if (!creds->empty())
+    configure_credentials(cfg, *creds);
   // Two cores are shared with the broker: idle workers must not spin.
   cfg.set("scheduler.max-threads", 2);
   cfg.set("work-stealing.aggressive-poll-attempts", 10);

@@ -702,7 +702,7 @@ def setup_label(row):
     n, p = row["nodes"], row["p"]
     where = "1 node" if n == 1 else f"{n} nodes RF={n}"
     if row.get("tls"):
-        where += " TLS"
+        where += " TLS + auth" if AUTH[0] else " TLS"
     if row["kind"] == "produce" and row.get("rate"):
         return f"{where}, {p:,} partitions, paced {row['rate']:,} msgs/s"
     if row["kind"] == "produce":
@@ -719,7 +719,7 @@ def run_row(ctx, row):
     res = dict(id=row["id"], setup=setup_label(row), kind=row["kind"], nodes_n=row["nodes"],
                partitions=row["p"], messages=row.get("m"))
     work = tempfile.mkdtemp(prefix=f"ferry-scale-{row['id']}-", dir=ctx.tmp)
-    set_tls(ctx.certs if row.get("tls") else None)
+    set_tls(ctx.certs if row.get("tls") else None, AUTH[0])
     deadline = time.monotonic() + ctx.row_timeout
     t0 = time.monotonic()
     cluster = None
@@ -925,6 +925,8 @@ def on_signal(signum, frame):
 
 # Extra ferryd arguments for every node (--ferryd-arg).
 FERRYD_EXTRA = []
+# --auth: TLS rows also run with users (set_tls()).
+AUTH = [False]
 # --tls-* arguments of the row that runs (set_tls()).
 TLS = {"node": [], "client": []}
 
@@ -948,8 +950,10 @@ def make_certs(folder):
     return folder
 
 
-def set_tls(folder):
-    """TLS arguments for the next row's ferryd, ferryctl and ferry-bench (None: off)."""
+def set_tls(folder, auth=False):
+    """TLS arguments for the next row's ferryd, ferryctl and ferry-bench (None: off);
+    with auth, also --auth scram on the nodes and the operator's login on the clients
+    (every request then travels in a session envelope)."""
     if not folder:
         TLS["node"], TLS["client"] = [], []
         return
@@ -957,6 +961,13 @@ def set_tls(folder):
     TLS["node"] = ["--tls-cert", f("node.pem"), "--tls-key", f("node.key"), "--tls-ca", f("ca.pem")]
     TLS["client"] = ["--tls-cert", f("client.pem"), "--tls-key", f("client.key"),
                      "--tls-ca", f("ca.pem")]
+    if auth:
+        secret = f("cluster.secret")
+        if not os.path.exists(secret):
+            with open(secret, "w") as out:
+                out.write(os.urandom(32).hex() + "\n")
+        TLS["node"] += ["--auth", "scram", "--cluster-secret-file", secret]
+        TLS["client"] += ["--cluster-secret-file", secret]
 
 
 def main():
@@ -984,8 +995,12 @@ def main():
     ap.add_argument("--tls", choices=("off", "on", "both"), default="off",
                     help="mutual TLS on every node and client (certificates made with openssl "
                          "in a temp dir); both: each row plaintext, then with TLS (row id +tls)")
+    ap.add_argument("--auth", action="store_true",
+                    help="with --tls: the TLS rows also run the nodes with --auth scram and "
+                         "the clients logged in (as the operator): the cost of sessions")
     args = ap.parse_args()
     FERRYD_EXTRA.extend(args.ferryd_arg)
+    AUTH[0] = args.auth
     if args.list:
         for r in select_rows("", args.quick):
             print(f"{r['id']:22} {setup_label(r)}" + (f", {r['m']:,} messages" if "m" in r else ""))

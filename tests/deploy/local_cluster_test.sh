@@ -266,6 +266,19 @@ if [[ -n $auth ]]; then
     -H "Authorization: Bearer $token" -X DELETE "https://127.0.0.1:$((base + 101))/v1/topics/t") ||
     fail "curl DELETE as alice failed"
   [[ $code == 403 ]] || fail "alice deleted topic t: HTTP $code, not 403"
+  # The CAF port: ferryctl run here acts as the operator (the state folder's
+  # cluster.secret); as alice it logs in and is held to her ACLs.
+  [[ $(stat -c %a "$FERRY_CLUSTER_DIR/cluster.secret") == 600 ]] ||
+    fail "start --auth made no private cluster.secret"
+  printf 'alice-pw-1\n' >"$work/alice.pw"
+  got=$(ctl --user alice --password-file "$work/alice.pw" consume t --from-beginning --max 6 \
+    --timeout 20000) || fail "alice could not consume t over the CAF port"
+  [[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "alice consumed '$got'"
+  if out=$(ctl --user alice --password-file "$work/alice.pw" topic delete t 2>&1); then
+    fail "alice deleted topic t over the CAF port"
+  fi
+  grep -F "User:alice may not delete topic t" <<<"$out" >/dev/null ||
+    fail "alice's delete over the CAF port: $out"
 fi
 
 step "kill $victim"

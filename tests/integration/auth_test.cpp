@@ -13,6 +13,11 @@
 #include "process.hpp"
 #include "test_certs.hpp"
 
+#include "broker/scram_exchange.hpp"
+#include "broker/security.hpp"
+
+#include <caf/openssl/remote_actor.hpp>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -85,7 +90,8 @@ protected:
     // Browsers and scripts log in with a password and no client
     // certificate: the HTTP port only asks for one.
     args.insert(args.end(), {"--auth", "scram", "--superusers", "admin", "--audit-log",
-                             audit_, "--tls-client-auth", "requested"});
+                             audit_, "--tls-client-auth", "requested",
+                             "--cluster-secret-file", certs_.secret_file()});
     node_ = std::make_unique<ferryd_process>(args);
     ASSERT_TRUE(node_->start()) << node_->output();
     ASSERT_NE(node_->http_port(), 0);
@@ -99,12 +105,29 @@ protected:
     }
   }
 
-  /// ferryctl over the CAF port with the client certificate.
+  /// ferryctl over the CAF port with the client certificate, as the
+  /// cluster's operator (--cluster-secret-file).
   ferry::test::command_result ctl(std::vector<std::string> args,
                                   const std::string& input = {}) {
     auto tls = certs_.args("client");
+    tls.insert(tls.end(), {"--cluster-secret-file", certs_.secret_file()});
     tls.insert(tls.end(), args.begin(), args.end());
     return ferryctl(node_->endpoint(), tls, input, 60s);
+  }
+
+  /// ferryctl logged in as `user` (its password in a file); an empty user:
+  /// no login at all.
+  ferry::test::command_result ctl_as(const std::string& user, const std::string& password,
+                                     std::vector<std::string> args,
+                                     const std::string& input = {}) {
+    auto full = certs_.args("client");
+    if (!user.empty()) {
+      auto file = (dir_.path() / (user + ".password")).string();
+      std::ofstream{file} << password << "\n";
+      full.insert(full.end(), {"--user", user, "--password-file", file});
+    }
+    full.insert(full.end(), args.begin(), args.end());
+    return ferryctl(node_->endpoint(), full, input, 60s);
   }
 
   ferry::test::command_result user_create(const std::string& name,
@@ -522,19 +545,178 @@ TEST_F(auth_node, BearerTokensStandForThePasswordUntilTheyExpireOrItChanges) {
 // others, a user keeps writing through another node while the partition
 // leader is SIGKILLed, and the restarted node serves the user again. While
 // it has not loaded the users it answers 503 security_loading, never a 401.
+TEST_F(auth_node, CafPortNeedsALoginAndChecksEachRequestAgainstTheAcls) {
+  ASSERT_EQ(ctl({"topic", "create", "orders", "--partitions", "1"}).exit_code, 0);
+  auto alice = [&](std::vector<std::string> args, const std::string& input = {}) {
+    return ctl_as("alice", "alice-secret-1", std::move(args), input);
+  };
+  // No login, a wrong password, an unknown user: refused alike.
+  auto none = ctl_as("", "", {"topic", "list"});
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_TRUE(contains(none.err, "requires a login")) << none.err;
+  for (auto [user, pw] : {std::pair{"alice", "wrong"}, std::pair{"mallory", "x"}}) {
+    auto r = ctl_as(user, pw, {"topic", "list"});
+    EXPECT_NE(r.exit_code, 0) << user;
+    EXPECT_TRUE(contains(r.err, "authentication_failed: authentication failed")) << r.err;
+  }
+  // Alice without ACLs: the list hides orders, each operation is refused.
+  auto list = alice({"topic", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_FALSE(contains(list.out, "orders")) << list.out;
+  auto described = alice({"topic", "describe", "orders"});
+  EXPECT_NE(described.exit_code, 0);
+  EXPECT_TRUE(contains(described.err, "User:alice may not describe topic orders"))
+    << described.err;
+  for (auto& args : std::vector<std::vector<std::string>>{
+         {"topic", "delete", "orders"},
+         {"user", "list"},
+         {"acl", "add", "--principal", "User:alice", "--operation", "all", "--cluster"}}) {
+    auto r = alice(args);
+    EXPECT_NE(r.exit_code, 0) << args[0] << " " << args[1];
+    EXPECT_TRUE(contains(r.err, "authorization_failed")) << r.err;
+  }
+  // Write allowed: produce works (and the topic shows), read still not.
+  acl("add", {"--principal", "User:alice", "--topic", "orders", "--operation", "write"});
+  auto produced = alice({"produce", "orders"}, "first\n");
+  EXPECT_EQ(produced.exit_code, 0) << produced.err;
+  EXPECT_TRUE(contains(produced.out, "produced 1 messages")) << produced.out << produced.err;
+  EXPECT_TRUE(contains(alice({"topic", "list"}).out, "orders"));
+  std::vector<std::string> consume{"consume", "orders", "--from-beginning", "--max", "1",
+                                   "--timeout", "5000"};
+  auto denied = alice(consume);
+  EXPECT_NE(denied.exit_code, 0);
+  EXPECT_TRUE(contains(denied.err, "User:alice may not read topic orders")) << denied.err;
+  // Read allowed: the record comes back; a deny wins over it; removing the
+  // deny allows again, removing the allow denies again.
+  acl("add", {"--principal", "User:alice", "--topic", "orders", "--operation", "read"});
+  auto read = alice(consume);
+  EXPECT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_TRUE(contains(read.out, "first")) << read.out;
+  acl("add", {"--principal", "User:alice", "--topic", "orders", "--operation", "read", "--deny"});
+  EXPECT_TRUE(contains(alice(consume).err, "may not read topic orders"));
+  acl("remove",
+      {"--principal", "User:alice", "--topic", "orders", "--operation", "read", "--deny"});
+  EXPECT_TRUE(contains(alice(consume).out, "first"));
+  acl("remove", {"--principal", "User:alice", "--topic", "orders", "--operation", "read"});
+  EXPECT_TRUE(contains(alice(consume).err, "may not read topic orders"));
+  // The superuser logs in the same way and may do everything.
+  auto admin_list = ctl_as("admin", "admin-secret-1", {"user", "list"});
+  EXPECT_EQ(admin_list.exit_code, 0) << admin_list.err;
+  EXPECT_TRUE(contains(admin_list.out, "alice")) << admin_list.out;
+  // Denials through the CAF port are audited, with who and from where.
+  EXPECT_GE(audit_lines({"\"via\":\"caf\"", "User:alice may not read topic orders"}), 1)
+    << audit_text();
+  EXPECT_GE(audit_lines({"\"via\":\"caf\"", "\"action\":\"login\"", "mallory"}), 1)
+    << audit_text();
+}
+
+TEST_F(auth_node, BareForgedOrReplayedRequestsAreRefusedWhoeverTheySayTheyAre) {
+  ASSERT_EQ(ctl({"topic", "create", "orders", "--partitions", "1"}).exit_code, 0);
+  // A client with the cluster's certificate but no session: it talks to
+  // the node's broker actor directly, as a hostile program could.
+  ferry::test::client_system cs{certs_.settings("client")};
+  auto node = caf::openssl::remote_actor<ferry::broker_actor>(*cs.sys, "127.0.0.1",
+                                                               node_->port());
+  ASSERT_TRUE(node) << ferry::error_text(node.error());
+  auto refused = [](const caf::error& err, const std::string& part) {
+    auto text = ferry::error_text(err);
+    return text.find("authentication_failed") != std::string::npos
+           && text.find(part) != std::string::npos;
+  };
+  using topics = std::vector<ferry::topic_metadata>;
+  auto bare = ferry::test::ask<topics>(*cs.sys, *node, 10s, ferry::list_atom_v,
+                                       ferry::topic_atom_v);
+  ASSERT_FALSE(bare);
+  EXPECT_TRUE(refused(bare.error(), "requires a login")) << ferry::error_text(bare.error());
+  auto untyped = caf::actor_cast<caf::actor>(*node);
+  auto list_in = [&](std::string credential) {
+    return ferry::test::ask<topics>(*cs.sys, untyped, 10s, ferry::auth_atom_v,
+                                    std::move(credential),
+                                    caf::make_message(ferry::list_atom_v, ferry::topic_atom_v));
+  };
+  // Forged credentials: a made-up session token, another cluster's
+  // credential, alice's token with a changed byte.
+  auto forged = list_in("fry1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAYWxpY2U.AAAA");
+  ASSERT_FALSE(forged);
+  EXPECT_TRUE(refused(forged.error(), "")) << ferry::error_text(forged.error());
+  auto other = ferry::cluster_credential(std::string(64, 'x'));
+  ASSERT_TRUE(other);
+  auto wrong_cluster = list_in(*other);
+  ASSERT_FALSE(wrong_cluster);
+  EXPECT_TRUE(refused(wrong_cluster.error(), "wrong cluster credential"))
+    << ferry::error_text(wrong_cluster.error());
+  // A real login, step by step.
+  ferry::scram_client client{"alice", "alice-secret-1"};
+  ferry::sasl_step s1;
+  s1.mechanism = "SCRAM-SHA-256";
+  s1.data = *client.first();
+  auto a1 = ferry::test::ask<ferry::sasl_step>(*cs.sys, *node, 10s, ferry::auth_atom_v, s1);
+  ASSERT_TRUE(a1) << ferry::error_text(a1.error());
+  auto fin = client.final(a1->data);
+  ASSERT_TRUE(fin) << ferry::error_text(fin.error());
+  ferry::sasl_step s2;
+  s2.mechanism = s1.mechanism;
+  s2.conversation = a1->conversation;
+  s2.data = *fin;
+  auto a2 = ferry::test::ask<ferry::sasl_step>(*cs.sys, *node, 10s, ferry::auth_atom_v, s2);
+  ASSERT_TRUE(a2) << ferry::error_text(a2.error());
+  ASSERT_TRUE(a2->done);
+  EXPECT_FALSE(client.verify(a2->data));
+  EXPECT_EQ(a2->user, "alice");
+  // The same final message again: that conversation is over.
+  auto replayed = ferry::test::ask<ferry::sasl_step>(*cs.sys, *node, 10s, ferry::auth_atom_v, s2);
+  ASSERT_FALSE(replayed);
+  EXPECT_TRUE(refused(replayed.error(), "")) << ferry::error_text(replayed.error());
+  // Alice's token works in an envelope (orders hidden: no ACL) ...
+  auto mine = list_in(a2->token);
+  ASSERT_TRUE(mine) << ferry::error_text(mine.error());
+  for (auto& t : *mine)
+    EXPECT_NE(t.name, "orders");
+  // ... but not altered, and never for the nodes' own requests.
+  auto altered = a2->token;
+  altered[altered.size() / 2] = altered[altered.size() / 2] == 'A' ? 'B' : 'A';
+  auto bad = list_in(altered);
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(refused(bad.error(), "")) << ferry::error_text(bad.error());
+  auto raft = ferry::test::ask<ferry::raft_log_chunk>(
+    *cs.sys, untyped, 10s, ferry::auth_atom_v, a2->token,
+    caf::make_message(ferry::fetch_atom_v, ferry::raft_atom_v, uint64_t{0}));
+  ASSERT_FALSE(raft);
+  EXPECT_TRUE(contains(ferry::error_text(raft.error()), "may not send node-to-node requests"))
+    << ferry::error_text(raft.error());
+  // The node still serves its users.
+  EXPECT_EQ(ctl({"topic", "list"}).exit_code, 0);
+}
+
+TEST_F(auth_node, FailedCafLoginsOfOneUserAreSlowedDown) {
+  // Five wrong passwords are answered as such; after them alice is locked
+  // out for a while, even with the right password.
+  for (int i = 0; i < 5; ++i) {
+    auto r = ctl_as("alice", "wrong-" + std::to_string(i), {"topic", "list"});
+    EXPECT_TRUE(contains(r.err, "authentication failed")) << r.err;
+  }
+  auto locked = ctl_as("alice", "alice-secret-1", {"topic", "list"});
+  EXPECT_NE(locked.exit_code, 0);
+  EXPECT_TRUE(contains(locked.err, "login_throttled")) << locked.err;
+  // Other users are not affected.
+  EXPECT_EQ(ctl_as("admin", "admin-secret-1", {"topic", "list"}).exit_code, 0);
+}
+
 TEST(AuthCluster, ThreeNodesWithTlsAndUsersReplicateAndFailOver) {
   test_certs certs;
   ASSERT_TRUE(certs.ok()) << certs.why();
   for (auto* name : {"node", "client"})
     ASSERT_TRUE(certs.make_cert(name)) << certs.why();
-  ferry::test::cluster c{certs.settings("client")};
+  ferry::test::cluster c{certs.settings("client"), certs.operator_credentials()};
   auto node_args = certs.args("node");
   node_args.insert(node_args.end(), {"--auth", "scram", "--superusers", "admin",
-                                     "--tls-client-auth", "requested", "--http-port", "0"});
+                                     "--tls-client-auth", "requested", "--http-port", "0",
+                                     "--cluster-secret-file", certs.secret_file()});
   c.add_node_args(node_args);
   ASSERT_CLUSTER_STARTED(c);
   auto ctl = [&](int id, std::vector<std::string> args, const std::string& input = {}) {
     auto full = certs.args("client");
+    full.insert(full.end(), {"--cluster-secret-file", certs.secret_file()});
     full.insert(full.end(), args.begin(), args.end());
     return ferryctl(c.endpoint(id), full, input, 60s);
   };
@@ -620,6 +802,7 @@ TEST(AuthCluster, ThreeNodesWithTlsAndUsersReplicateAndFailOver) {
                                         "--broker", c.endpoint(other), "--screenshot",
                                         shots.path().string(), "--screenshot-wait", "3"};
   console_args.insert(console_args.end(), tls.begin(), tls.end());
+  console_args.insert(console_args.end(), {"--cluster-secret-file", certs.secret_file()});
   auto console = run_command("/usr/bin/env", console_args, 120s);
   EXPECT_EQ(console.exit_code, 0) << console.out << console.err;
   std::cout << "[console] " << console.out;

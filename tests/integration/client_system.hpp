@@ -5,6 +5,7 @@
 // producer or consumer.
 
 #include "actors/client/client_connection.hpp"
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -32,6 +33,14 @@ struct client_system {
   explicit client_system(const ferry::tls_settings& tls) {
     ferry::configure_client(cfg);
     ferry::configure_tls(cfg, tls);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+
+  /// The same, logging in with `creds` (actors/client/session.hpp).
+  client_system(const ferry::tls_settings& tls, const ferry::client_credentials& creds) {
+    ferry::configure_client(cfg);
+    ferry::configure_tls(cfg, tls);
+    ferry::configure_credentials(cfg, creds);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
 

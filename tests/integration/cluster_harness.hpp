@@ -219,6 +219,10 @@ public:
   /// TLS with these files; the nodes need matching --tls-* args.
   explicit cluster(const ferry::tls_settings& client_tls) : cs(client_tls) {
   }
+  /// The same, logging in with `creds` (nodes with --auth scram).
+  cluster(const ferry::tls_settings& client_tls, const ferry::client_credentials& creds)
+    : cs(client_tls, creds) {
+  }
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 

@@ -3,6 +3,7 @@
 // temp dir: a cluster CA, another CA, and certificates signed by them
 // (ECDSA P-256: quick to make). Every file is PEM.
 
+#include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "process.hpp"
 #include "tests/temp_dir.hpp"
@@ -54,6 +55,25 @@ public:
   std::vector<std::string> args(const std::string& name, const std::string& ca = "ca") const {
     auto s = settings(name, ca);
     return {"--tls-cert", s.certificate, "--tls-key", s.key, "--tls-ca", s.ca};
+  }
+
+  /// A cluster secret file (ferryd --cluster-secret-file), made on first
+  /// use with `openssl rand -hex 32`.
+  std::string secret_file() {
+    auto f = path("cluster.secret");
+    if (!std::filesystem::exists(f))
+      run({"rand", "-hex", "-out", f, "32"});
+    return f;
+  }
+
+  /// The credential of secret_file() (what the nodes and ferryctl
+  /// --cluster-secret-file send).
+  ferry::client_credentials operator_credentials() {
+    ferry::client_credentials c;
+    auto loaded = ferry::load_credentials("", "", secret_file());
+    if (loaded)
+      c = *loaded;
+    return c;
   }
 
   /// Runs `openssl args...`; false (why() set) unless it exits 0.
