@@ -279,7 +279,7 @@ struct access {
   std::vector<need> any;      ///< one of these must be allowed (when set)
   bool nodes_only = false;    ///< peers' and the node's own requests
   bool anyone = false;        ///< any logged-in user
-  enum class filter { none, topics, groups, group, dlqs } answer = filter::none;
+  enum class filter { none, topics, groups, group, dlqs, dlq_records } answer = filter::none;
   bool admin = false;         ///< audited with its outcome
 };
 
@@ -384,6 +384,7 @@ access access_of(caf::message& m) {
     a.answer = access::filter::dlqs;
   } else if (m.match_elements<show_atom, dlq_show_request>()) {
     one("dlq", m.get_as<dlq_show_request>(1).topic, "read");
+    a.answer = access::filter::dlq_records;
   } else if (m.match_elements<redrive_atom, dlq_redrive_request>()) {
     auto& r = m.get_as<dlq_redrive_request>(1);
     admin("dlq", r.topic, "redrive");
@@ -603,6 +604,23 @@ caf::result<caf::message> serve_in_session(self_ptr self, std::string& cred,
           xs.erase(std::remove_if(xs.begin(), xs.end(),
                                   [&](auto& x) { return !see_dlq(x.topic); }),
                    xs.end());
+        },
+        no_audit);
+    case filter::dlq_records:
+      // A record of a topic the caller may not read is left out: its DLQ
+      // must not be a way around the topic's ACLs (as on HTTP).
+      return ask_self<dlq_show_response>(
+        self, req,
+        [registry, user, super](dlq_show_response& r) {
+          if (super)
+            return;
+          auto& rs = r.records;
+          rs.erase(std::remove_if(rs.begin(), rs.end(),
+                                  [&](const dlq_record& x) {
+                                    return !registry->authorize(user, "topic",
+                                                                x.original_topic, "read");
+                                  }),
+                   rs.end());
         },
         no_audit);
     case filter::none:

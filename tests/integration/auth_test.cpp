@@ -423,6 +423,13 @@ TEST_F(auth_node, NoRecordsOfAnUnreadableTopicThroughItsDlqOrGroup) {
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_TRUE(s.j()["records"].empty()) << s.body;
   EXPECT_FALSE(contains(s.body, "classified")) << s.body;
+  // The same through the CAF port (ferryctl logged in as alice).
+  auto as_alice = [&](std::vector<std::string> args) {
+    return ctl_as("alice", "alice-secret-1", std::move(args));
+  };
+  auto caf_dlq = as_alice({"dlq", "show", "secret.workers.dlq"});
+  EXPECT_EQ(caf_dlq.exit_code, 0) << caf_dlq.err;
+  EXPECT_FALSE(contains(caf_dlq.out, "classified")) << caf_dlq.out;
   EXPECT_EQ(alice("POST", dlq + "/redrive", R"({"all":true})").status, 403);
   EXPECT_EQ(alice("POST", dlq + "/purge", "{}").status, 403);
   // The group: describe allowed on the group, but not on the topic: its
@@ -432,6 +439,11 @@ TEST_F(auth_node, NoRecordsOfAnUnreadableTopicThroughItsDlqOrGroup) {
   auto g = alice("GET", "/v1/groups/workers");
   ASSERT_EQ(g.status, 200) << g.body;
   EXPECT_FALSE(contains(g.body, "\"secret\"")) << g.body;
+  auto caf_group = as_alice({"--json", "group", "describe", "workers"});
+  EXPECT_EQ(caf_group.exit_code, 0) << caf_group.err;
+  EXPECT_FALSE(contains(caf_group.out, "\"secret\"")) << caf_group.out;
+  auto admin_group = ctl({"--json", "group", "describe", "workers"});
+  EXPECT_TRUE(contains(admin_group.out, "\"secret\"")) << admin_group.out;
   auto ga = admin("GET", "/v1/groups/workers");
   EXPECT_TRUE(contains(ga.body, "\"secret\"")) << ga.body;
   // Receiving from the queue needs read on the group and on the topic.
@@ -444,6 +456,8 @@ TEST_F(auth_node, NoRecordsOfAnUnreadableTopicThroughItsDlqOrGroup) {
   auto s2 = alice("GET", dlq);
   ASSERT_EQ(s2.status, 200) << s2.body;
   EXPECT_TRUE(contains(s2.body, "classified")) << s2.body;
+  auto caf_dlq2 = as_alice({"dlq", "show", "secret.workers.dlq"});
+  EXPECT_TRUE(contains(caf_dlq2.out, "classified")) << caf_dlq2.out << caf_dlq2.err;
 }
 
 TEST_F(auth_node, FailedLoginsFromOneAddressAreSlowedDown) {

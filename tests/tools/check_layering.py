@@ -28,6 +28,11 @@ BROKER_CORE = {
     "messages", "raft_types", "big_endian",
 }
 
+# broker/ files of ferry_security: users, ACLs, the SCRAM exchange and the
+# audit log; installed with the client library, whose sessions log in with
+# them. Keep in step with broker/CMakeLists.txt (ferry_security).
+BROKER_SECURITY = {"security", "scram_exchange", "audit_log"}
+
 # metrics/ files of ferry_prometheus_text: reading the text format, plain
 # C++, what the console may use of metrics/. Keep in step with
 # metrics/CMakeLists.txt (ferry_prometheus_text).
@@ -36,19 +41,20 @@ METRICS_TEXT = {"prometheus_text"}
 # room -> rooms it may include (itself always allowed).
 ALLOWED = {
     "broker-core": set(),
-    "broker": {"broker-core"},
+    "broker": {"broker-core", "broker-security"},
+    "broker-security": {"broker-core"},
     "metrics-text": set(),
-    "metrics": {"broker-core", "broker", "metrics-text"},
+    "metrics": {"broker-core", "broker", "broker-security", "metrics-text"},
     "protocol": {"broker-core"},
-    "client": {"broker-core", "protocol"},
-    "server": {"broker-core", "broker", "metrics", "metrics-text", "protocol",
-               "client"},
-    "http": {"broker-core", "broker", "protocol"},
+    "client": {"broker-core", "broker-security", "protocol"},
+    "server": {"broker-core", "broker", "broker-security", "metrics", "metrics-text",
+               "protocol", "client"},
+    "http": {"broker-core", "broker", "broker-security", "protocol"},
     "gui": {"broker-core", "protocol", "client", "metrics-text"},
-    "programs": {"broker-core", "broker", "metrics", "metrics-text",
+    "programs": {"broker-core", "broker", "broker-security", "metrics", "metrics-text",
                  "protocol", "client", "server", "http"},
-    "tests": {"broker-core", "broker", "metrics", "metrics-text", "protocol",
-              "client", "server", "http", "gui", "tests"},
+    "tests": {"broker-core", "broker", "broker-security", "metrics", "metrics-text",
+              "protocol", "client", "server", "http", "gui", "tests"},
 }
 
 # room -> system headers (prefixes) it must not include.
@@ -57,6 +63,7 @@ QT = ("Q", "QtCore/", "QtWidgets/", "QtCharts/", "QtNetwork/")
 FORBIDDEN_SYSTEM = {
     "broker-core": SERVER_ONLY + QT + ("spdlog/", "caf/io/"),
     "broker": ("prometheus/", "boost/", "caf/io/") + QT,
+    "broker-security": SERVER_ONLY + QT + ("spdlog/", "caf/io/"),
     "metrics-text": SERVER_ONLY + QT + ("spdlog/", "caf/"),
     "metrics": ("boost/", "lmdb.h") + QT,
     "protocol": SERVER_ONLY + QT + ("spdlog/", "caf/io/"),
@@ -76,7 +83,9 @@ def room_of(rel):
     top = parts[0]
     if top == "broker" and len(parts) == 2:
         stem = os.path.splitext(parts[1])[0]
-        return "broker-core" if stem in BROKER_CORE else "broker"
+        if stem in BROKER_CORE:
+            return "broker-core"
+        return "broker-security" if stem in BROKER_SECURITY else "broker"
     if top == "metrics" and len(parts) == 2:
         stem = os.path.splitext(parts[1])[0]
         return "metrics-text" if stem in METRICS_TEXT else "metrics"
