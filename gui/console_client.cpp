@@ -396,6 +396,8 @@ struct console_client::impl {
   caf::actor listener;
   std::shared_ptr<std::atomic<bool>> redrive_cancel;
   bool tls = false;
+  /// Who the console logs in as ("" for none, "the operator").
+  QString login;
 
   void stop_actors() {
     if (producer)
@@ -449,6 +451,7 @@ void console_client::set_login(const QString& user, const QString& password) {
   c.user = user.toStdString();
   c.password = password.toStdString();
   set_credentials(*d_->sys, std::move(c));
+  d_->login = user;
 }
 
 QString console_client::set_operator(const QString& secret_file, bool is_credential) {
@@ -456,12 +459,14 @@ QString console_client::set_operator(const QString& secret_file, bool is_credent
     client_credentials c;
     c.token = secret_file.toStdString();
     set_credentials(*d_->sys, std::move(c));
+    d_->login = QStringLiteral("the operator");
     return {};
   }
   auto c = load_credentials("", "", secret_file.toStdString());
   if (!c)
     return QString::fromStdString(error_text(c.error()));
   set_credentials(*d_->sys, std::move(*c));
+  d_->login = QStringLiteral("the operator");
   return {};
 }
 
@@ -477,6 +482,8 @@ QString console_client::connect_to(const QString& address) {
   auto g = d_->g;
   auto addr = d_->address;
   auto how = d_->tls ? QStringLiteral(" (mutual TLS)") : QString{};
+  if (!d_->login.isEmpty())
+    how += QStringLiteral(" as %1").arg(d_->login);
   auto listener = d_->sys->spawn(
     [g, addr, how](connection_listener::pointer) -> connection_listener::behavior_type {
       return {

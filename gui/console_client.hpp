@@ -34,7 +34,7 @@ public:
 
   /// Logs in as `user` with `password` from the next connect_to() on (nodes
   /// started with --auth scram); an empty user keeps what set_operator()
-  /// or nothing set.
+  /// or nothing set. The connection status then says "as USER".
   void set_login(const QString& user, const QString& password);
   /// Logs in with the cluster credential of a secret file
   /// (--cluster-secret-file), or with the credential itself when

@@ -202,7 +202,9 @@ void main_window::mark_unreachable() {
 }
 
 void main_window::connect_to(const QString& address) {
-  client_->set_login(user_->text().trimmed(), password_->text());
+  // A typed user and password replace the login given on the command line.
+  if (!user_->text().trimmed().isEmpty() && !password_->text().isEmpty())
+    client_->set_login(user_->text().trimmed(), password_->text());
   auto err = client_->connect_to(address);
   if (!err.isEmpty()) {
     log(QStringLiteral("cannot connect: %1").arg(err), true);

@@ -279,7 +279,9 @@ struct access {
   std::vector<need> any;      ///< one of these must be allowed (when set)
   bool nodes_only = false;    ///< peers' and the node's own requests
   bool anyone = false;        ///< any logged-in user
-  enum class filter { none, topics, groups, group, dlqs, dlq_records } answer = filter::none;
+  enum class filter {
+    none, topics, groups, group, dlqs, dlq_records, cluster
+  } answer = filter::none;
   bool admin = false;         ///< audited with its outcome
 };
 
@@ -326,7 +328,10 @@ access access_of(caf::message& m) {
   } else if (m.match_elements<add_parts_atom, std::string, int32_t>()) {
     admin("topic", m.get_as<std::string>(1), "alter");
   } else if (m.match_elements<cluster_atom>()) {
-    one("cluster", "cluster", "describe");
+    // Anyone: without describe on the cluster, the answer holds only the
+    // topics the caller may describe (the console's view of its topics).
+    a.anyone = true;
+    a.answer = access::filter::cluster;
   } else if (m.match_elements<status_atom, topic_partition>()) {
     one("topic", m.get_as<topic_partition>(1).topic, "describe");
   } else if (m.match_elements<purge_atom, topic_partition, offset>()) {
@@ -621,6 +626,18 @@ caf::result<caf::message> serve_in_session(self_ptr self, std::string& cred,
                                                                 x.original_topic, "read");
                                   }),
                    rs.end());
+        },
+        no_audit);
+    case filter::cluster:
+      if (super || sec.authorize(user, "cluster", "cluster", "describe"))
+        break;
+      return ask_self<cluster_description>(
+        self, req,
+        [see_topic = see("topic")](cluster_description& c) {
+          auto& ts = c.topics;
+          ts.erase(std::remove_if(ts.begin(), ts.end(),
+                                  [&](auto& t) { return !see_topic(t.name); }),
+                   ts.end());
         },
         no_audit);
     case filter::none:

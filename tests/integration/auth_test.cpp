@@ -823,6 +823,26 @@ TEST(AuthCluster, ThreeNodesWithTlsAndUsersReplicateAndFailOver) {
   EXPECT_TRUE(contains(console.out, "wrote ")) << console.out;
   EXPECT_TRUE(contains(console.out, "scrapes from https://")) << console.out;
   EXPECT_FALSE(contains(console.out, "metrics: 0 scrapes")) << console.out;
+  // The same console logged in as alice (who may read and write the
+  // topic): it lists it through her session.
+  auto pw = (shots.path() / "alice.password").string();
+  std::ofstream{pw} << "alice-secret-1\n";
+  std::vector<std::string> as_alice_args{"QT_QPA_PLATFORM=offscreen", FERRY_CONSOLE_PATH,
+                                         "--broker", c.endpoint(other), "--user", "alice",
+                                         "--password-file", pw, "--screenshot",
+                                         (shots.path() / "alice").string(),
+                                         "--screenshot-wait", "1"};
+  as_alice_args.insert(as_alice_args.end(), tls.begin(), tls.end());
+  std::filesystem::create_directories(shots.path() / "alice");
+  auto alice_console = run_command("/usr/bin/env", as_alice_args, 120s);
+  EXPECT_EQ(alice_console.exit_code, 0) << alice_console.out << alice_console.err;
+  EXPECT_TRUE(contains(alice_console.out, "wrote ")) << alice_console.out;
+  // A wrong password: no topics arrive, the console says so and fails.
+  std::ofstream{pw} << "wrong\n";
+  as_alice_args[9] = (shots.path() / "wrong").string();
+  std::filesystem::create_directories(shots.path() / "wrong");
+  auto refused_console = run_command("/usr/bin/env", as_alice_args, 120s);
+  EXPECT_NE(refused_console.exit_code, 0) << refused_console.out << refused_console.err;
   // Without a certificate the console refuses to start half-configured.
   auto half = run_command("/usr/bin/env", {"QT_QPA_PLATFORM=offscreen", FERRY_CONSOLE_PATH,
                                            "--broker", c.endpoint(other), "--tls-ca",
