@@ -253,8 +253,11 @@ caf::expected<principal> check_credential(self_ptr self, const std::string& cred
                 source_of(self));
       audit(self, *user, "login", "cluster", "denied", describe(claims.error()));
     }
-    return make_error(ec::authentication_failed,
-                      "session refused: " + describe(claims.error()) + " (log in again)");
+    auto why = describe(claims.error());
+    constexpr std::string_view code = "authentication_failed: ";
+    if (why.compare(0, code.size(), code) == 0)
+      why.erase(0, code.size());
+    return make_error(ec::authentication_failed, "session refused: " + why + " (log in again)");
   }
   if (st.sessions.size() >= 16384)
     st.sessions.clear();

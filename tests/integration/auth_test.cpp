@@ -92,6 +92,8 @@ protected:
     args.insert(args.end(), {"--auth", "scram", "--superusers", "admin", "--audit-log",
                              audit_, "--tls-client-auth", "requested",
                              "--cluster-secret-file", certs_.secret_file()});
+    auto extra = extra_args();
+    args.insert(args.end(), extra.begin(), extra.end());
     node_ = std::make_unique<ferryd_process>(args);
     ASSERT_TRUE(node_->start()) << node_->output();
     ASSERT_NE(node_->http_port(), 0);
@@ -103,6 +105,11 @@ protected:
     if (node_) {
       EXPECT_EQ(node_->stop(), 0) << node_->output();
     }
+  }
+
+  /// More ferryd arguments (fixtures below).
+  virtual std::vector<std::string> extra_args() const {
+    return {};
   }
 
   /// ferryctl over the CAF port with the client certificate, as the
@@ -714,6 +721,48 @@ TEST_F(auth_node, FailedCafLoginsOfOneUserAreSlowedDown) {
   EXPECT_TRUE(contains(locked.err, "login_throttled")) << locked.err;
   // Other users are not affected.
   EXPECT_EQ(ctl_as("admin", "admin-secret-1", {"topic", "list"}).exit_code, 0);
+}
+
+/// A node whose CAF sessions last 10 s (the shortest --session-ttl).
+class auth_node_short_sessions : public auth_node {
+protected:
+  std::vector<std::string> extra_args() const override {
+    return {"--session-ttl", "10"};
+  }
+};
+
+TEST_F(auth_node_short_sessions, ClientsLogInAgainBeforeTheirSessionEnds) {
+  ASSERT_EQ(ctl({"topic", "create", "orders", "--partitions", "1"}).exit_code, 0);
+  acl("add", {"--principal", "User:alice", "--topic", "orders", "--operation", "write"});
+  ferry::client_credentials creds;
+  creds.user = "alice";
+  creds.password = "alice-secret-1";
+  ferry::test::client_system cs{certs_.settings("client"), creds};
+  auto addr = ferry::parse_broker_address(node_->endpoint());
+  ASSERT_TRUE(addr);
+  auto conn = cs.track(ferry::spawn_connection(*cs.sys, *addr));
+  auto broker = ferry::test::ask<ferry::broker_actor>(*cs.sys, conn, 20s, ferry::connect_atom_v);
+  ASSERT_TRUE(broker) << ferry::error_text(broker.error());
+  auto list = [&] {
+    return ferry::test::ask<std::vector<ferry::topic_metadata>>(
+      *cs.sys, *broker, 10s, ferry::list_atom_v, ferry::topic_atom_v);
+  };
+  auto first = list();
+  ASSERT_TRUE(first) << ferry::error_text(first.error());
+  EXPECT_EQ(first->size(), 1u);
+  // Past the first token's end: the connection logged in again at 80% of
+  // it and handed the new token to its session proxy, so the same handle
+  // keeps working.
+  std::this_thread::sleep_for(13s);
+  auto later = list();
+  ASSERT_TRUE(later) << ferry::error_text(later.error());
+  EXPECT_EQ(later->size(), 1u);
+  auto out = node_->output();
+  size_t logins = 0;
+  for (auto at = out.find("user 'alice' logged in"); at != std::string::npos;
+       at = out.find("user 'alice' logged in", at + 1))
+    ++logins;
+  EXPECT_GE(logins, 2u) << out;
 }
 
 TEST(AuthCluster, ThreeNodesWithTlsAndUsersReplicateAndFailOver) {
