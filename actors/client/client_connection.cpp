@@ -411,6 +411,18 @@ void next_endpoint(connection_pointer self) {
   schedule_retry(self);
 }
 
+/// The login of `session` answered: false when that answer is stale (a
+/// newer session) or the connection was stopped meanwhile (it ends now).
+bool login_ended(connection_pointer self, uint64_t session) {
+  auto& st = self->state;
+  st.connecting = false;
+  if (st.stop_at) {
+    self->quit();
+    return false;
+  }
+  return session == st.session;
+}
+
 /// The connection is up with `hdl` (the node's, or its session proxy).
 void established(connection_pointer self, broker_actor hdl) {
   auto& st = self->state;
@@ -497,26 +509,18 @@ connection_actor::behavior_type connection(connection_pointer self,
       login(
         self, hdl,
         [self, hdl, session](const sasl_step& done) {
-          auto& st = self->state;
-          st.connecting = false;
-          if (session != st.session || st.stop_at) {
-            if (st.stop_at)
-              self->quit();
+          if (!login_ended(self, session))
             return;
-          }
+          auto& st = self->state;
           st.remote = hdl;
           established(self, spawn_session_proxy(self->system(), hdl, done.token));
           self->delayed_send(self, refresh_after(done.expires_ms), session_atom_v,
                              session);
         },
         [self, session](const caf::error& err) {
-          auto& st = self->state;
-          st.connecting = false;
-          if (session != st.session || st.stop_at) {
-            if (st.stop_at)
-              self->quit();
+          if (!login_ended(self, session))
             return;
-          }
+          auto& st = self->state;
           st.last_error = err;
           st.last_error_at = where(st);
           if (!is_retriable(err)) {
