@@ -740,6 +740,26 @@ void console_client::refresh_dlqs() {
                              list_atom_v, dlq_atom_v);
 }
 
+void console_client::refresh_acls() {
+  if (!d_->conn)
+    return;
+  auto g = d_->g;
+  ask<std::vector<acl_entry>>(*d_->sys, d_->conn, d_->timeout, g, QStringLiteral("acl list"),
+                              [g](std::vector<acl_entry>& v) {
+                                QList<acl_row> rows;
+                                for (auto& a : v)
+                                  rows.push_back(acl_row{qs(a.principal), qs(a.permission),
+                                                         qs(a.operation),
+                                                         qs(a.resource_type),
+                                                         qs(a.pattern_type),
+                                                         qs(a.resource_name)});
+                                g->post([rows](console_client* q) {
+                                  emit q->acls_updated(rows);
+                                });
+                              },
+                              list_atom_v, acl_atom_v);
+}
+
 void console_client::show_dlq(const QString& topic, const QString& error_contains,
                             const QString& grep, int max_records) {
   if (!d_->conn)

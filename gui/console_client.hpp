@@ -66,6 +66,8 @@ public:
   void browse(const browse_request& req);
   void cancel_browse();
   void refresh_dlqs();                          ///< -> dlqs_updated
+  /// The ACLs (needs describe on the cluster) -> acls_updated, or failed().
+  void refresh_acls();
   /// Reads a DLQ (every partition) with an optional error / text filter.
   void show_dlq(const QString& topic, const QString& error_contains,
                 const QString& grep, int max_records); ///< -> dlq_records
@@ -81,6 +83,7 @@ signals:
   void cluster_updated(const ferry::console::cluster_snapshot& snap);
   void groups_updated(const QList<ferry::console::group_row>& groups);
   void dlqs_updated(const QList<ferry::console::dlq_row>& dlqs);
+  void acls_updated(const QList<ferry::console::acl_row>& acls);
   void dlq_records(const QString& topic,
                    const QList<ferry::console::dlq_record_row>& records,
                    qint64 scanned, bool end_reached);

@@ -111,6 +111,16 @@ struct message_row {
 };
 
 /// One dead-letter topic.
+/// One ACL entry (broker/security.hpp's model), as ferryctl acl list shows it.
+struct acl_row {
+  QString principal;
+  QString permission;
+  QString operation;
+  QString resource_type;
+  QString pattern;
+  QString name;
+};
+
 struct dlq_row {
   QString topic;
   QStringList groups;

@@ -94,12 +94,14 @@ main_window::main_window(console_client* client, metrics_sampler* metrics, QUrl 
   browser_ = new browser_view(client_, tabs_);
   dlq_ = new dlq_view(client_, tabs_);
   charts_ = new charts_view(metrics_, tabs_);
+  access_ = new access_view(tabs_);
   tabs_->addTab(cluster_, QStringLiteral("Cluster"));
   tabs_->addTab(topics_, QStringLiteral("Topics"));
   tabs_->addTab(groups_, QStringLiteral("Consumer groups"));
   tabs_->addTab(browser_, QStringLiteral("Messages"));
   tabs_->addTab(dlq_, QStringLiteral("DLQ"));
   tabs_->addTab(charts_, QStringLiteral("Charts"));
+  tabs_->addTab(access_, QStringLiteral("Access"));
   events_ = new QListWidget(central);
   events_->setMaximumHeight(90);
   auto* split = new QSplitter(Qt::Vertical, central);
@@ -157,6 +159,12 @@ main_window::main_window(console_client* client, metrics_sampler* metrics, QUrl 
   });
   connect(client_, &console_client::groups_updated, groups_, &groups_view::show_groups);
   connect(client_, &console_client::dlqs_updated, dlq_, &dlq_view::show_dlqs);
+  connect(client_, &console_client::acls_updated, access_, &access_view::show_acls);
+  connect(client_, &console_client::failed, this, [this](const QString& what,
+                                                        const QString& error) {
+    if (what == QStringLiteral("acl list"))
+      access_->show_error(error);
+  });
   connect(client_, &console_client::done, this, [this](const QString& what) {
     log(what, false);
     refresh();
@@ -235,6 +243,10 @@ void main_window::refresh() {
   client_->refresh_cluster();
   client_->refresh_groups();
   client_->refresh_dlqs();
+  // Only while it is shown: a user who may not describe the cluster would
+  // get the same refusal every refresh.
+  if (tabs_->currentWidget() == access_)
+    client_->refresh_acls();
 }
 
 QStringList main_window::events() const {
@@ -321,7 +333,8 @@ void main_window::take_screenshots(const QString& dir, int collect_ms,
         int i = r->stage - 2;
         if (i > 0) {
           // Grab the tab shown on the previous tick (it has been laid out).
-          static const char* names[] = {"cluster", "topics", "groups", "messages", "dlq", "charts"};
+          static const char* names[] = {"cluster", "topics", "groups", "messages",
+                                        "dlq", "charts", "access"};
           auto file = QDir(dir).filePath(QString::fromLatin1(names[i - 1]) + ".png");
           if (!grab().save(file)) {
             tick->deleteLater();
@@ -336,6 +349,8 @@ void main_window::take_screenshots(const QString& dir, int collect_ms,
           return;
         }
         tabs_->setCurrentIndex(i);
+        if (tabs_->currentWidget() == access_)
+          client_->refresh_acls();
         ++r->stage;
         return;
       }

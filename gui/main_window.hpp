@@ -25,6 +25,7 @@ namespace ferry::console {
 
 class browser_view;
 class charts_view;
+class access_view;
 class cluster_view;
 class dlq_view;
 class console_client;
@@ -74,6 +75,7 @@ private:
   console_client* client_;
   metrics_sampler* metrics_;
   bool metrics_fixed_;
+  access_view* access_;
   QComboBox* address_;
   /// The login for nodes started with --auth scram (empty: none, or the
   /// one given on the command line).

@@ -209,6 +209,21 @@ table_model<message_row>* make_messages_model(QObject* parent) {
     parent);
 }
 
+table_model<acl_row>* make_acls_model(QObject* parent) {
+  using R = acl_row;
+  return new table_model<R>(
+    {
+      col<R>("Principal", [](const R& r) { return r.principal; }),
+      flagged<R>("Permission", [](const R& r) { return r.permission; },
+                 [](const R& r) { return r.permission == QStringLiteral("deny"); }),
+      col<R>("Operation", [](const R& r) { return r.operation; }),
+      col<R>("Resource", [](const R& r) { return r.resource_type; }),
+      col<R>("Pattern", [](const R& r) { return r.pattern; }),
+      col<R>("Name", [](const R& r) { return r.name; }),
+    },
+    parent);
+}
+
 table_model<dlq_row>* make_dlqs_model(QObject* parent) {
   using R = dlq_row;
   return new table_model<R>(

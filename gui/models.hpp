@@ -43,6 +43,7 @@ table_model<message_row>* make_messages_model(QObject* parent);
 
 /// DLQs: topic, source, groups, partitions, depth, redriven, total, oldest, rate.
 table_model<dlq_row>* make_dlqs_model(QObject* parent);
+table_model<acl_row>* make_acls_model(QObject* parent);
 
 /// DLQ records with their failure details.
 table_model<dlq_record_row>* make_dlq_records_model(QObject* parent);

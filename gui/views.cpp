@@ -17,6 +17,7 @@
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QLineEdit>
+#include <QSet>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QProgressBar>
@@ -1030,6 +1031,44 @@ void dlq_view::purge() {
 }
 
 // -- charts ----------------------------------------------------------------------
+
+access_view::access_view(QWidget* parent)
+  : QWidget(parent),
+    summary_(new QLabel(QStringLiteral("ACLs: not loaded (a cluster without --auth has none)"),
+                        this)),
+    acls_(make_acls_model(this)) {
+  auto* lay = new QVBoxLayout(this);
+  summary_->setWordWrap(true);
+  lay->addWidget(summary_);
+  lay->addWidget(heading(QStringLiteral("ACLs (deny wins; read, write, delete, alter and "
+                                        "redrive imply describe; superusers are not "
+                                        "listed)"),
+                         this));
+  lay->addWidget(make_table(acls_, this), 1);
+  lay->addWidget(new QLabel(QStringLiteral("Change them with ferryctl acl add / acl remove, "
+                                           "or POST /v1/acls."),
+                            this));
+}
+
+void access_view::show_acls(const QList<acl_row>& acls) {
+  int deny = 0;
+  QSet<QString> principals;
+  for (auto& a : acls) {
+    principals.insert(a.principal);
+    if (a.permission == QStringLiteral("deny"))
+      ++deny;
+  }
+  summary_->setText(QStringLiteral("%1 ACLs (%2 deny) for %3 principals")
+                      .arg(acls.size())
+                      .arg(deny)
+                      .arg(principals.size()));
+  acls_->set_rows(acls);
+}
+
+void access_view::show_error(const QString& text) {
+  summary_->setText(QStringLiteral("ACLs not shown: %1").arg(text));
+  acls_->set_rows({});
+}
 
 charts_view::charts_view(metrics_sampler* metrics, QWidget* parent)
   : QWidget(parent),

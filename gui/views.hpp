@@ -179,6 +179,23 @@ private:
   QPlainTextEdit* detail_;
 };
 
+/// Who may do what (read-only): the ACLs of a cluster started with --auth
+/// scram, for a user who may describe the cluster. Changes are made with
+/// ferryctl acl add/remove or POST /v1/acls.
+class access_view : public QWidget {
+  Q_OBJECT
+public:
+  explicit access_view(QWidget* parent = nullptr);
+  void show_acls(const QList<acl_row>& acls);
+  /// Shown instead of the table's contents when the list was refused.
+  void show_error(const QString& text);
+  table_model<acl_row>* acls() const { return acls_; }
+
+private:
+  QLabel* summary_;
+  table_model<acl_row>* acls_;
+};
+
 /// Produce / consume rate, produce p99 and DLQ rate, per cluster or topic.
 class charts_view : public QWidget {
   Q_OBJECT

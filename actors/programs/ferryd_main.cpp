@@ -365,6 +365,7 @@ struct options {
   std::string cluster_credential;
   std::string operator_credential;
   int64_t session_ttl = 3600;
+  int64_t login_lockout_ms = 1000;
 };
 
 } // namespace
@@ -516,6 +517,11 @@ int main(int argc, char** argv) {
                  "with --auth scram: the lifetime in seconds of a CAF client's "
                  "session after its login (clients log in again before it ends)")
     ->check(CLI::Range(int64_t{10}, int64_t{7} * 86400));
+  app.add_option("--login-lockout-ms", opt.login_lockout_ms,
+                 "with --auth scram: after 5 failed logins (of one address on HTTP, of "
+                 "one user name on the CAF port) each further attempt is refused for "
+                 "this long, doubling per failure (HTTP up to 30 s, CAF up to 60 s)")
+    ->check(CLI::Range(int64_t{100}, int64_t{600000}));
   app.add_option("--superusers", opt.superusers,
                  "users that no ACL restricts, e.g. admin,ops")
     ->delimiter(',');
@@ -795,6 +801,8 @@ int main(int argc, char** argv) {
       hc.security = security;
     hc.audit = audit;
     hc.token_max_ttl = std::chrono::seconds{opt.http_token_max_ttl};
+    hc.login_lockout_base = std::chrono::milliseconds{opt.login_lockout_ms};
+    hc.login_lockout_max = std::max(hc.login_lockout_max, hc.login_lockout_base);
     hc.token_ttl = std::min(hc.token_ttl, hc.token_max_ttl);
     auto gw = ferry::http_gateway::listen(std::move(hc));
     if (!gw) {
@@ -904,6 +912,8 @@ int main(int argc, char** argv) {
     nc.cluster_credential = opt.cluster_credential;
     nc.operator_credential = opt.operator_credential;
     nc.session_ttl = std::chrono::seconds{opt.session_ttl};
+    nc.login_lockout_base = std::chrono::milliseconds{opt.login_lockout_ms};
+    nc.login_lockout_max = std::max(nc.login_lockout_max, nc.login_lockout_base);
     if (nc.auth)
       nc.audit = audit;
     nc.metrics_port = metrics_port;
