@@ -189,6 +189,16 @@ struct partition_queue {
   bool open_due = false;
   std::deque<batch_ptr> ready;
   std::deque<batch_ptr> in_flight;
+  /// Ids of batches answered while an older batch of this partition was
+  /// still unanswered. They keep their request slot until every older batch
+  /// is answered (see slots_used): a broker remembers a producer's last five
+  /// batches per partition, and an unanswered batch that is retried must
+  /// still be among them to be recognized as the duplicate it is. With the
+  /// slots freed out of order, a batch whose answer was lost (a relaying
+  /// node died) fell out of that window while later batches went on; its
+  /// retry was refused as out of order, the producer took a new producer
+  /// id, and the batch was written twice.
+  std::vector<uint64_t> answered_ahead;
   int32_t next_sequence = 0;
   clock::time_point resume_at{};
   int32_t failures = 0; ///< consecutive retriable failures (backoff)
@@ -308,6 +318,20 @@ milliseconds backoff_for(const producer_config& cfg, int32_t failures) {
 
 bool expired(const producer_state& st, const batch& b, clock::time_point now) {
   return now - b.created >= st.cfg.delivery_timeout;
+}
+
+/// Request slots taken in `q`: the batches in flight and those answered
+/// ahead of the oldest of them (see partition_queue::answered_ahead).
+int32_t slots_used(partition_queue& q) {
+  if (q.in_flight.empty()) {
+    q.answered_ahead.clear();
+  } else if (!q.answered_ahead.empty()) {
+    uint64_t oldest = q.in_flight.front()->id;
+    for (auto& b : q.in_flight)
+      oldest = std::min(oldest, b->id);
+    std::erase_if(q.answered_ahead, [oldest](uint64_t id) { return id < oldest; });
+  }
+  return static_cast<int32_t>(q.in_flight.size() + q.answered_ahead.size());
 }
 
 size_t in_flight_total(const producer_state& st) {
@@ -546,8 +570,7 @@ void send_ready(producer_pointer self, partition_queue& q) {
       return;
     q.via = via;
   }
-  while (!q.ready.empty()
-         && static_cast<int32_t>(q.in_flight.size()) < st.max_in_flight) {
+  while (!q.ready.empty() && slots_used(q) < st.max_in_flight) {
     auto b = std::move(q.ready.front());
     q.ready.pop_front();
     if (auto err = prepare(st, q, *b)) {
@@ -576,8 +599,7 @@ void send_ready(producer_pointer self, partition_queue& q) {
     queue_outgoing(self, hdl, q.tp, id, sn, std::move(req));
   }
   // A lingered batch that waited for a slot goes now (close_open sends it).
-  if (q.open && q.open_due && q.ready.empty()
-      && static_cast<int32_t>(q.in_flight.size()) < st.max_in_flight)
+  if (q.open && q.open_due && q.ready.empty() && slots_used(q) < st.max_in_flight)
     close_open(self, q);
 }
 
@@ -589,6 +611,9 @@ void send_all(producer_pointer self) {
 /// Puts a partition's in-flight batches back at the head of its queue, in
 /// order; replies to their earlier sends are ignored from now on.
 void requeue_in_flight(producer_state& st, partition_queue& q) {
+  // Resent in order on one route, the older batches reach the broker before
+  // any newer one: they are within its window again.
+  q.answered_ahead.clear();
   while (!q.in_flight.empty()) {
     auto b = std::move(q.in_flight.back());
     q.in_flight.pop_back();
@@ -751,8 +776,7 @@ void linger_expired(producer_pointer self, partition_queue& q) {
   // Only waiting for a request slot: keep filling it (see open_due).
   // Anything else (no connection, no producer id, backoff) closes it as
   // before, so the delivery timeout covers it.
-  bool slots_full = static_cast<int32_t>(q.in_flight.size()) >= st.max_in_flight
-                    || !q.ready.empty();
+  bool slots_full = slots_used(q) >= st.max_in_flight || !q.ready.empty();
   if (slots_full && route_of(self, q).first && (!st.idempotent || st.pid_ready)
       && clock::now() >= q.resume_at) {
     q.open_due = true;
@@ -1017,6 +1041,7 @@ void on_produced(producer_pointer self, const topic_partition& tp, uint64_t id,
     return;
   auto b = std::move(*i);
   q.in_flight.erase(i);
+  q.answered_ahead.push_back(b->id); // dropped at once unless older ones wait
   q.failures = 0;
   // Relayed by the node we sent to: the leader is elsewhere (send_ready
   // moves there once this partition's requests are answered).
