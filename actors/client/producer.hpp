@@ -67,7 +67,11 @@ struct producer_config {
   std::chrono::milliseconds retry_backoff{100};
   std::chrono::milliseconds retry_backoff_max{1000};
   /// max.in.flight.requests.per.connection, here per partition (1..5 with
-  /// idempotence; forced to 1 without idempotence when retries > 0).
+  /// idempotence; forced to 1 without idempotence when retries > 0). A
+  /// window, not a count: a batch answered before an older one keeps its
+  /// slot until the older one is answered, so a retried batch is always
+  /// among the last five the broker remembers (else it would be written
+  /// twice under a new producer id).
   int32_t max_in_flight = 5;
   /// delivery.timeout.ms: upper bound from send to report or failure.
   std::chrono::milliseconds delivery_timeout{120000};

@@ -433,6 +433,14 @@ struct node_state {
   /// Leader side: per follower node, the round of its fetch session parked
   /// here (nothing for it yet); a newer round from that node answers it.
   std::map<int32_t, std::function<void()>> parked_rounds;
+  /// Client requests forwarded to the leader on another node, by that
+  /// node's id: each fails at once when the link to the node goes down.
+  /// CAF 0.17 never answers a request in flight to a node that went away;
+  /// without this a producer waited for its request timeout (30 s by
+  /// default), holding its window for the partition.
+  std::map<int32_t, std::map<uint64_t, std::function<void(const caf::error&)>>>
+    forwards;
+  uint64_t forward_seq = 0;
   /// When this node last became the controller.
   caf::actor_clock::time_point controller_since{};
   /// Fences proposed and not answered yet.

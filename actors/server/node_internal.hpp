@@ -117,6 +117,29 @@ void relay(self_ptr self, caf::typed_response_promise<T> rp, const Dest& dest,
           });
 }
 
+/// Registers a client request forwarded to node `peer`: `fail` answers it
+/// if the link to that node goes down first (see node_state::forwards).
+/// Returns the id for forward_answered().
+inline uint64_t track_forward(self_ptr self, int32_t peer,
+                              std::function<void(const caf::error&)> fail) {
+  auto& st = self->state;
+  auto id = ++st.forward_seq;
+  st.forwards[peer].emplace(id, std::move(fail));
+  return id;
+}
+
+/// The answer to forward `id` came: true unless a lost link answered the
+/// request already (the late answer is dropped then).
+inline bool forward_answered(self_ptr self, int32_t peer, uint64_t id) {
+  auto& fw = self->state.forwards;
+  auto i = fw.find(peer);
+  if (i == fw.end() || i->second.erase(id) == 0)
+    return false;
+  if (i->second.empty())
+    fw.erase(i);
+  return true;
+}
+
 /// relay_void() with a timeout (forwards to other nodes).
 template <class Dest, class... Ts>
 void relay_void_for(self_ptr self, caf::response_promise rp, const Dest& dest,

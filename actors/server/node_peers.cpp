@@ -621,6 +621,16 @@ void peer_link_changed(self_ptr self, int32_t id, const caf::actor& peer) {
   }
   if (!dials_first(st, id))
     park_link(self, id); // the peer dials again; this side waits for it
+  if (auto fw = st.forwards.find(id); fw != st.forwards.end()) {
+    auto lost = std::move(fw->second);
+    st.forwards.erase(fw);
+    auto err = make_error(ec::request_timed_out,
+                          "the link to node " + std::to_string(id)
+                            + ", the partition's leader, went down before it "
+                              "answered (the request may have been applied)");
+    for (auto& [fid, fail] : lost)
+      fail(err);
+  }
   if (!was_up)
     return;
   log::warn("node: link to node {} is down", id);

@@ -90,14 +90,22 @@ void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
   }
   // Bounded: a forward lost with a dying link must not wait forever (the
   // longest legitimate wait is a long-poll fetch, at most max_fetch_wait).
+  auto leader = r->leader;
+  auto fid = track_forward(self, leader, [self, rp](const caf::error& err) mutable {
+    rp.deliver(failed(self, err));
+  });
   self->request(r->remote, std::chrono::seconds{75}, atom, std::move(req))
-    .then([rp, leader = r->leader](T& x) mutable {
+    .then([self, rp, leader, fid](T& x) mutable {
+            if (!forward_answered(self, leader, fid))
+              return;
             if constexpr (std::is_same_v<T, produce_response>
                           || std::is_same_v<T, fetch_response>)
               x.leader = leader; // the client goes there directly next
             rp.deliver(std::move(x));
           },
-          [self, rp](caf::error& err) mutable {
+          [self, rp, leader, fid](caf::error& err) mutable {
+            if (!forward_answered(self, leader, fid))
+              return;
             rp.deliver(failed(self, std::move(err)));
           });
 }
@@ -184,9 +192,22 @@ serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
       } else {
         if (self->state.probe)
           self->state.probe->forwarded("produce");
+        auto leader = r->leader;
+        auto fid = track_forward(self, leader, [fail](const caf::error& e) mutable {
+          auto err = e;
+          fail(err);
+        });
         self->request(r->remote, std::chrono::seconds{75}, produce_atom_v,
                       std::move(req))
-          .then(std::move(ok), std::move(fail));
+          .then(
+            [self, leader, fid, ok](produce_response& x) mutable {
+              if (forward_answered(self, leader, fid))
+                ok(x);
+            },
+            [self, leader, fid, fail](caf::error& err) mutable {
+              if (forward_answered(self, leader, fid))
+                fail(err);
+            });
       }
     }
   });

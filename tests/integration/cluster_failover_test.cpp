@@ -651,3 +651,74 @@ TEST(ClusterFailover, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
 }
 
 } // namespace
+
+// A produce that node R forwards to the leader L when L stops answering
+// (SIGSTOP: the request is in flight and never answered). CAF 0.17 never
+// fails a request whose receiver's node went away, so R used to hold it
+// until its 75 s forward timeout and the client until its request timeout
+// (30 s by default), holding the producer's window for the partition. R now
+// answers it as soon as its link to L goes down (about 3 s of silence), with
+// an error that says the request may have been applied (a retry is
+// deduplicated by sequence).
+TEST(ClusterFailover, ForwardsToALeaderThatStopsAnsweringFailWhenItsLinkGoesDown) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "forwarded";
+  auto why = c.create_topic(topic, 1);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  ASSERT_TRUE(c.wait_registered()) << "not every node registered within 20 s\n" << c.dump();
+  const int leader = c.leader_of(topic, 0);
+  ASSERT_GE(leader, 1) << c.dump();
+  const int relay = leader % cluster::size + 1;
+  auto r_broker = c.broker(relay);
+  ASSERT_TRUE(r_broker) << ferry::error_text(r_broker.error());
+
+  ferry::record rec;
+  rec.timestamp = 1;
+  rec.value = "forwarded";
+  auto batch = ferry::encode_batch(ferry::batch_meta{}, {rec});
+  ASSERT_TRUE(batch) << ferry::describe(batch.error());
+  ferry::produce_request req;
+  req.topic = topic;
+  req.partition = ferry::partition_id{0};
+  req.acks = ferry::acks_mode::all;
+  req.batch = *batch;
+
+  // Through R while L answers: relayed and acknowledged.
+  caf::scoped_actor self{*c.cs.sys};
+  std::string first;
+  self->request(*r_broker, 20s, ferry::produce_atom_v, req)
+    .receive([&](ferry::produce_response& r) { first = "leader " + std::to_string(r.leader); },
+             [&](caf::error& err) { first = ferry::error_text(err); });
+  ASSERT_EQ(first, "leader " + std::to_string(leader)) << c.dump();
+
+  c.freeze(leader);
+  if (!wait_until(2s, [&] { return process_state(c.node(leader).pid()) == 'T'; }, 10ms)) {
+    auto state = process_state(c.node(leader).pid());
+    c.thaw(leader);
+    GTEST_SKIP() << "SIGSTOP did not stop node " << leader << " (process state '" << state
+                 << "')";
+  }
+  auto tf = steady::now();
+  // R still counts L as up for a few seconds: it forwards, and L is silent.
+  std::optional<caf::error> answer;
+  bool acked = false;
+  self->request(*r_broker, 60s, ferry::produce_atom_v, req)
+    .receive([&](ferry::produce_response&) { acked = true; },
+             [&](caf::error& err) { answer = err; });
+  auto waited = seconds_since(tf);
+  c.thaw(leader);
+  EXPECT_FALSE(acked) << "a frozen leader cannot have acknowledged it";
+  ASSERT_TRUE(answer) << c.dump();
+  EXPECT_NE(ferry::code_of(*answer), ferry::ec::none)
+    << "no answer within the client's 60 s: " << ferry::error_text(*answer);
+  // Either R knew L was gone before it forwarded (not_leader or the like),
+  // or it forwarded and failed the request when the link went down.
+  auto text = ferry::error_text(*answer);
+  std::cout << "[forwarded] answered after " << waited << " s: " << text << "\n";
+  EXPECT_TRUE(ferry::is_retriable(*answer)) << text;
+  EXPECT_TRUE(text.find("went down before it answered") != std::string::npos
+              || ferry::code_of(*answer) == ferry::ec::not_leader)
+    << text;
+}
