@@ -63,7 +63,7 @@ caf::result<T> to_dlq_at(self_ptr self, const std::string& topic, Ts... xs) {
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
       else
-        relay_for(self, rp, home.remote, dlq_forward_timeout,
+        forward_for(self, rp, home.node, home.remote, dlq_forward_timeout,
                   std::move(xs)...);
       return;
     }

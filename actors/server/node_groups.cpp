@@ -294,7 +294,7 @@ group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
     return unavailable("served by node " + std::to_string(*leader)
                        + ", not reachable from node "
                        + std::to_string(st.cfg.node_id));
-  return {false, peer->second, {}};
+  return {false, peer->second, {}, *leader};
 }
 
 group_home_t group_home(self_ptr self, const std::string& group) {
@@ -383,7 +383,7 @@ bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
   if (home.err)
     rp.deliver(failed(self, std::move(home.err)));
   else
-    relay_for(self, rp, home.remote, std::chrono::seconds{75},
+    forward_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
               std::move(xs)...);
   return true;
 }
@@ -425,7 +425,7 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
       else
-        relay_for(self, rp, home.remote, std::chrono::seconds{75},
+        forward_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
                   std::move(xs)...);
       return;
     }
@@ -449,7 +449,7 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
       else
-        relay_void_for(self, rp, home.remote, std::chrono::seconds{75},
+        forward_void_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
                        std::move(xs)...);
       return;
     }
@@ -576,7 +576,8 @@ caf::result<group_description> describe_group(self_ptr self,
     } else if (home.err) {
       rp.deliver(failed(self, std::move(home.err)));
     } else {
-      relay(self, rp, home.remote, describe_atom_v, group_atom_v, group);
+      forward_for(self, rp, home.node, home.remote, std::chrono::seconds{30},
+                  describe_atom_v, group_atom_v, group);
     }
   });
   return rp;
@@ -599,7 +600,7 @@ caf::result<void> delete_group(self_ptr self, std::string& group) {
         if (home.err)
           rp.deliver(failed(self, std::move(home.err)));
         else
-          relay_void_for(self, rp, home.remote, std::chrono::seconds{75},
+          forward_void_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
                          delete_atom_v, group_atom_v, group);
         return;
       }

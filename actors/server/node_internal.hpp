@@ -96,17 +96,8 @@ inline caf::error failed(self_ptr self, caf::error err) {
 
 /// Forwards a request to `dest` and relays its answer to `rp`, counting an
 /// error answer. Used instead of delegation for admin and group requests
-/// only (see the header): the data path keeps delegating.
-template <class T, class Dest, class... Ts>
-void relay_for(self_ptr self, caf::typed_response_promise<T> rp,
-               const Dest& dest, caf::timespan timeout, Ts&&... xs) {
-  self->request(dest, timeout, std::forward<Ts>(xs)...)
-    .then([rp](T& x) mutable { rp.deliver(std::move(x)); },
-          [self, rp](caf::error& err) mutable {
-            rp.deliver(failed(self, std::move(err)));
-          });
-}
-
+/// only (see the header): the data path keeps delegating. Requests to
+/// another node go through forward_for() instead.
 template <class T, class Dest, class... Ts>
 void relay(self_ptr self, caf::typed_response_promise<T> rp, const Dest& dest,
            Ts&&... xs) {
@@ -140,15 +131,51 @@ inline bool forward_answered(self_ptr self, int32_t peer, uint64_t id) {
   return true;
 }
 
-/// relay_void() with a timeout (forwards to other nodes).
-template <class Dest, class... Ts>
-void relay_void_for(self_ptr self, caf::response_promise rp, const Dest& dest,
-                    caf::timespan timeout, Ts&&... xs) {
+/// The error a forward gets when the link to its node goes down first.
+inline caf::error link_lost_error(int32_t peer) {
+  return make_error(ec::request_timed_out,
+                    "the link to node " + std::to_string(peer)
+                      + ", which serves the request, went down before it "
+                        "answered (the request may have been applied)");
+}
+
+/// Relays a request to another node's broker (node id `peer`), failing it at once
+/// when the link to that node goes down (see node_state::forwards).
+template <class T, class... Ts>
+void forward_for(self_ptr self, caf::typed_response_promise<T> rp, int32_t peer,
+                 const broker_actor& dest, caf::timespan timeout, Ts&&... xs) {
+  auto fid = track_forward(self, peer, [self, rp](const caf::error& err) mutable {
+    rp.deliver(failed(self, err));
+  });
   self->request(dest, timeout, std::forward<Ts>(xs)...)
-    .then([rp]() mutable { rp.deliver(caf::unit); },
-          [self, rp](caf::error& err) mutable {
-            rp.deliver(failed(self, std::move(err)));
-          });
+    .then(
+      [self, rp, peer, fid](T& x) mutable {
+        if (forward_answered(self, peer, fid))
+          rp.deliver(std::move(x));
+      },
+      [self, rp, peer, fid](caf::error& err) mutable {
+        if (forward_answered(self, peer, fid))
+          rp.deliver(failed(self, std::move(err)));
+      });
+}
+
+/// forward_for() for requests without a reply value.
+template <class... Ts>
+void forward_void_for(self_ptr self, caf::response_promise rp, int32_t peer,
+                      const broker_actor& dest, caf::timespan timeout, Ts&&... xs) {
+  auto fid = track_forward(self, peer, [self, rp](const caf::error& err) mutable {
+    rp.deliver(failed(self, err));
+  });
+  self->request(dest, timeout, std::forward<Ts>(xs)...)
+    .then(
+      [self, rp, peer, fid]() mutable {
+        if (forward_answered(self, peer, fid))
+          rp.deliver(caf::unit);
+      },
+      [self, rp, peer, fid](caf::error& err) mutable {
+        if (forward_answered(self, peer, fid))
+          rp.deliver(failed(self, std::move(err)));
+      });
 }
 
 /// relay() for requests without a reply value.
@@ -281,6 +308,7 @@ struct group_home_t {
   bool local = true;
   broker_actor remote;
   caf::error err;
+  int32_t node = -1; ///< the remote's node id
 };
 
 // -- node_auth.cpp ---------------------------------------------------------

@@ -624,10 +624,7 @@ void peer_link_changed(self_ptr self, int32_t id, const caf::actor& peer) {
   if (auto fw = st.forwards.find(id); fw != st.forwards.end()) {
     auto lost = std::move(fw->second);
     st.forwards.erase(fw);
-    auto err = make_error(ec::request_timed_out,
-                          "the link to node " + std::to_string(id)
-                            + ", the partition's leader, went down before it "
-                              "answered (the request may have been applied)");
+    auto err = link_lost_error(id);
     for (auto& [fid, fail] : lost)
       fail(err);
   }

@@ -652,7 +652,8 @@ TEST(ClusterFailover, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
 
 } // namespace
 
-// A produce that node R forwards to the leader L when L stops answering
+// A produce (and a group request) that node R forwards to the leader L
+// (the group's coordinator) when L stops answering
 // (SIGSTOP: the request is in flight and never answered). CAF 0.17 never
 // fails a request whose receiver's node went away, so R used to hold it
 // until its 75 s forward timeout and the client until its request timeout
@@ -660,7 +661,7 @@ TEST(ClusterFailover, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
 // answers it as soon as its link to L goes down (about 3 s of silence), with
 // an error that says the request may have been applied (a retry is
 // deduplicated by sequence).
-TEST(ClusterFailover, ForwardsToALeaderThatStopsAnsweringFailWhenItsLinkGoesDown) {
+TEST(ClusterFailover, ForwardsToANodeThatStopsAnsweringFailWhenItsLinkGoesDown) {
   cluster c;
   ASSERT_CLUSTER_STARTED(c);
   const std::string topic = "forwarded";
@@ -693,6 +694,27 @@ TEST(ClusterFailover, ForwardsToALeaderThatStopsAnsweringFailWhenItsLinkGoesDown
              [&](caf::error& err) { first = ferry::error_text(err); });
   ASSERT_EQ(first, "leader " + std::to_string(leader)) << c.dump();
 
+  // A group that L coordinates (L leads its __consumer_state partition):
+  // R forwards requests about it to L too.
+  std::string group;
+  ASSERT_TRUE(wait_until(20s, [&] {
+    auto cd = c.describe_controller();
+    if (!cd)
+      return false;
+    auto cs = find_topic(*cd, ferry::consumer_state_topic);
+    if (!cs || cs->partitions.empty())
+      return false;
+    auto n = static_cast<int32_t>(cs->partitions.size());
+    for (int i = 0; i < 1000 && group.empty(); ++i) {
+      auto name = "g" + std::to_string(i);
+      auto ps = find_partition(*cd, ferry::consumer_state_topic,
+                               ferry::partition_for_key(name, n));
+      if (ps && ps->leader == leader)
+        group = name;
+    }
+    return !group.empty();
+  })) << "no __consumer_state partition led by node " << leader << "\n" << c.dump();
+
   c.freeze(leader);
   if (!wait_until(2s, [&] { return process_state(c.node(leader).pid()) == 'T'; }, 10ms)) {
     auto state = process_state(c.node(leader).pid());
@@ -701,14 +723,27 @@ TEST(ClusterFailover, ForwardsToALeaderThatStopsAnsweringFailWhenItsLinkGoesDown
                  << "')";
   }
   auto tf = steady::now();
-  // R still counts L as up for a few seconds: it forwards, and L is silent.
+  // R still counts L as up for a few seconds: it forwards both, and L is
+  // silent.
   std::optional<caf::error> answer;
+  std::optional<caf::error> group_answer;
   bool acked = false;
-  self->request(*r_broker, 60s, ferry::produce_atom_v, req)
-    .receive([&](ferry::produce_response&) { acked = true; },
-             [&](caf::error& err) { answer = err; });
+  auto produced = self->request(*r_broker, 60s, ferry::produce_atom_v, req);
+  auto described = self->request(*r_broker, 60s, ferry::describe_atom_v,
+                                 ferry::group_atom_v, group);
+  produced.receive([&](ferry::produce_response&) { acked = true; },
+                   [&](caf::error& err) { answer = err; });
+  described.receive([&](ferry::group_description&) { group_answer = caf::error{}; },
+                    [&](caf::error& err) { group_answer = err; });
   auto waited = seconds_since(tf);
   c.thaw(leader);
+  ASSERT_TRUE(group_answer);
+  auto group_text = ferry::error_text(*group_answer);
+  std::cout << "[forwarded] group " << group << " described through node " << relay << ": "
+            << group_text << "\n";
+  EXPECT_TRUE(group_text.find("went down before it answered") != std::string::npos
+              || ferry::code_of(*group_answer) == ferry::ec::coordinator_not_available)
+    << group_text;
   EXPECT_FALSE(acked) << "a frozen leader cannot have acknowledged it";
   ASSERT_TRUE(answer) << c.dump();
   EXPECT_NE(ferry::code_of(*answer), ferry::ec::none)
