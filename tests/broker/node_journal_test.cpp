@@ -251,12 +251,14 @@ TEST(node_journal, a_torn_journal_gives_a_prefix_of_the_recorded_history_at_ever
       // With nothing replayed the segment keeps what was written back (data
       // never acknowledged, which the log may keep); else exactly the state
       // after the last whole record.
-      if (disk == 0 || cut >= states[0].first)
+      if (disk == 0 || cut >= states[0].first) {
         EXPECT_EQ(got, expect);
+      }
       if (cut > 8 && cut < journal.size()
           && std::none_of(states.begin(), states.end(),
-                          [&](auto& s) { return s.first == cut; }))
+                          [&](auto& s) { return s.first == cut; })) {
         EXPECT_GT(rep.torn_bytes, 0u);
+      }
       // Appending after the recovery works and survives another replay.
       ASSERT_TRUE(append(*back.log, make_batch(1, 'z')));
       commit(*back.log, **j2);
