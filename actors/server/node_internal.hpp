@@ -139,24 +139,37 @@ inline caf::error link_lost_error(int32_t peer) {
                         "answered (the request may have been applied)");
 }
 
-/// Relays a request to another node's broker (node id `peer`), failing it at once
-/// when the link to that node goes down (see node_state::forwards).
-template <class T, class... Ts>
-void forward_for(self_ptr self, caf::typed_response_promise<T> rp, int32_t peer,
-                 const broker_actor& dest, caf::timespan timeout, Ts&&... xs) {
-  auto fid = track_forward(self, peer, [self, rp](const caf::error& err) mutable {
-    rp.deliver(failed(self, err));
+/// Sends a request to another node's broker (node id `peer`) and hands its
+/// answer to `ok` or its error to `fail`, exactly once: if the link to that
+/// node goes down first, `fail` gets link_lost_error() at once and a late
+/// answer is dropped (see node_state::forwards).
+template <class T, class Ok, class Fail, class... Ts>
+void forward_to(self_ptr self, int32_t peer, const broker_actor& dest,
+                caf::timespan timeout, Ok ok, Fail fail, Ts&&... xs) {
+  auto fid = track_forward(self, peer, [fail](const caf::error& e) mutable {
+    auto err = e;
+    fail(err);
   });
   self->request(dest, timeout, std::forward<Ts>(xs)...)
     .then(
-      [self, rp, peer, fid](T& x) mutable {
+      [self, peer, fid, ok](T& x) mutable {
         if (forward_answered(self, peer, fid))
-          rp.deliver(std::move(x));
+          ok(x);
       },
-      [self, rp, peer, fid](caf::error& err) mutable {
+      [self, peer, fid, fail](caf::error& err) mutable {
         if (forward_answered(self, peer, fid))
-          rp.deliver(failed(self, std::move(err)));
+          fail(err);
       });
+}
+
+/// A request to another node's broker whose answer goes to `rp` (forward_to).
+template <class T, class... Ts>
+void forward_for(self_ptr self, caf::typed_response_promise<T> rp, int32_t peer,
+                 const broker_actor& dest, caf::timespan timeout, Ts&&... xs) {
+  forward_to<T>(
+    self, peer, dest, timeout, [rp](T& x) mutable { rp.deliver(std::move(x)); },
+    [self, rp](caf::error& err) mutable { rp.deliver(failed(self, std::move(err))); },
+    std::forward<Ts>(xs)...);
 }
 
 /// forward_for() for requests without a reply value.

@@ -91,23 +91,16 @@ void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
   // Bounded: a forward lost with a dying link must not wait forever (the
   // longest legitimate wait is a long-poll fetch, at most max_fetch_wait).
   auto leader = r->leader;
-  auto fid = track_forward(self, leader, [self, rp](const caf::error& err) mutable {
-    rp.deliver(failed(self, err));
-  });
-  self->request(r->remote, std::chrono::seconds{75}, atom, std::move(req))
-    .then([self, rp, leader, fid](T& x) mutable {
-            if (!forward_answered(self, leader, fid))
-              return;
-            if constexpr (std::is_same_v<T, produce_response>
-                          || std::is_same_v<T, fetch_response>)
-              x.leader = leader; // the client goes there directly next
-            rp.deliver(std::move(x));
-          },
-          [self, rp, leader, fid](caf::error& err) mutable {
-            if (!forward_answered(self, leader, fid))
-              return;
-            rp.deliver(failed(self, std::move(err)));
-          });
+  forward_to<T>(
+    self, leader, r->remote, std::chrono::seconds{75},
+    [rp, leader](T& x) mutable {
+      if constexpr (std::is_same_v<T, produce_response>
+                    || std::is_same_v<T, fetch_response>)
+        x.leader = leader; // the client goes there directly next
+      rp.deliver(std::move(x));
+    },
+    [self, rp](caf::error& err) mutable { rp.deliver(failed(self, std::move(err))); },
+    atom, std::move(req));
 }
 
 
@@ -192,22 +185,10 @@ serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
       } else {
         if (self->state.probe)
           self->state.probe->forwarded("produce");
-        auto leader = r->leader;
-        auto fid = track_forward(self, leader, [fail](const caf::error& e) mutable {
-          auto err = e;
-          fail(err);
-        });
-        self->request(r->remote, std::chrono::seconds{75}, produce_atom_v,
-                      std::move(req))
-          .then(
-            [self, leader, fid, ok](produce_response& x) mutable {
-              if (forward_answered(self, leader, fid))
-                ok(x);
-            },
-            [self, leader, fid, fail](caf::error& err) mutable {
-              if (forward_answered(self, leader, fid))
-                fail(err);
-            });
+        forward_to<produce_response>(self, r->leader, r->remote,
+                                     std::chrono::seconds{75}, std::move(ok),
+                                     std::move(fail), produce_atom_v,
+                                     std::move(req));
       }
     }
   });
