@@ -8,7 +8,9 @@
 #include "broker/error.hpp"
 
 #include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 
+#include <initializer_list>
 #include <memory>
 
 namespace ferry::test {
@@ -33,5 +35,37 @@ fake_connection(connection_actor::stateful_pointer<fake_conn_state> self,
     [self](stop_atom) { self->quit(); },
   };
 }
+
+/// A client library test on CAF's deterministic scheduler: an actor system
+/// with the testing policy and Ferry's types, and a fake connection whose
+/// listener the test hands broker handles.
+struct coordinated_client {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  std::shared_ptr<connection_listener> listener;
+  connection_actor conn;
+
+  void start() {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    register_types(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    listener = std::make_shared<connection_listener>();
+    conn = sys->spawn(fake_connection, listener);
+    sched->run();
+  }
+
+  /// Kills `actors` (null handles are skipped) and the connection, runs what
+  /// is left and ends the system.
+  void stop(std::initializer_list<caf::actor> actors) {
+    for (auto& a : actors)
+      if (a)
+        caf::anon_send_exit(a, caf::exit_reason::kill);
+    caf::anon_send_exit(conn, caf::exit_reason::kill);
+    sched->run();
+    sys.reset();
+  }
+};
 
 } // namespace ferry::test

@@ -100,27 +100,17 @@ caf::behavior fake_broker(caf::event_based_actor* self, std::shared_ptr<fetch_lo
 
 using test::fake_connection;
 
-class ConsumerFetchTest : public ::testing::Test {
+class ConsumerFetchTest : public ::testing::Test, protected test::coordinated_client {
 protected:
   void SetUp() override {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    register_types(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    listener = std::make_shared<connection_listener>();
-    conn = sys->spawn(fake_connection, listener);
+    coordinated_client::start();
     log = std::make_shared<fetch_log>();
     broker = sys->spawn(fake_broker, log);
     sched->run();
   }
 
   void TearDown() override {
-    if (consumer)
-      caf::anon_send_exit(consumer, caf::exit_reason::kill);
-    caf::anon_send_exit(conn, caf::exit_reason::kill);
-    caf::anon_send_exit(broker, caf::exit_reason::kill);
-    sched->run();
-    sys.reset();
+    stop({caf::actor_cast<caf::actor>(consumer), broker});
   }
 
   /// A consumer of `partitions` partitions of "t" from the earliest offset,
@@ -178,11 +168,6 @@ protected:
     return all;
   }
 
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf::scheduler::test_coordinator* sched = nullptr;
-  std::shared_ptr<connection_listener> listener;
-  connection_actor conn;
   std::shared_ptr<fetch_log> log;
   caf::actor broker;
   consumer_actor consumer;

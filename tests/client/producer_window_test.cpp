@@ -82,15 +82,10 @@ caf::behavior fake_broker(caf::event_based_actor* self, std::shared_ptr<produce_
   };
 }
 
-class ProducerWindowTest : public ::testing::Test {
+class ProducerWindowTest : public ::testing::Test, protected test::coordinated_client {
 protected:
   void SetUp() override {
-    cfg.set("scheduler.policy", caf::atom("testing"));
-    register_types(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
-    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    listener = std::make_shared<connection_listener>();
-    conn = sys->spawn(test::fake_connection, listener);
+    start();
     log = std::make_shared<produce_log>();
     broker = sys->spawn(fake_broker, log);
     sched->run();
@@ -110,12 +105,7 @@ protected:
   }
 
   void TearDown() override {
-    if (producer)
-      caf::anon_send_exit(producer, caf::exit_reason::kill);
-    caf::anon_send_exit(conn, caf::exit_reason::kill);
-    caf::anon_send_exit(broker, caf::exit_reason::kill);
-    sched->run();
-    sys.reset();
+    stop({caf::actor_cast<caf::actor>(producer), broker});
   }
 
   /// Produces one message (one batch: each goes alone through the mailbox);
@@ -139,11 +129,6 @@ protected:
     sched->run();
   }
 
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf::scheduler::test_coordinator* sched = nullptr;
-  std::shared_ptr<connection_listener> listener;
-  connection_actor conn;
   std::shared_ptr<produce_log> log;
   caf::actor broker;
   producer_actor producer;
