@@ -339,6 +339,7 @@ struct options {
   int status_timeout_ms = 2000;
   /// replica.lag.time.max.ms (cluster mode).
   int64_t replica_lag_max_ms = 10000;
+  int64_t replica_fetch_wait_ms = 5000;
   /// How long a produce may wait for its acks.
   int64_t produce_ack_timeout_ms = 20000;
   /// Threads of the node's sync pool; 0: sync_pool::default_threads.
@@ -433,6 +434,15 @@ int main(int argc, char** argv) {
                  "so acks=all stops waiting for it; it rejoins once caught "
                  "up")
     ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--replica-fetch-wait-ms", opt.replica_fetch_wait_ms,
+                 "cluster mode (replica.fetch.wait.max.ms): how long a "
+                 "follower's fetch waits at its leader when there is nothing "
+                 "new; new data answers it at once. Each follower replica "
+                 "long-polls on its own, so an idle follower costs a round "
+                 "trip per wait (Kafka's default, 500 ms, made an idle "
+                 "3-node cluster with 3,000 partitions use ~38% of a core "
+                 "per node)")
+    ->check(CLI::Range(int64_t{10}, int64_t{600000}));
   app.add_option("--produce-ack-timeout-ms", opt.produce_ack_timeout_ms,
                  "a produce still waiting for its acks after this long (acks=all: "
                  "the in-sync replicas; acks=1: the flush) is answered "
@@ -928,6 +938,8 @@ int main(int argc, char** argv) {
     nc.fetch_sessions = opt.fetch_sessions;
     nc.replica_defaults.replica_lag_max =
       std::chrono::milliseconds{opt.replica_lag_max_ms};
+    nc.replica_defaults.follower_fetch_wait =
+      std::chrono::milliseconds{opt.replica_fetch_wait_ms};
     nc.replica_defaults.ack_timeout =
       std::chrono::milliseconds{opt.produce_ack_timeout_ms};
     auto port_slot = nc.port;
