@@ -311,21 +311,45 @@ typename Inspector::result_type inspect(Inspector& f, fetch_response& x) {
            x.diverging_epoch, x.diverging_end, x.leader);
 }
 
-/// One partition's answer within a multi-partition follower fetch (a
-/// std::vector<fetch_request> a follower node's fetch session sends to the
-/// leader node, answered in the same order): the response or the error, or
-/// `waiting`: that partition had nothing when the round was answered (for
-/// another partition's data), so its request stays in the session.
+/// One round of a follower node's fetch session with one leader node
+/// (Kafka's replica fetcher with incremental fetch sessions, KIP-227): the
+/// long polls of the follower's replicas that start with this round. The
+/// leader node keeps every long poll it was given (each parked in its
+/// replica as a single fetch would be) until it is answered, and answers a
+/// round with the answers that came in since its last one; a partition with
+/// nothing new costs nothing per round.
+struct fetch_round {
+  /// The follower's node id.
+  int32_t follower = -1;
+  /// The session's incarnation: a new one (a follower restart, a new link)
+  /// makes the leader node drop what it kept for the old one.
+  uint64_t session = 0;
+  /// 1 for a session's first round.
+  uint64_t round = 0;
+  std::vector<fetch_request> fetches;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fetch_round& x) {
+  return f(caf::meta::type_name("ferry::fetch_round"), x.follower, x.session,
+           x.round, x.fetches);
+}
+
+/// One partition's answer in the answer to a fetch_round: the response to
+/// its long poll, or the error. An empty topic is about the session itself
+/// (the leader node does not know it: every long poll of the session is
+/// gone, and the follower starts a new session).
 struct fetch_result {
+  std::string topic;
+  partition_id partition{0};
   fetch_response response;
   caf::error error;
-  bool waiting = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fetch_result& x) {
-  return f(caf::meta::type_name("ferry::fetch_result"), x.response, x.error,
-           x.waiting);
+  return f(caf::meta::type_name("ferry::fetch_result"), x.topic, x.partition,
+           x.response, x.error);
 }
 
 /// Offset lookup: earliest, latest or by timestamp.
@@ -1125,6 +1149,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::fetch_result))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::fetch_request>))
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::fetch_result>))
+  CAF_ADD_TYPE_ID(ferry, (ferry::fetch_round))
   // Users and ACLs (issue 16).
   CAF_ADD_TYPE_ID(ferry, (ferry::scram_credential))
   CAF_ADD_TYPE_ID(ferry, (ferry::user_info))

@@ -146,12 +146,12 @@ using broker_core_actor = caf::typed_actor<
   /// appended in their order in the vector.
   caf::replies_to<produce_atom, std::vector<produce_request>>::with<std::vector<produce_result>>,
   caf::replies_to<fetch_atom, fetch_request>::with<fetch_response>,
-  /// Follower fetches of many partitions this node leads, from one follower
-  /// node's fetch session (Kafka's replica fetcher, KIP-227): answered, one
-  /// fetch_result per request in order, as soon as any partition has
-  /// something for its follower (the others come back `waiting`), or after
-  /// the requests' max_wait_ms with every partition's (empty) answer.
-  caf::replies_to<fetch_atom, std::vector<fetch_request>>::with<std::vector<fetch_result>>,
+  /// A round of a follower node's fetch session (fetch_round): the
+  /// partitions this node leads that the follower starts long polls for;
+  /// answered with the long polls' answers that came in since the session's
+  /// last round, at once if there are any, else when the first one comes (a
+  /// newer round of the session answers a waiting one).
+  caf::replies_to<fetch_atom, fetch_round>::with<std::vector<fetch_result>>,
   caf::replies_to<offsets_atom, list_offsets_request>::with<offset>,
   caf::replies_to<init_pid_atom>::with<producer_identity>,
   caf::replies_to<create_atom, topic_atom, std::string, topic_config>::with<topic_metadata>,

@@ -7,8 +7,9 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
+#include <algorithm>
 #include <map>
-#include <set>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -20,201 +21,146 @@ struct fetch_session_state {
   struct entry {
     fetch_request req;
     caf::typed_response_promise<fetch_response> rp;
-    /// When the replica asked (its long poll runs from then).
-    caf::actor_clock::time_point since;
   };
   fetch_session_config cfg;
-  /// Requests for the next round, and those in the round in flight.
-  std::map<topic_partition, entry> pending;
-  std::map<topic_partition, entry> in_flight;
-  /// The high watermark each replica was last handed.
-  std::map<topic_partition, offset> last_hw;
-  /// Replicas the last round answered that have not asked again yet.
-  std::set<topic_partition> answered;
-  /// Where the next round starts taking pending requests.
-  topic_partition cursor;
-  /// The rounds in flight (by number) and the partitions in each.
-  std::map<uint64_t, std::vector<topic_partition>> out;
-  bool lingering = false;
+  /// Long polls for the next round, and those the leader holds.
+  std::map<topic_partition, entry> fresh;
+  std::map<topic_partition, entry> held;
+  /// This incarnation of the session, its last round and rounds in flight.
+  uint64_t session = 0;
   uint64_t round = 0;
-  uint64_t linger_gen = 0;
-  caf::actor_clock::time_point last_sent{};
+  size_t rounds_out = 0;
+  /// A send is queued behind the messages already in the mailbox (so the
+  /// replicas asking in one burst share a round).
+  bool send_queued = false;
+  uint64_t send_gen = 0;
 
   static inline const char* name = "ferry.fetch_session";
 };
 
-using session_ptr
-  = fetch_session_actor::stateful_pointer<fetch_session_state>;
+using session_ptr = fetch_session_actor::stateful_pointer<fetch_session_state>;
+
+uint64_t new_session_id() {
+  static thread_local std::mt19937_64 gen{std::random_device{}()};
+  uint64_t id = 0;
+  while (id == 0)
+    id = gen();
+  return id;
+}
 
 void maybe_send(session_ptr self);
 
-void on_round(session_ptr self, uint64_t round,
-              std::vector<fetch_result>& results) {
+/// Every long poll the leader held fails with `err` (the replicas fetch
+/// again after their backoff), and the session starts anew.
+void fail_held(session_ptr self, const caf::error& err) {
   auto& st = self->state;
-  auto o = st.out.find(round);
-  if (o == st.out.end())
-    return; // failed already (link change)
-  auto order = std::move(o->second);
-  st.out.erase(o);
-  auto now = self->clock().now();
-  for (size_t i = 0; i < order.size(); ++i) {
-    auto& tp = order[i];
-    auto f = st.in_flight.find(tp);
-    if (f == st.in_flight.end())
-      continue;
-    auto e = std::move(f->second);
-    st.in_flight.erase(f);
-    if (i >= results.size()) {
-      e.rp.deliver(make_error(ec::invalid_request, "the leader's fetch answer has "
-                                              + std::to_string(results.size())
-                                              + " results for "
-                                              + std::to_string(order.size())
-                                              + " partitions"));
-      continue;
-    }
-    auto& r = results[i];
-    if (r.error) {
-      e.rp.deliver(std::move(r.error)); // the replica retries after backoff
-      continue;
-    }
-    bool newer = st.pending.count(tp) > 0; // the replica asked again
-    if (!newer) {
-      auto hw = st.last_hw.find(tp);
-      bool same_hw = hw != st.last_hw.end()
-                     && hw->second == r.response.high_watermark;
-      auto waited = now - e.since;
-      bool expired = waited >= std::chrono::milliseconds{e.req.max_wait_ms};
-      if (!expired
-          && (r.waiting || (fetch_is_idle(e.req, r.response) && same_hw))) {
-        st.pending.emplace(tp, std::move(e)); // next round, same long poll
-        continue;
-      }
-      if (r.waiting) {
-        // Waited its whole max wait while other partitions kept answering
-        // the rounds: the empty answer a long poll gives (the known HW).
-        fetch_response empty;
-        empty.next_offset = e.req.from;
-        empty.high_watermark = hw != st.last_hw.end() ? hw->second : offset{0};
-        empty.log_end = e.req.from;
-        e.rp.deliver(std::move(empty));
-        continue;
-      }
-    }
-    if (r.waiting) {
-      // Superseded while nothing came: the replica ignores this answer.
-      e.rp.deliver(make_error(ec::request_timed_out,
-                              "fetch superseded by a newer one"));
-      continue;
-    }
-    st.last_hw[tp] = r.response.high_watermark;
-    if (!newer)
-      st.answered.insert(tp);
-    e.rp.deliver(std::move(r.response));
-  }
-  maybe_send(self);
+  for (auto& [tp, e] : st.held)
+    e.rp.deliver(err);
+  st.held.clear();
+  st.session = new_session_id();
+  st.round = 0;
+  st.rounds_out = 0; // late answers of the old session are ignored
 }
 
-void fail_round(session_ptr self, uint64_t round, const caf::error& err) {
+void on_answer(session_ptr self, uint64_t session,
+               std::vector<fetch_result>& results) {
   auto& st = self->state;
-  auto o = st.out.find(round);
-  if (o == st.out.end())
-    return;
-  log::debug("fetch session {} -> {}: round failed: {}", st.cfg.node_id,
-             st.cfg.leader_id, err);
-  for (auto& tp : o->second)
-    if (auto f = st.in_flight.find(tp); f != st.in_flight.end()) {
-      f->second.rp.deliver(err);
-      st.in_flight.erase(f);
+  if (session != st.session)
+    return; // a round of an older session
+  --st.rounds_out;
+  for (auto& r : results) {
+    if (r.topic.empty()) {
+      log::debug("fetch session {} -> {}: {}", st.cfg.node_id,
+                 st.cfg.leader_id, r.error);
+      fail_held(self, r.error ? r.error
+                              : make_error(ec::request_timed_out,
+                                           "the leader node reset the fetch session"));
+      maybe_send(self);
+      return;
     }
-  st.out.erase(o);
+    auto i = st.held.find(topic_partition{r.topic, r.partition});
+    if (i == st.held.end())
+      continue; // superseded by a newer long poll of the replica
+    auto rp = std::move(i->second.rp);
+    st.held.erase(i);
+    if (r.error)
+      rp.deliver(std::move(r.error));
+    else
+      rp.deliver(std::move(r.response));
+  }
   maybe_send(self);
 }
 
 void send_round(session_ptr self) {
   auto& st = self->state;
-  st.lingering = false;
-  st.answered.clear();
-  // At most max_round_partitions, taken round-robin from where the last
-  // round stopped, each asking for its share of round_max_bytes (at least
-  // min_partition_bytes): a round's answer stays bounded when many
-  // partitions have much to catch up.
-  auto n = std::min(st.pending.size(), st.cfg.max_round_partitions);
-  auto share = static_cast<int32_t>(std::max<size_t>(
-    st.cfg.min_partition_bytes, st.cfg.round_max_bytes / std::max<size_t>(n, 1)));
-  std::vector<fetch_request> reqs;
-  std::vector<topic_partition> order;
-  reqs.reserve(n);
-  order.reserve(n);
+  fetch_round rd;
+  rd.follower = st.cfg.node_id;
+  rd.session = st.session;
+  rd.round = ++st.round;
+  rd.fetches.reserve(st.fresh.size());
   int32_t max_wait = 0;
-  auto i = st.pending.lower_bound(st.cursor);
-  while (reqs.size() < n) {
-    if (i == st.pending.end())
-      i = st.pending.begin();
-    auto req = i->second.req;
-    req.max_bytes = std::min(req.max_bytes, share);
+  for (auto& [tp, e] : st.held)
+    max_wait = std::max(max_wait, e.req.max_wait_ms);
+  for (auto& [tp, e] : st.fresh) {
+    auto req = e.req;
+    req.max_bytes = std::min(req.max_bytes, st.cfg.max_partition_bytes);
     max_wait = std::max(max_wait, req.max_wait_ms);
-    reqs.push_back(std::move(req));
-    order.push_back(i->first);
-    auto node = st.pending.extract(i++);
-    st.in_flight.insert(std::move(node));
+    rd.fetches.push_back(std::move(req));
   }
-  if (i != st.pending.end())
-    st.cursor = i->first;
-  else if (!st.pending.empty())
-    st.cursor = st.pending.begin()->first;
-  ++st.round;
-  st.out.emplace(st.round, order);
-  st.last_sent = self->clock().now();
+  st.held.merge(st.fresh);
+  st.fresh.clear();
+  ++st.rounds_out;
   auto timeout = std::chrono::milliseconds{max_wait} + st.cfg.round_margin;
   self
     ->request(caf::actor_cast<broker_actor>(st.cfg.leader_broker), timeout,
-              fetch_atom_v, std::move(reqs))
+              fetch_atom_v, std::move(rd))
     .then(
-      [self, round = st.round](std::vector<fetch_result>& results) {
-        on_round(self, round, results);
+      [self, session = st.session](std::vector<fetch_result>& results) {
+        on_answer(self, session, results);
       },
-      [self, round = st.round](caf::error& err) {
-        fail_round(self, round, err);
+      [self, session = st.session](caf::error& err) {
+        auto& st = self->state;
+        if (session != st.session)
+          return;
+        log::debug("fetch session {} -> {}: round failed: {}",
+                   st.cfg.node_id, st.cfg.leader_id, err);
+        fail_held(self, err);
+        maybe_send(self);
       });
 }
 
 void maybe_send(session_ptr self) {
   auto& st = self->state;
-  if (st.pending.empty() || !st.cfg.leader_broker
-      || st.out.size() >= st.cfg.max_rounds_out)
+  if (!st.cfg.leader_broker || st.send_queued)
     return;
-  // Wait (linger) for the replicas just answered, and after sending a
-  // round: requests trickling in go together in the next one.
-  bool wait = !st.answered.empty()
-              || (!st.out.empty()
-                  && self->clock().now() - st.last_sent < st.cfg.linger);
-  if (!wait) {
-    send_round(self);
+  // One round waits at the leader while it holds long polls; new long polls
+  // go in a second round (which makes the leader answer the waiting one).
+  bool want = (st.rounds_out == 0 && !st.held.empty()) || !st.fresh.empty();
+  if (!want || st.rounds_out >= st.cfg.max_rounds_out)
     return;
-  }
-  if (!st.lingering) {
-    st.lingering = true;
-    self->delayed_send(self, st.cfg.linger, tick_atom_v, ++st.linger_gen);
-  }
+  st.send_queued = true;
+  self->send(self, tick_atom_v, ++st.send_gen);
 }
 
 fetch_session_actor::behavior_type
 fetch_session(session_ptr self, fetch_session_config cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.session = new_session_id();
   return {
     [self](fetch_atom, fetch_request& req) -> caf::result<fetch_response> {
       auto& st = self->state;
       auto tp = topic_partition{req.topic, req.partition};
       auto rp = self->make_response_promise<fetch_response>();
-      if (auto old = st.pending.find(tp); old != st.pending.end()) {
-        old->second.rp.deliver(make_error(ec::request_timed_out,
-                                          "fetch superseded by a newer one"));
-        st.pending.erase(old);
-      }
-      st.pending.emplace(tp, fetch_session_state::entry{
-                               std::move(req), rp, self->clock().now()});
-      if (st.answered.erase(tp) > 0 && st.answered.empty() && st.lingering)
-        st.lingering = false; // everyone is back: no need to wait more
+      auto superseded = make_error(ec::request_timed_out,
+                                   "fetch superseded by a newer one");
+      // A replica has one fetch out; a newer one (after a stall) replaces
+      // the old, at the leader too (the answer to the old is dropped there).
+      for (auto* m : {&st.fresh, &st.held})
+        if (auto old = m->find(tp); old != m->end()) {
+          old->second.rp.deliver(superseded);
+          m->erase(old);
+        }
+      st.fresh.emplace(tp, fetch_session_state::entry{std::move(req), rp});
       maybe_send(self);
       return rp;
     },
@@ -223,23 +169,21 @@ fetch_session(session_ptr self, fetch_session_config cfg) {
       if (broker == st.cfg.leader_broker)
         return;
       st.cfg.leader_broker = std::move(broker);
-      // Rounds sent over the old link: their answers may never come. Their
-      // requests fail now (the replicas retry), late answers are dropped.
-      auto err = make_error(ec::request_timed_out,
-                            "the link to leader node "
-                              + std::to_string(st.cfg.leader_id)
-                              + " changed during the fetch");
-      while (!st.out.empty())
-        fail_round(self, st.out.begin()->first, err);
+      // Long polls sent over the old link: their answers may never come.
+      fail_held(self, make_error(ec::request_timed_out,
+                                 "the link to leader node "
+                                   + std::to_string(st.cfg.leader_id)
+                                   + " changed during the fetch"));
       maybe_send(self);
     },
     [self](tick_atom, uint64_t gen) {
       auto& st = self->state;
-      if (!st.lingering || gen != st.linger_gen)
+      if (gen != st.send_gen || !st.send_queued)
         return;
-      st.lingering = false;
-      st.answered.clear();
-      maybe_send(self);
+      st.send_queued = false;
+      bool want = (st.rounds_out == 0 && !st.held.empty()) || !st.fresh.empty();
+      if (want && st.cfg.leader_broker && st.rounds_out < st.cfg.max_rounds_out)
+        send_round(self);
     },
   };
 }

@@ -3,33 +3,30 @@
 //
 // Every follower replica on this node whose leader is node L sends its
 // (fetch_atom, fetch_request) here instead of to L's broker (the node hands
-// the replicas this actor as their leader's handle). The session sends all
-// the requests it holds to L as ONE (fetch_atom, std::vector<fetch_request>)
-// per round (Kafka's replica fetcher thread per broker pair, KIP-227), and
-// answers each replica from the round's result:
-// - data, a divergence, a moved log start, an error, or a high watermark
-//   that moved: the replica gets it (and fetches again, from the session);
-// - nothing (`waiting`, or an empty answer with the same high watermark):
-//   the request stays here for the next round, until it has waited its
-//   max_wait_ms; then the replica gets the empty answer, as a single long
-//   poll would have given it.
-// A round that fails (the link went down, timed out) fails every request in
-// it: the replicas retry after their backoff, as before. A round holds at
-// most max_round_partitions requests (taken round-robin) asking for
-// round_max_bytes together, so its answer stays bounded when a follower has
-// much to catch up on many partitions.
+// the replicas this actor as their leader's handle). The session carries
+// them to L in rounds, (fetch_atom, fetch_round), one request/response pair
+// per round for all partitions (Kafka's replica fetcher per broker pair with
+// incremental fetch sessions, KIP-227):
+// - a round carries only the long polls that started since the last round
+//   (a replica asks again after it appended and synced what it got);
+// - L keeps each long poll, parked in its replica exactly as a single fetch
+//   would be, until the replica answers it (data, a divergence, an error,
+//   or nothing after its max_wait_ms), and answers a round with the answers
+//   that came in since its last round: at once if there are any, else when
+//   the first one comes;
+// - the session keeps one round waiting at L; new long polls go in a second
+//   round, which makes L answer the waiting one (L's answer then holds what
+//   came meanwhile, possibly nothing).
+// So a partition with nothing new costs nothing per round, and a busy one
+// one answer in some round: many partitions share each round trip.
 //
-// The next round waits for the replicas just answered to ask again (they
-// append and sync first; without waiting, each would go in a round of its
-// own), for at most `linger`. Requests that arrive while rounds are out go
-// in a new round (up to max_rounds_out): the leader node then answers the
-// round it holds parked for this follower (its partitions come back
-// `waiting` and go again), so a partition whose data is waiting for this
-// follower's ack never waits for another partition's long poll.
+// A round that fails (the link went down, timed out) or a session L does
+// not know (it restarted) fails every long poll L held: the replicas fetch
+// again after their backoff, in a new session (a new incarnation number, so
+// L drops what it kept for the old one).
 //
-// Thread-free: an event-based actor on the node's scheduler. Experimental
-// and off by default (ferryd --fetch-sessions): measured slower than one
-// long poll per partition so far; see actors/README.md, "Fetch sessions".
+// Thread-free: an event-based actor on the node's scheduler. Off by default
+// (ferryd --fetch-sessions); see actors/README.md, "Fetch sessions".
 
 #include "actors/protocol/interfaces.hpp"
 
@@ -52,33 +49,20 @@ using fetch_session_actor = caf::typed_actor<
   caf::reacts_to<tick_atom, uint64_t>>;
 
 struct fetch_session_config {
-  /// Node ids, for log lines.
+  /// Node ids: this node (the follower) and the leader node.
   int32_t node_id = -1;
   int32_t leader_id = -1;
   caf::actor leader_broker;
-  /// How long a round waits for the replicas it answered to ask again.
-  std::chrono::milliseconds linger{2};
-  /// A round is given up when unanswered this long past its max wait.
+  /// A round is given up when unanswered this long past the longest
+  /// max_wait_ms among its session's long polls.
   std::chrono::milliseconds round_margin{10000};
-  /// Bounds on one round: partitions in it, and the bytes they ask for
-  /// together (each its share, at least min_partition_bytes, at most what
-  /// its replica asked for; a replica answers at least one whole batch).
-  size_t max_round_partitions = 512;
-  /// Rounds in flight at once: requests that arrive while a round is
-  /// parked at the leader (nothing for its partitions) go in a new one,
-  /// which makes the leader answer the parked one (see serve_fetch_many).
-  size_t max_rounds_out = 4;
-  size_t round_max_bytes = 32u << 20;
-  size_t min_partition_bytes = 64u << 10;
+  /// Rounds in flight at once (one waiting at the leader, one carrying new
+  /// long polls).
+  size_t max_rounds_out = 2;
+  /// Each long poll asks for at most this much (the leader answers at least
+  /// one whole batch); bounds a round's answer when many partitions catch up.
+  int32_t max_partition_bytes = 1 << 20;
 };
-
-/// Nothing for a follower in answer `r` to `req`: no data, no divergence,
-/// no log start past its offset (the session keeps such a request for the
-/// next round; the leader node parks a round of only such answers).
-inline bool fetch_is_idle(const fetch_request& req, const fetch_response& r) {
-  return r.data.empty() && r.diverging_end < offset{0}
-         && r.log_start <= req.from && r.next_offset == req.from;
-}
 
 fetch_session_actor spawn_fetch_session(caf::actor_system& sys,
                                         fetch_session_config cfg);

@@ -342,9 +342,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       return serve_produce_many(self, rs);
     },
     [self](fetch_atom, fetch_request& r) { return serve_fetch(self, r); },
-    [self](fetch_atom, std::vector<fetch_request>& rs) {
-      return serve_fetch_many(self, rs);
-    },
+    [self](fetch_atom, fetch_round& rd) { return serve_fetch_round(self, rd); },
     [self](offsets_atom, list_offsets_request& r) {
       return serve_list_offsets(self, r);
     },

@@ -430,9 +430,19 @@ struct node_state {
     caf::actor broker;
   };
   std::map<int32_t, session_link> fetch_sessions;
-  /// Leader side: per follower node, the round of its fetch session parked
-  /// here (nothing for it yet); a newer round from that node answers it.
-  std::map<int32_t, std::function<void()>> parked_rounds;
+  /// Leader side of the fetch sessions (fetch_round): per follower node,
+  /// the long polls it started here (each parked in its replica), the
+  /// answers not yet sent, and its round waiting for one.
+  struct follower_session {
+    uint64_t id = 0;
+    /// Partition -> the number of its long poll (a newer one replaces it).
+    std::map<topic_partition, uint64_t> polls;
+    std::vector<fetch_result> ready;
+    size_t ready_bytes = 0;
+    std::optional<caf::typed_response_promise<std::vector<fetch_result>>> waiting;
+  };
+  std::map<int32_t, follower_session> follower_sessions;
+  uint64_t next_poll = 1;
   /// Client requests forwarded to the leader on another node, by that
   /// node's id: each fails at once when the link to the node goes down.
   /// CAF 0.17 never answers a request in flight to a node that went away;

@@ -412,7 +412,7 @@ caf::result<std::vector<produce_result>>
 serve_produce_many(self_ptr self, std::vector<produce_request>& reqs);
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req);
 caf::result<std::vector<fetch_result>>
-serve_fetch_many(self_ptr self, std::vector<fetch_request>& reqs);
+serve_fetch_round(self_ptr self, fetch_round& rd);
 caf::result<offset> serve_list_offsets(self_ptr self,
                                        list_offsets_request& req);
 caf::result<offset> purge_partition(self_ptr self, topic_partition& tp,

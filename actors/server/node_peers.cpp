@@ -613,6 +613,8 @@ void peer_link_changed(self_ptr self, int32_t id, const caf::actor& peer) {
   st.unconfirmed.erase(id);
   st.down_since.emplace(id, now(self)); // an outage starts (or goes on)
   bool was_up = st.peers.erase(id) > 0;
+  // Its fetch session's long polls here: their answers go nowhere now.
+  st.follower_sessions.erase(id);
   if (auto fs = st.fetch_sessions.find(id); fs != st.fetch_sessions.end()
                                             && fs->second.broker) {
     // Rounds in flight over the lost link fail now, not after their timeout.

@@ -206,132 +206,133 @@ caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req) {
 
 namespace {
 
-/// One round of a follower node's fetch session (serve_fetch_many).
-struct fetch_round {
-  std::vector<fetch_request> reqs;
-  std::vector<partition_actor> replicas; // null: answered with an error
+using follower_session = node_state::follower_session;
+
+/// A round's answer holds at most this many bytes of data; the rest goes in
+/// the next round (a follower catching up on many partitions).
+constexpr size_t round_max_bytes = 16u << 20;
+
+std::vector<fetch_result> take_ready(follower_session& fs) {
   std::vector<fetch_result> out;
-  std::vector<bool> got;
-  size_t left = 0;
-  bool delivered = false;
-  caf::typed_response_promise<std::vector<fetch_result>> rp;
-
-  void deliver() {
-    if (delivered)
-      return;
-    delivered = true;
-    for (size_t i = 0; i < out.size(); ++i)
-      if (!got[i])
-        out[i].waiting = true;
-    rp.deliver(std::move(out));
+  size_t bytes = 0;
+  size_t n = 0;
+  while (n < fs.ready.size()
+         && (n == 0 || bytes + fs.ready[n].response.data.size() <= round_max_bytes)) {
+    bytes += fs.ready[n].response.data.size();
+    ++n;
   }
-};
+  out.assign(std::make_move_iterator(fs.ready.begin()),
+             std::make_move_iterator(fs.ready.begin() + static_cast<ptrdiff_t>(n)));
+  fs.ready.erase(fs.ready.begin(), fs.ready.begin() + static_cast<ptrdiff_t>(n));
+  fs.ready_bytes -= std::min(fs.ready_bytes, bytes);
+  return out;
+}
 
-/// Phase 2: every partition idle at once, so each waits (parks in its
-/// replica) up to its max wait; the first with something answers the
-/// round, the rest come back `waiting` (a replica keeps one parked fetch
-/// per follower: the next round's replaces it).
-void park_round(self_ptr self, std::shared_ptr<fetch_round> g) {
-  self->state.parked_rounds[g->reqs.front().replica_id]
-    = [w = std::weak_ptr<fetch_round>{g}] {
-        if (auto r = w.lock())
-          r->deliver();
-      };
-  g->left = 0;
-  for (size_t i = 0; i < g->reqs.size(); ++i)
-    if (g->replicas[i]) {
-      g->got[i] = false;
-      ++g->left;
-    }
-  for (size_t i = 0; i < g->reqs.size(); ++i) {
-    if (!g->replicas[i])
-      continue;
-    self->request(g->replicas[i], caf::infinite, fetch_atom_v, g->reqs[i])
-      .then(
-        [g, i](fetch_response& r) {
-          if (g->delivered)
-            return;
-          bool something = !fetch_is_idle(g->reqs[i], r);
-          g->out[i].response = std::move(r);
-          g->got[i] = true;
-          if (something || --g->left == 0)
-            g->deliver();
-        },
-        [g, i](caf::error& err) {
-          if (g->delivered)
-            return;
-          g->out[i].error = std::move(err);
-          g->got[i] = true;
-          g->deliver();
-        });
+/// A long poll of follower `node`'s session `session` was answered.
+void poll_answered(self_ptr self, int32_t node, uint64_t session,
+                   const topic_partition& tp, uint64_t poll, fetch_result r) {
+  auto& st = self->state;
+  auto i = st.follower_sessions.find(node);
+  if (i == st.follower_sessions.end() || i->second.id != session)
+    return; // the session is gone (its link went down, or a new one began)
+  auto& fs = i->second;
+  auto p = fs.polls.find(tp);
+  if (p == fs.polls.end() || p->second != poll)
+    return; // replaced by a newer long poll of the partition
+  fs.polls.erase(p);
+  fs.ready_bytes += r.response.data.size();
+  fs.ready.push_back(std::move(r));
+  if (fs.waiting) {
+    auto rp = std::move(*fs.waiting);
+    fs.waiting.reset();
+    rp.deliver(take_ready(fs));
   }
+}
+
+/// Starts follower `node`'s long poll `req` at the partition's replica.
+void start_poll(self_ptr self, int32_t node, follower_session& fs,
+                fetch_request& req) {
+  auto& st = self->state;
+  topic_partition tp{req.topic, req.partition};
+  auto poll = st.next_poll++;
+  fs.polls[tp] = poll;
+  auto fail = [&](caf::error err) {
+    fs.polls.erase(tp);
+    fs.ready.push_back(fetch_result{tp.topic, tp.partition, {}, std::move(err)});
+  };
+  if (req.replica_id != node) {
+    fail(make_error(ec::invalid_request,
+                    "a fetch session carries its own node's follower fetches only"));
+    return;
+  }
+  auto r = route(self, req.topic, req.partition);
+  if (!r) {
+    fail(failed(self, std::move(r.error())));
+    return;
+  }
+  self->request(*r, caf::infinite, fetch_atom_v, std::move(req))
+    .then(
+      [self, node, session = fs.id, tp, poll](fetch_response& x) {
+        poll_answered(self, node, session, tp, poll,
+                      fetch_result{tp.topic, tp.partition, std::move(x), {}});
+      },
+      [self, node, session = fs.id, tp, poll](caf::error& err) {
+        poll_answered(self, node, session, tp, poll,
+                      fetch_result{tp.topic, tp.partition, {},
+                                   failed(self, std::move(err))});
+      });
 }
 
 } // namespace
 
 caf::result<std::vector<fetch_result>>
-serve_fetch_many(self_ptr self, std::vector<fetch_request>& reqs) {
+serve_fetch_round(self_ptr self, fetch_round& rd) {
   using results = std::vector<fetch_result>;
   auto rp = self->make_response_promise<results>();
-  if (reqs.empty()) {
-    rp.deliver(results{});
-    return rp;
-  }
-  when_ready(self, [self, rp, reqs = std::move(reqs)]() mutable {
-    // The follower node's round parked here is answered now: this newer one
-    // carries requests that must not wait for its long poll.
-    auto& parked = self->state.parked_rounds;
-    if (auto k = parked.find(reqs.front().replica_id); k != parked.end()) {
-      auto kick = std::move(k->second);
-      parked.erase(k);
-      kick();
-    }
-    auto g = std::make_shared<fetch_round>();
-    g->rp = rp;
-    g->out.resize(reqs.size());
-    g->got.assign(reqs.size(), true);
-    g->replicas.resize(reqs.size());
-    g->reqs = std::move(reqs);
-    // Phase 1: every partition answers at once (no wait).
-    g->left = g->reqs.size();
-    auto done = [self, g] {
-      if (--g->left > 0)
+  when_ready(self, [self, rp, rd = std::move(rd)]() mutable {
+    auto& st = self->state;
+    auto& fs = st.follower_sessions[rd.follower];
+    if (fs.id != rd.session) {
+      if (fs.waiting)
+        fs.waiting->deliver(results{}); // the old session's waiting round
+      fs = follower_session{};
+      if (rd.round != 1) {
+        // A session this node does not know (it restarted, or the session's
+        // link went down here): its long polls are gone.
+        st.follower_sessions.erase(rd.follower);
+        rp.deliver(results{fetch_result{
+          {}, partition_id{0}, {},
+          make_error(ec::request_timed_out,
+                     "node " + std::to_string(st.cfg.node_id)
+                       + " does not know this fetch session (it restarted "
+                         "or lost the link): fetch again")}});
         return;
-      for (size_t i = 0; i < g->reqs.size(); ++i)
-        if (g->out[i].error || !fetch_is_idle(g->reqs[i], g->out[i].response)
-            || g->reqs[i].max_wait_ms <= 0) {
-          g->deliver();
-          return;
-        }
-      park_round(self, g);
-    };
-    for (size_t i = 0; i < g->reqs.size(); ++i) {
-      auto& req = g->reqs[i];
-      auto r = req.replica_id >= 0
-                 ? route(self, req.topic, req.partition)
-                 : caf::expected<partition_actor>{make_error(
-                   ec::invalid_request,
-                   "a multi-partition fetch is for followers only")};
-      if (!r) {
-        g->out[i].error = failed(self, std::move(r.error()));
-        done();
-        continue;
       }
-      g->replicas[i] = *r;
-      auto now_req = req;
-      now_req.max_wait_ms = 0;
-      self->request(*r, caf::infinite, fetch_atom_v, std::move(now_req))
-        .then(
-          [g, i, done](fetch_response& x) {
-            g->out[i].response = std::move(x);
-            done();
-          },
-          [self, g, i, done](caf::error& err) {
-            g->out[i].error = failed(self, std::move(err));
-            g->replicas[i] = nullptr;
-            done();
-          });
+      fs.id = rd.session;
     }
+    // A newer round: the waiting one answers now with what there is.
+    if (fs.waiting) {
+      auto old = std::move(*fs.waiting);
+      fs.waiting.reset();
+      old.deliver(take_ready(fs));
+    }
+    for (auto& req : rd.fetches)
+      start_poll(self, rd.follower, fs, req);
+    if (!fs.ready.empty()) {
+      rp.deliver(take_ready(fs));
+      return;
+    }
+    if (fs.polls.empty()) {
+      // Nothing it could wait for: the follower's long polls are not here.
+      st.follower_sessions.erase(rd.follower);
+      rp.deliver(results{fetch_result{
+        {}, partition_id{0}, {},
+        make_error(ec::request_timed_out,
+                   "node " + std::to_string(st.cfg.node_id)
+                     + " holds no long poll of this fetch session: fetch again")}});
+      return;
+    }
+    fs.waiting = rp;
   });
   return rp;
 }

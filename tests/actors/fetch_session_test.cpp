@@ -1,7 +1,9 @@
 // Deterministic tests of a follower node's fetch session
 // (actors/server/fetch_session.hpp) on CAF's test coordinator: a fake leader
-// node records each round and the test answers it; fake replicas are
-// one-shot actors that send one fetch each and record the answer.
+// node records each round (fetch_round) and the test answers it; fake
+// replicas are one-shot actors that send one fetch each and record the
+// answer. The leader node's side (serve_fetch_round) runs in the cluster
+// tests (Cluster.FetchSessionsKeepAckedWritesAcrossLeaderKills).
 
 #include "actors/server/fetch_session.hpp"
 
@@ -26,29 +28,31 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// What the fake leader node saw: each round's requests, with the promise
-/// the test answers.
+/// What the fake leader node saw: each round, with the promise the test
+/// answers.
 struct leader_log {
-  std::vector<std::vector<fetch_request>> rounds;
+  std::vector<fetch_round> rounds;
   std::vector<caf::typed_response_promise<std::vector<fetch_result>>> promises;
 };
 
 caf::behavior fake_leader(caf::event_based_actor* self,
                           std::shared_ptr<leader_log> log) {
   return {
-    [self, log](fetch_atom, std::vector<fetch_request>& reqs)
+    [self, log](fetch_atom, fetch_round& rd)
       -> caf::result<std::vector<fetch_result>> {
       auto rp = self->make_response_promise<std::vector<fetch_result>>();
-      log->rounds.push_back(std::move(reqs));
+      log->rounds.push_back(std::move(rd));
       log->promises.push_back(rp);
       return rp;
     },
-    // The test's answer to the latest round (promises are delivered from
-    // the actor that holds them).
-    [log](update_atom, std::vector<fetch_result>& results) {
-      log->promises.back().deliver(std::move(results));
+    // The test's answer to round i (promises are delivered from the actor
+    // that holds them).
+    [log](update_atom, int32_t i, std::vector<fetch_result>& results) {
+      log->promises.at(static_cast<size_t>(i)).deliver(std::move(results));
     },
-    [log](update_atom, caf::error& err) { log->promises.back().deliver(std::move(err)); },
+    [log](update_atom, int32_t i, caf::error& err) {
+      log->promises.at(static_cast<size_t>(i)).deliver(std::move(err));
+    },
   };
 }
 
@@ -69,29 +73,31 @@ fetch_request request_for(int32_t p, int64_t from = 0, int32_t wait_ms = 500) {
   return r;
 }
 
-fetch_result data_for(const fetch_request& req, int64_t hw) {
+fetch_result data_for(int32_t p, int64_t from, int64_t hw) {
   fetch_result r;
+  r.topic = "t";
+  r.partition = partition_id{p};
   r.response.data = "batch";
-  r.response.next_offset = offset{req.from.value + 1};
+  r.response.next_offset = offset{from + 1};
   r.response.high_watermark = offset{hw};
   r.response.log_start = offset{0};
   r.response.log_end = offset{hw};
   return r;
 }
 
-fetch_result empty_for(const fetch_request& req, int64_t hw) {
+fetch_result error_for(int32_t p, caf::error err) {
   fetch_result r;
-  r.response.next_offset = req.from;
-  r.response.high_watermark = offset{hw};
-  r.response.log_start = offset{0};
-  r.response.log_end = req.from;
+  r.topic = "t";
+  r.partition = partition_id{p};
+  r.error = std::move(err);
   return r;
 }
 
-fetch_result waiting() {
-  fetch_result r;
-  r.waiting = true;
-  return r;
+std::vector<int32_t> partitions_of(const fetch_round& rd) {
+  std::vector<int32_t> out;
+  for (auto& f : rd.fetches)
+    out.push_back(f.partition.value);
+  return out;
 }
 
 class fetch_session_test : public ::testing::Test {
@@ -102,12 +108,17 @@ protected:
     sys_ = std::make_unique<caf::actor_system>(cfg_);
     sched_ = &dynamic_cast<caf::scheduler::test_coordinator&>(sys_->scheduler());
     leader_ = sys_->spawn(fake_leader, leader_log_);
+    session_ = start_session(leader_);
+  }
+
+  fetch_session_actor start_session(caf::actor leader) {
     fetch_session_config fc;
     fc.node_id = 2;
     fc.leader_id = 1;
-    fc.leader_broker = leader_;
-    session_ = spawn_fetch_session(*sys_, fc);
+    fc.leader_broker = std::move(leader);
+    auto s = spawn_fetch_session(*sys_, fc);
     sched_->run();
+    return s;
   }
 
   void TearDown() override {
@@ -117,26 +128,43 @@ protected:
     sys_.reset();
   }
 
-  /// Partition p's replica fetches (one-shot actor).
-  void fetch(const fetch_request& req) {
+  /// Partition p's replica fetches (one-shot actor); `run`: let everything
+  /// run (false: several replicas ask in one burst).
+  void fetch(const fetch_request& req, bool run = true) {
     sys_->spawn([s = session_, req, log = replicas_](caf::event_based_actor* self) {
       auto p = req.partition.value;
       self->request(s, caf::infinite, fetch_atom_v, req)
         .then([log, p](fetch_response& r) { log->answers[p].push_back(std::move(r)); },
               [log, p](caf::error& e) { log->errors[p].push_back(std::move(e)); });
     });
+    if (run)
+      sched_->run();
+  }
+
+  /// Answers round i.
+  void answer(size_t i, std::vector<fetch_result> results) {
+    ASSERT_LT(i, leader_log_->promises.size());
+    caf::anon_send(leader_, update_atom_v, static_cast<int32_t>(i), std::move(results));
     sched_->run();
   }
 
-  /// Answers the latest round.
-  void answer(std::vector<fetch_result> results) {
-    ASSERT_FALSE(leader_log_->promises.empty());
-    caf::anon_send(leader_, update_atom_v, std::move(results));
+  void fail(size_t i, caf::error err) {
+    ASSERT_LT(i, leader_log_->promises.size());
+    caf::anon_send(leader_, update_atom_v, static_cast<int32_t>(i), std::move(err));
     sched_->run();
   }
 
   size_t answers(int32_t p) {
     return replicas_->answers[p].size();
+  }
+  size_t errors(int32_t p) {
+    return replicas_->errors[p].size();
+  }
+  const fetch_round& round(size_t i) {
+    return leader_log_->rounds.at(i);
+  }
+  size_t rounds() {
+    return leader_log_->rounds.size();
   }
 
   caf::actor_system_config cfg_;
@@ -148,158 +176,147 @@ protected:
   fetch_session_actor session_;
 };
 
-// The first fetch starts a round at once; the fetches that arrive while it
-// is out go together in the next one.
-TEST_F(fetch_session_test, FetchesOfManyPartitionsShareOneRound) {
-  fetch(request_for(0));
-  ASSERT_EQ(leader_log_->rounds.size(), 1u);
-  EXPECT_EQ(leader_log_->rounds[0].size(), 1u);
-  for (int32_t p = 1; p < 6; ++p)
-    fetch(request_for(p));
-  EXPECT_EQ(leader_log_->rounds.size(), 1u) << "one round in flight at most";
-  answer({data_for(request_for(0), 1)});
-  ASSERT_EQ(answers(0), 1u);
-  EXPECT_EQ(replicas_->answers[0][0].data, "batch");
-  // Partition 0's replica has not asked again: the round waits for it
-  // (linger), then goes with the other five.
-  EXPECT_EQ(leader_log_->rounds.size(), 1u);
-  sched_->advance_time(2ms);
+// Replicas that ask in one burst share a round; it names the follower, the
+// session and round 1.
+TEST_F(fetch_session_test, FetchesAskedTogetherShareOneRound) {
+  for (int32_t p = 0; p < 5; ++p)
+    fetch(request_for(p), false);
   sched_->run();
-  ASSERT_EQ(leader_log_->rounds.size(), 2u);
-  EXPECT_EQ(leader_log_->rounds[1].size(), 5u);
+  ASSERT_EQ(rounds(), 1u);
+  EXPECT_EQ(partitions_of(round(0)), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(round(0).follower, 2);
+  EXPECT_NE(round(0).session, 0u);
+  EXPECT_EQ(round(0).round, 1u);
 }
 
-// Partitions with nothing stay in the session (their replicas hear
-// nothing) and go again in the next round; one with data is answered.
-TEST_F(fetch_session_test, IdlePartitionsWaitInTheSessionForTheNextRound) {
-  fetch(request_for(0));
-  for (int32_t p = 1; p < 4; ++p)
-    fetch(request_for(p));
-  answer({empty_for(request_for(0), 0)}); // first answer: delivered (new HW)
-  ASSERT_EQ(answers(0), 1u);
-  fetch(request_for(0)); // partition 0 asks again: no linger needed
-  ASSERT_EQ(leader_log_->rounds.size(), 2u);
-  ASSERT_EQ(leader_log_->rounds[1].size(), 4u);
-  // Partition 2 has data; 0 is empty with the HW it knows; 1 and 3 wait.
-  answer({empty_for(request_for(0), 0), waiting(), data_for(request_for(2), 5), waiting()});
-  EXPECT_EQ(answers(0), 1u) << "an empty answer with the same HW is kept";
-  EXPECT_EQ(answers(1), 0u);
-  EXPECT_EQ(answers(2), 1u);
-  EXPECT_EQ(answers(3), 0u);
-  fetch(request_for(2, 1));
-  ASSERT_EQ(leader_log_->rounds.size(), 3u);
-  EXPECT_EQ(leader_log_->rounds[2].size(), 4u);
-  bool has_new_offset = false;
-  for (auto& r : leader_log_->rounds[2])
-    if (r.partition.value == 2)
-      has_new_offset = r.from == offset{1};
-  EXPECT_TRUE(has_new_offset) << "partition 2's new request replaced the old";
-}
-
-// A high watermark that moved is news even without data; an empty answer
-// after the replica's whole max wait is delivered like a long poll's.
-TEST_F(fetch_session_test, MovedHighWatermarkAndExpiredWaitReachTheReplica) {
-  fetch(request_for(0, 3, 500));
-  answer({empty_for(request_for(0, 3), 2)});
-  ASSERT_EQ(answers(0), 1u);
-  fetch(request_for(0, 3, 500));
-  answer({empty_for(request_for(0, 3), 3)}); // HW 2 -> 3
-  ASSERT_EQ(answers(0), 2u);
-  EXPECT_EQ(replicas_->answers[0][1].high_watermark, offset{3});
-  fetch(request_for(0, 3, 500));
-  answer({empty_for(request_for(0, 3), 3)}); // nothing new: kept
-  EXPECT_EQ(answers(0), 2u);
-  ASSERT_EQ(leader_log_->rounds.size(), 4u) << "kept requests go out again";
-  sched_->advance_time(500ms);
+// An answer reaches only the partitions it names; the others stay held at
+// the leader, and the session keeps one round waiting there that carries no
+// long poll again (a partition with nothing new costs nothing per round).
+TEST_F(fetch_session_test, OnlyAnsweredPartitionsHearBackAndHeldOnesAreNotResent) {
+  for (int32_t p = 0; p < 3; ++p)
+    fetch(request_for(p), false);
   sched_->run();
-  answer({empty_for(request_for(0, 3), 3)});
-  EXPECT_EQ(answers(0), 3u) << "waited its max wait: answered empty";
-}
-
-// A partition left `waiting` round after round (others had the data) gets
-// the empty answer once it has waited its max wait, with the HW it knew:
-// its replica never sees a fetch hang past its long poll.
-TEST_F(fetch_session_test, WaitingPartitionIsAnsweredEmptyAfterItsMaxWait) {
-  fetch(request_for(0, 7, 500));
-  answer({empty_for(request_for(0, 7), 6)});
-  ASSERT_EQ(answers(0), 1u);
-  fetch(request_for(0, 7, 500));
-  answer({waiting()});
-  EXPECT_EQ(answers(0), 1u);
-  ASSERT_EQ(leader_log_->rounds.size(), 3u);
-  sched_->advance_time(500ms);
-  sched_->run();
-  answer({waiting()});
-  ASSERT_EQ(answers(0), 2u);
-  auto& r = replicas_->answers[0][1];
-  EXPECT_TRUE(r.data.empty());
-  EXPECT_EQ(r.next_offset, offset{7});
-  EXPECT_EQ(r.high_watermark, offset{6});
-  EXPECT_EQ(r.log_start, offset{0});
-}
-
-// A round that fails fails every request in it; the replicas retry.
-TEST_F(fetch_session_test, FailedRoundFailsItsRequests) {
-  fetch(request_for(0));
-  ASSERT_EQ(leader_log_->rounds.size(), 1u);
-  caf::anon_send(leader_, update_atom_v, make_error(ec::not_leader, "moved"));
-  sched_->run();
-  ASSERT_EQ(replicas_->errors[0].size(), 1u);
-  fetch(request_for(0));
-  fetch(request_for(1));
-  answer({fetch_result{{}, make_error(ec::fenced_leader_epoch, "epoch 2"), false},
-          empty_for(request_for(1), 0)});
-  // Round 2 held partition 0 only (1 came while it was out).
-  ASSERT_EQ(replicas_->errors[0].size(), 2u);
-  EXPECT_TRUE(is(replicas_->errors[0][1], ec::fenced_leader_epoch))
-    << caf::to_string(replicas_->errors[0][1]);
-}
-
-// A replica that asks again while its older request waits in the session
-// (it gave up on it) gets the old one answered with an error and only the
-// new one goes out.
-TEST_F(fetch_session_test, ANewerFetchSupersedesTheWaitingOne) {
-  fetch(request_for(9));      // round 1 out
-  fetch(request_for(0, 1));   // pending
-  fetch(request_for(0, 4));   // replaces it
-  ASSERT_EQ(replicas_->errors[0].size(), 1u);
-  answer({empty_for(request_for(9), 0)});
-  sched_->advance_time(2ms); // partition 9 was answered: linger
-  sched_->run();
-  ASSERT_EQ(leader_log_->rounds.size(), 2u);
-  ASSERT_EQ(leader_log_->rounds[1].size(), 1u);
-  EXPECT_EQ(leader_log_->rounds[1][0].from, offset{4});
-}
-
-// A link change (down: null broker; a new broker) fails the round in
-// flight at once (its answer may never come); a late answer is dropped and
-// the replicas' next requests go to the new broker.
-TEST_F(fetch_session_test, LinkChangeFailsTheRoundInFlight) {
-  fetch(request_for(0));
-  ASSERT_EQ(leader_log_->rounds.size(), 1u);
-  caf::anon_send(session_, update_atom_v, caf::actor{});
-  sched_->run();
-  ASSERT_EQ(replicas_->errors[0].size(), 1u);
-  answer({data_for(request_for(0), 1)}); // late: nobody gets it
+  ASSERT_EQ(rounds(), 1u);
+  answer(0, {data_for(1, 0, 1)});
+  ASSERT_EQ(answers(1), 1u);
+  EXPECT_EQ(replicas_->answers[1][0].data, "batch");
   EXPECT_EQ(answers(0), 0u);
-  fetch(request_for(0));
-  EXPECT_EQ(leader_log_->rounds.size(), 1u) << "no broker: waits";
-  caf::anon_send(session_, update_atom_v, leader_);
-  sched_->run();
-  ASSERT_EQ(leader_log_->rounds.size(), 2u);
-  answer({data_for(request_for(0), 1)});
+  EXPECT_EQ(answers(2), 0u);
+  ASSERT_EQ(rounds(), 2u) << "no round waiting at the leader for the held polls";
+  EXPECT_TRUE(round(1).fetches.empty()) << "held long polls were sent again";
+  EXPECT_EQ(round(1).session, round(0).session);
+  EXPECT_EQ(round(1).round, 2u);
+  // Partition 1's replica asks again: a second round carries it while the
+  // first waits (the leader then answers the waiting one).
+  fetch(request_for(1, 1));
+  ASSERT_EQ(rounds(), 3u);
+  EXPECT_EQ(partitions_of(round(2)), (std::vector<int32_t>{1}));
+  EXPECT_EQ(round(2).fetches[0].from, offset{1});
+  // No third round while two are out.
+  fetch(request_for(7));
+  EXPECT_EQ(rounds(), 3u);
+  // The waiting round comes back empty: partition 7 goes now.
+  answer(1, {});
+  ASSERT_EQ(rounds(), 4u);
+  EXPECT_EQ(partitions_of(round(3)), (std::vector<int32_t>{7}));
+  // One answer for two partitions in a later round.
+  answer(2, {data_for(0, 0, 1), error_for(2, make_error(ec::not_leader, "moved"))});
   EXPECT_EQ(answers(0), 1u);
+  ASSERT_EQ(errors(2), 1u);
+  EXPECT_TRUE(is(replicas_->errors[2][0], ec::not_leader));
 }
 
-// Without a leader broker (link down) requests wait; a new broker gets them.
+// A failed round (link down, timeout) fails every long poll the leader held:
+// the replicas retry, and the next round starts a new session.
+TEST_F(fetch_session_test, AFailedRoundFailsEveryHeldPollAndStartsANewSession) {
+  fetch(request_for(0), false);
+  fetch(request_for(1), false);
+  sched_->run();
+  fail(0, make_error(ec::request_timed_out, "lost"));
+  EXPECT_EQ(errors(0), 1u);
+  EXPECT_EQ(errors(1), 1u);
+  auto old_session = round(0).session;
+  fetch(request_for(0));
+  ASSERT_EQ(rounds(), 2u);
+  EXPECT_NE(round(1).session, old_session);
+  EXPECT_EQ(round(1).round, 1u);
+  EXPECT_EQ(partitions_of(round(1)), (std::vector<int32_t>{0}));
+}
+
+// The leader node does not know the session (it restarted): an answer with
+// an empty topic fails every held poll; answers of the old session that
+// come later are dropped.
+TEST_F(fetch_session_test, ASessionTheLeaderDoesNotKnowFailsItsHeldPolls) {
+  fetch(request_for(0), false);
+  fetch(request_for(1), false);
+  sched_->run();
+  answer(0, {data_for(0, 0, 1)});
+  ASSERT_EQ(rounds(), 2u); // waits for partition 1
+  fetch(request_for(0, 1));
+  ASSERT_EQ(rounds(), 3u);
+  answer(1, {fetch_result{{}, partition_id{0}, {},
+                          make_error(ec::request_timed_out, "unknown session")}});
+  EXPECT_EQ(errors(1), 1u);
+  EXPECT_EQ(errors(0), 1u) << "partition 0's second poll was held too";
+  // Round 3 belongs to the old session: its late answer reaches nobody.
+  answer(2, {data_for(0, 1, 2)});
+  EXPECT_EQ(answers(0), 1u);
+  fetch(request_for(0, 1));
+  ASSERT_EQ(rounds(), 4u);
+  EXPECT_NE(round(3).session, round(0).session);
+}
+
+// A new link to the leader node: polls held over the old one fail, later
+// ones go over the new link in a new session.
+TEST_F(fetch_session_test, LinkChangeFailsHeldPolls) {
+  fetch(request_for(0));
+  auto other_log = std::make_shared<leader_log>();
+  auto other = sys_->spawn(fake_leader, other_log);
+  caf::anon_send(session_, update_atom_v, other);
+  sched_->run();
+  EXPECT_EQ(errors(0), 1u);
+  fetch(request_for(0));
+  ASSERT_EQ(other_log->rounds.size(), 1u);
+  EXPECT_NE(other_log->rounds[0].session, round(0).session);
+  EXPECT_EQ(rounds(), 1u) << "nothing more went over the old link";
+  caf::anon_send_exit(other, caf::exit_reason::user_shutdown);
+}
+
+// Without a link to the leader node, polls wait in the session and go once
+// it is there.
 TEST_F(fetch_session_test, RequestsWaitForTheLeadersBroker) {
   caf::anon_send(session_, update_atom_v, caf::actor{});
   sched_->run();
   fetch(request_for(0));
-  EXPECT_TRUE(leader_log_->rounds.empty());
+  EXPECT_EQ(rounds(), 0u);
   caf::anon_send(session_, update_atom_v, leader_);
   sched_->run();
-  EXPECT_EQ(leader_log_->rounds.size(), 1u);
+  ASSERT_EQ(rounds(), 1u);
+  EXPECT_EQ(partitions_of(round(0)), (std::vector<int32_t>{0}));
+}
+
+// A replica's newer fetch (after a stall) supersedes its older one: the old
+// promise fails, the new one goes to the leader, which replaces the old.
+TEST_F(fetch_session_test, ANewerFetchSupersedesTheHeldOne) {
+  fetch(request_for(0));
+  ASSERT_EQ(rounds(), 1u);
+  fetch(request_for(0, 0));
+  ASSERT_EQ(errors(0), 1u);
+  EXPECT_TRUE(is(replicas_->errors[0][0], ec::request_timed_out));
+  ASSERT_EQ(rounds(), 2u);
+  EXPECT_EQ(partitions_of(round(1)), (std::vector<int32_t>{0}));
+  answer(1, {data_for(0, 0, 1)});
+  EXPECT_EQ(answers(0), 1u);
+}
+
+// Each long poll asks for at most max_partition_bytes, so a round's answer
+// stays bounded when many partitions catch up.
+TEST_F(fetch_session_test, LongPollsAskForAtMostTheSessionsShare) {
+  auto req = request_for(0);
+  req.max_bytes = 64 << 20;
+  fetch(req);
+  ASSERT_EQ(rounds(), 1u);
+  EXPECT_EQ(round(0).fetches[0].max_bytes, 1 << 20);
 }
 
 } // namespace
