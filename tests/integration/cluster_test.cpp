@@ -35,6 +35,7 @@
 // client actors are killed before their actor system goes away
 // (client_system.hpp).
 
+#include "acked_writes.hpp"
 #include "client_system.hpp"
 #include "cluster_harness.hpp"
 #include "ferryctl_run.hpp"
@@ -135,192 +136,6 @@ consume_all(cluster& c, const std::string& bootstrap, const std::string& topic,
   caf::anon_send_exit(*cons, caf::exit_reason::user_shutdown);
   return out;
 }
-
-struct ack_entry {
-  int key = 0;
-  int64_t seq = 0;
-  int32_t partition = 0;
-  int64_t off = 0;
-};
-
-/// What the load driver did; shared with the test thread.
-struct ledger {
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::vector<ack_entry> acked;
-  int64_t sent = 0;
-  int64_t failed = 0;
-  std::map<std::string, int64_t> errors; // error text -> count
-  /// Acks that took longer than slow_ack: held up by a failover (the
-  /// producer resent or waited for a new leader).
-  int64_t slow_acks = 0;
-  std::chrono::milliseconds max_ack_latency{0};
-  bool done = false;
-
-  size_t acked_count() {
-    std::lock_guard<std::mutex> guard{mtx};
-    return acked.size();
-  }
-};
-
-constexpr auto slow_ack = 250ms;
-
-struct load_options {
-  int keys = 20;
-  int window = 64;          // produce requests in flight
-  double rate = 1500;       // messages per second, at most
-  std::string topic;
-  caf::timespan request_timeout = std::chrono::seconds{60};
-};
-
-struct driver_state {
-  std::shared_ptr<ledger> book;
-  ferry::producer_actor prod;
-  load_options opt;
-  int64_t counter = 0;
-  int in_flight = 0;
-  bool stopping = false;
-  bool tick_scheduled = false;
-  steady::time_point started;
-  static inline const char* name = "cluster-load";
-};
-
-using driver_ptr = caf::stateful_actor<driver_state>*;
-
-/// Sends produce requests, one message each, keeping up to `window` in
-/// flight and the rate below opt.rate; key k<i % keys>, value
-/// "k<key>:<seq>" with seq = i / keys. Ends (and marks the ledger done)
-/// once stopped and every request was answered.
-void pump(driver_ptr self) {
-  auto& st = self->state;
-  while (!st.stopping && st.in_flight < st.opt.window) {
-    auto budget = st.opt.rate * seconds_since(st.started) + st.opt.window;
-    if (static_cast<double>(st.counter) >= budget) {
-      if (!st.tick_scheduled) {
-        st.tick_scheduled = true;
-        self->delayed_send(self, 10ms, ferry::tick_atom_v);
-      }
-      break;
-    }
-    int key = static_cast<int>(st.counter % st.opt.keys);
-    int64_t seq = st.counter / st.opt.keys;
-    ++st.counter;
-    ++st.in_flight;
-    {
-      std::lock_guard<std::mutex> guard{st.book->mtx};
-      ++st.book->sent;
-    }
-    ferry::client_message m;
-    m.topic = st.opt.topic;
-    m.has_key = true;
-    m.key = "k" + std::to_string(key);
-    m.value = m.key + ":" + std::to_string(seq);
-    auto sent_at = steady::now();
-    self->request(st.prod, st.opt.request_timeout, ferry::produce_atom_v, std::move(m))
-      .then(
-        [self, key, seq, sent_at](ferry::delivery_report& r) {
-          auto& s = self->state;
-          --s.in_flight;
-          auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now()
-                                                                               - sent_at);
-          {
-            std::lock_guard<std::mutex> guard{s.book->mtx};
-            s.book->acked.push_back(ack_entry{key, seq, r.partition.value, r.off.value});
-            if (latency > slow_ack)
-              ++s.book->slow_acks;
-            s.book->max_ack_latency = std::max(s.book->max_ack_latency, latency);
-          }
-          pump(self);
-        },
-        [self](caf::error& err) {
-          auto& s = self->state;
-          --s.in_flight;
-          {
-            std::lock_guard<std::mutex> guard{s.book->mtx};
-            ++s.book->failed;
-            ++s.book->errors[ferry::error_text(err)];
-          }
-          pump(self);
-        });
-  }
-  if (st.stopping && st.in_flight == 0) {
-    {
-      std::lock_guard<std::mutex> guard{st.book->mtx};
-      st.book->done = true;
-    }
-    st.book->cv.notify_all();
-    self->quit();
-  }
-}
-
-caf::behavior load_driver(driver_ptr self, ferry::producer_actor prod,
-                          std::shared_ptr<ledger> book, load_options opt) {
-  auto& st = self->state;
-  st.prod = std::move(prod);
-  st.book = std::move(book);
-  st.opt = std::move(opt);
-  st.started = steady::now();
-  self->send(self, ferry::tick_atom_v);
-  return {
-    [self](ferry::tick_atom) {
-      self->state.tick_scheduled = false;
-      pump(self);
-    },
-    [self](ferry::stop_atom) {
-      self->state.stopping = true;
-      pump(self);
-    },
-  };
-}
-
-/// Tracks leader changes seen in describes, per partition.
-struct leader_tracker {
-  std::map<int32_t, std::pair<int32_t, int32_t>> last; // partition -> (leader, epoch)
-  int changes = 0;
-  int32_t controller = -1;
-  int controller_changes = 0;
-
-  void observe(const ferry::cluster_description& cd, const std::string& topic,
-               int32_t partitions) {
-    if (cd.controller >= 1 && cd.controller != controller) {
-      if (controller >= 1) {
-        ++controller_changes;
-        std::cout << "[cluster] controller (Raft leader) " << controller << " -> "
-                  << cd.controller << " (term " << cd.raft_term << ")\n";
-      }
-      controller = cd.controller;
-    }
-    for (int32_t p = 0; p < partitions; ++p) {
-      auto ps = find_partition(cd, topic, p);
-      if (!ps || ps->leader < 1)
-        continue;
-      auto now = std::make_pair(ps->leader, ps->epoch.value);
-      auto i = last.find(p);
-      if (i == last.end()) {
-        last.emplace(p, now);
-      } else if (i->second.first != now.first) {
-        ++changes;
-        std::cout << "[cluster] partition " << p << ": leader " << i->second.first
-                  << " (epoch " << i->second.second << ") -> " << now.first << " (epoch "
-                  << now.second << ")\n";
-        i->second = now;
-      } else {
-        i->second.second = std::max(i->second.second, now.second);
-      }
-    }
-  }
-
-  /// Sleeps `d` while observing the cluster.
-  void watch(cluster& c, std::chrono::milliseconds d, const std::string& topic,
-             int32_t partitions) {
-    auto until = steady::now() + d;
-    while (steady::now() < until) {
-      if (auto cd = c.describe_controller())
-        observe(*cd, topic, partitions);
-      std::this_thread::sleep_for(poll_step);
-    }
-  }
-};
 
 // -- 1 ------------------------------------------------------------------------
 
@@ -540,121 +355,19 @@ void acked_writes_survive_leader_kills(int32_t partitions, int kills,
   for (auto& [text, n] : errors)
     std::cout << "[cluster] produce error x" << n << ": " << text << "\n";
 
-  // The replicas converge: same log end on every node, HW there too.
-  std::map<int32_t, int64_t> hws;
-  std::string state;
-  bool converged = wait_until(converge_timeout, [&] {
-    state.clear();
-    auto cd = c.describe_controller();
-    if (!cd)
-      return false;
-    bool ok = true;
-    for (int32_t p = 0; p < partitions; ++p) {
-      auto ps = find_partition(*cd, topic, p);
-      if (!ps || ps->leader < 1 || !same_members(ps->isr, {1, 2, 3}))
-        return false;
-      auto lead = c.status(ps->leader, topic, p);
-      if (!lead)
-        return false;
-      state += "p" + std::to_string(p) + ": leader " + std::to_string(ps->leader)
-               + " log_end=" + std::to_string(lead->log_end.value)
-               + " hw=" + std::to_string(lead->high_watermark.value);
-      if (lead->high_watermark != lead->log_end)
-        ok = false;
-      for (int id = 1; id <= cluster::size; ++id) {
-        auto st = c.status(id, topic, p);
-        if (!st)
-          return false;
-        state += "; node " + std::to_string(id) + " log_end="
-                 + std::to_string(st->log_end.value);
-        if (st->log_end != lead->log_end)
-          ok = false;
-      }
-      state += "\n";
-      hws[p] = lead->high_watermark.value;
-    }
-    return ok;
-  });
-  ASSERT_TRUE(converged) << "replicas did not converge:\n" << state << c.dump();
-
-  // Read every partition back and check the acked messages.
-  std::map<int32_t, std::map<int64_t, const ack_entry*>> acked_at; // p -> off -> ack
-  int64_t doubly_acked = 0;
-  for (auto& a : acked) {
-    auto [it, fresh] = acked_at[a.partition].emplace(a.off, &a);
-    if (!fresh) {
-      ++doubly_acked;
-      ADD_FAILURE() << "offset " << a.partition << "@" << a.off << " acknowledged for k"
-                    << a.key << ":" << a.seq << " and for k" << it->second->key << ":"
-                    << it->second->seq;
-    }
-  }
-  int64_t in_log = 0, missing = 0, mismatched = 0, duplicates = 0, reordered = 0,
-          unacked_in_log = 0;
-  std::set<int32_t> batch_epochs;
-  for (int32_t p = 0; p < partitions; ++p) {
-    std::string why;
-    auto reader = c.leader_of(topic, p);
-    auto recs = fetch_all(c, reader >= 1 ? reader : 1, topic, p, hws[p], why);
-    ASSERT_TRUE(recs) << "reading p" << p << ": " << why << "\n" << c.dump();
-    in_log += static_cast<int64_t>(recs->size());
-    std::map<int64_t, const log_record*> by_off;
-    int64_t prev_off = -1;
-    for (auto& r : *recs) {
-      EXPECT_GT(r.off, prev_off) << "offsets not increasing in p" << p;
-      prev_off = r.off;
-      by_off[r.off] = &r;
-      batch_epochs.insert(r.batch_epoch);
-    }
-    for (auto& [off, a] : acked_at[p]) {
-      auto want = "k" + std::to_string(a->key) + ":" + std::to_string(a->seq);
-      auto i = by_off.find(off);
-      if (i == by_off.end()) {
-        if (++missing <= 10)
-          ADD_FAILURE() << "acknowledged " << want << " at " << p << "@" << off
-                        << " is not in the log (hw " << hws[p] << ")";
-      } else if (i->second->value != want || i->second->key != "k" + std::to_string(a->key)) {
-        if (++mismatched <= 10)
-          ADD_FAILURE() << "acknowledged " << want << " at " << p << "@" << off
-                        << " but the log holds " << i->second->key << "=" << i->second->value;
-      }
-    }
-    // Per key: seqs strictly rising along the log.
-    std::map<std::string, int64_t> last_seq;
-    std::set<std::string> seen_values;
-    for (auto& r : *recs) {
-      auto colon = r.value.rfind(':');
-      if (colon == std::string::npos) {
-        ADD_FAILURE() << "unexpected value " << r.value << " at " << p << "@" << r.off;
-        continue;
-      }
-      int64_t seq = std::stoll(r.value.substr(colon + 1));
-      if (!seen_values.insert(r.value).second) {
-        if (++duplicates <= 10)
-          ADD_FAILURE() << "duplicate " << r.value << " at " << p << "@" << r.off;
-      } else if (auto it = last_seq.find(r.key); it != last_seq.end() && seq <= it->second) {
-        if (++reordered <= 10)
-          ADD_FAILURE() << r.value << " at " << p << "@" << r.off << " after seq "
-                        << it->second << " of the same key";
-      }
-      last_seq[r.key] = std::max(last_seq[r.key], seq);
-      if (!acked_at[p].count(r.off))
-        ++unacked_in_log;
-    }
-  }
-  EXPECT_EQ(missing, 0);
-  EXPECT_EQ(mismatched, 0);
-  EXPECT_EQ(duplicates, 0);
-  EXPECT_EQ(reordered, 0);
-  EXPECT_EQ(doubly_acked, 0);
+  // The replicas converge (same log end on every node, HW there too), and
+  // every partition read back matches the ledger.
+  auto found = check_acked_writes(c, topic, partitions, acked, converge_timeout);
+  ASSERT_TRUE(found.why.empty()) << found.why;
   std::cout << "[cluster] sent " << sent << ", acked " << acked.size() << ", failed " << failed
-            << ", records in the log " << in_log << " (not acked: " << unacked_in_log
-            << "), missing " << missing << ", mismatched " << mismatched << ", duplicates "
-            << duplicates << ", reordered " << reordered << "; acks slower than "
-            << slow_ack.count() << " ms (held up by a failover) " << slow_acks
-            << ", max ack latency " << max_latency.count() << " ms; leader changes observed "
-            << leaders.changes << ", controller changes " << leaders.controller_changes
-            << ", batch leader epochs in the log " << batch_epochs.size() << "\n";
+            << ", records in the log " << found.in_log << " (not acked: "
+            << found.unacked_in_log << "), missing " << found.missing << ", mismatched "
+            << found.mismatched << ", duplicates " << found.duplicates << ", reordered "
+            << found.reordered << "; acks slower than " << slow_ack.count()
+            << " ms (held up by a failover) " << slow_acks << ", max ack latency "
+            << max_latency.count() << " ms; leader changes observed " << leaders.changes
+            << ", controller changes " << leaders.controller_changes
+            << ", batch leader epochs in the log " << found.batch_epochs.size() << "\n";
   EXPECT_GE(leaders.changes, kills) << "each kill should have moved a leadership";
 
   // Stop cleanly and compare the replicas on disk up to the HW.
@@ -662,13 +375,7 @@ void acked_writes_survive_leader_kills(int32_t partitions, int kills,
   for (auto& [id, code] : codes)
     EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly\n"
                        << tail(c.node(id).output(), 3000);
-  for (int32_t p = 0; p < partitions; ++p) {
-    std::map<int, int64_t> log_ends;
-    auto diff = compare_logs_on_disk(c, topic, p, hws[p], log_ends);
-    EXPECT_TRUE(diff.empty()) << "p" << p << ": " << diff;
-    for (auto& [id, end] : log_ends)
-      EXPECT_EQ(end, hws[p]) << "node " << id << " p" << p << " log end on disk";
-  }
+  check_logs_on_disk(c, topic, partitions, found.hws);
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
 }
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs the chaos test (ferry_chaos_test) again and again with consecutive
+# seeds and prints a table of the runs: faults injected, records
+# acknowledged, lost, duplicated, out of order, and the result.
+#
+#   tests/chaos/soak.sh [--runs N] [--seed S] [--faults F] [--partitions P]
+#                       [--bin DIR] [--logs DIR]
+#
+# Defaults: 10 runs from seed 1, 10 faults each, 6 partitions, binaries in
+# build/bin, logs in a temp dir. A failing run keeps its test output and
+# node logs in <logs>/seed-<S>/ (rerun it alone with FERRY_CHAOS_SEED=S).
+# Exit status 1 when any run failed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=10 seed=1 faults=10 partitions=6 bin=build/bin logs=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --faults) faults=$2; shift 2 ;;
+    --partitions) partitions=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --logs) logs=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "soak.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -x "$bin/ferry_chaos_test" ] || { echo "soak.sh: no $bin/ferry_chaos_test (build first)" >&2; exit 2; }
+[ -n "$logs" ] || logs=$(mktemp -d /tmp/ferry-chaos.XXXXXX)
+mkdir -p "$logs"
+printf '%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-8s %-7s %s\n' \
+  seed faults kills pauses cuts acked failed lost duplicated reordered conflicts seconds result
+tot_faults=0 tot_kills=0 tot_pauses=0 tot_cuts=0 tot_acked=0 tot_lost=0 tot_dup=0 tot_reord=0 failed_runs=0
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+for ((i = 0; i < runs; i++)); do
+  s=$((seed + i))
+  dir="$logs/seed-$s"
+  mkdir -p "$dir"
+  rc=0
+  FERRY_CHAOS_SEED=$s FERRY_CHAOS_FAULTS=$faults FERRY_CHAOS_PARTITIONS=$partitions \
+    FERRY_TEST_LOG_DIR="$dir" "$bin/ferry_chaos_test" > "$dir/test.out" 2>&1 || rc=$?
+  line=$(grep '^\[chaos\] summary' "$dir/test.out" | tail -1 || true)
+  if [ -z "$line" ]; then
+    printf '%-8s %s\n' "$s" "no summary (exit $rc): see $dir/test.out"
+    failed_runs=$((failed_runs + 1))
+    continue
+  fi
+  result=$(field result "$line")
+  [ "$rc" -eq 0 ] || result=FAIL
+  printf '%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-8s %-7s %s\n' "$s" \
+    "$(field faults "$line")" "$(field kills "$line")" "$(field pauses "$line")" \
+    "$(field cuts "$line")" "$(field acked "$line")" "$(field failed "$line")" \
+    "$(field lost "$line")" "$(field duplicated "$line")" "$(field reordered "$line")" \
+    "$(field epoch_conflicts "$line")" "$(field seconds "$line")" "$result"
+  tot_faults=$((tot_faults + $(field faults "$line")))
+  tot_kills=$((tot_kills + $(field kills "$line")))
+  tot_pauses=$((tot_pauses + $(field pauses "$line")))
+  tot_cuts=$((tot_cuts + $(field cuts "$line")))
+  tot_acked=$((tot_acked + $(field acked "$line")))
+  tot_lost=$((tot_lost + $(field lost "$line")))
+  tot_dup=$((tot_dup + $(field duplicated "$line")))
+  tot_reord=$((tot_reord + $(field reordered "$line")))
+  if [ "$result" = PASS ]; then
+    rm -rf "$dir"
+  else
+    failed_runs=$((failed_runs + 1))
+  fi
+done
+echo "runs $runs, failed $failed_runs; faults $tot_faults (kills $tot_kills, pauses $tot_pauses, cuts $tot_cuts); acked $tot_acked, lost $tot_lost, duplicated $tot_dup, reordered $tot_reord; partitions per run $partitions; logs of failed runs in $logs"
+[ "$failed_runs" -eq 0 ]
