@@ -32,17 +32,22 @@
 #include "acked_writes.hpp"
 #include "cluster_harness.hpp"
 
+#include "actors/client/consumer.hpp"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -231,6 +236,181 @@ private:
   int32_t partitions_;
 };
 
+/// The second workload: one member of consumer group `chaos-g` reads the
+/// topic from the start and commits after every poll (auto commit off), on
+/// a thread of its own; a sampler reads the group's committed offsets
+/// through any node every ~300 ms. Checks: a committed offset never moves
+/// backwards, and once the producer stopped the group reaches every
+/// partition's HW and has seen every acknowledged record at least once.
+class group_workload {
+public:
+  group_workload(cluster& c, std::string topic, int32_t partitions)
+    : c_(c), topic_(std::move(topic)), partitions_(partitions) {
+  }
+
+  ~group_workload() {
+    stop();
+  }
+
+  /// "" or why the consumer could not start.
+  std::string start() {
+    ferry::consumer_config cc;
+    cc.group_id = group;
+    cc.topics = {topic_};
+    cc.auto_offset_reset = "earliest";
+    cc.enable_auto_commit = false;
+    cc.request_timeout = 10s;
+    cc.session_timeout = 30s;
+    cc.heartbeat_interval = 1s;
+    auto conn = client_connection(c_, c_.endpoints());
+    if (!conn)
+      return "no connection for the consumer";
+    auto cons = ferry::spawn_consumer(*c_.cs.sys, cc, conn);
+    if (!cons)
+      return ferry::error_text(cons.error());
+    cons_ = c_.cs.track(*cons);
+    running_ = true;
+    reader_ = std::thread{[this] { read_loop(); }};
+    sampler_ = std::thread{[this] { sample_loop(); }};
+    return "";
+  }
+
+  void stop() {
+    running_ = false;
+    if (reader_.joinable())
+      reader_.join();
+    if (sampler_.joinable())
+      sampler_.join();
+  }
+
+  size_t consumed_count() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return consumed_.size();
+  }
+
+  /// Committed offsets read now through any node that answers.
+  std::optional<std::map<int32_t, int64_t>> committed_now() {
+    ferry::fetch_offsets_request req;
+    req.group = group;
+    for (int32_t p = 0; p < partitions_; ++p)
+      req.partitions.push_back(ferry::topic_partition{topic_, ferry::partition_id{p}});
+    for (int id = 1; id <= cluster::size; ++id) {
+      if (!c_.up(id))
+        continue;
+      auto b = c_.broker(id);
+      if (!b)
+        continue;
+      auto r = ask<std::vector<ferry::partition_offset>>(*c_.cs.sys, *b, 3s,
+                                                         ferry::offsets_atom_v, req);
+      if (!r)
+        continue;
+      std::map<int32_t, int64_t> out;
+      for (auto& po : *r)
+        out[po.partition.value] = po.committed.value;
+      return out;
+    }
+    return std::nullopt;
+  }
+
+  /// Waits until the committed offsets reach `hws`.
+  bool wait_caught_up(const std::map<int32_t, int64_t>& hws, std::chrono::milliseconds t,
+                      std::string& state) {
+    return wait_until(t, [&] {
+      auto now = committed_now();
+      if (!now)
+        return false;
+      state.clear();
+      bool ok = true;
+      for (auto& [p, hw] : hws) {
+        auto got = now->count(p) ? now->at(p) : -1;
+        state += " p" + std::to_string(p) + " " + std::to_string(got) + "/" + std::to_string(hw);
+        ok = ok && got >= hw;
+      }
+      return ok;
+    }, 300ms);
+  }
+
+  /// Acknowledged records the group never delivered (reported, first 10).
+  int64_t not_delivered(const std::vector<ack_entry>& acked) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    int64_t n = 0;
+    for (auto& a : acked) {
+      auto want = "k" + std::to_string(a.key) + ":" + std::to_string(a.seq);
+      auto i = consumed_.find({a.partition, a.off});
+      if (i == consumed_.end() || i->second != want)
+        if (++n <= 10)
+          ADD_FAILURE() << "acknowledged " << want << " at " << a.partition << "@" << a.off
+                        << (i == consumed_.end() ? " never delivered to the group"
+                                                 : " delivered as " + i->second);
+    }
+    return n;
+  }
+
+  int64_t backwards = 0;       // committed offsets seen moving backwards
+  int64_t samples = 0;         // successful samples
+  int64_t commits_ok = 0;      // commits the consumer reported done
+  int64_t commits_failed = 0;
+  int64_t redelivered = 0;     // records delivered more than once
+
+  static constexpr const char* group = "chaos-g";
+
+private:
+  void read_loop() {
+    caf::scoped_actor self{*c_.cs.sys};
+    while (running_) {
+      std::vector<ferry::consumed_message> got;
+      self->request(cons_, 15s, ferry::poll_atom_v, int32_t{200})
+        .receive([&](std::vector<ferry::consumed_message>& xs) { got = std::move(xs); },
+                 [&](caf::error&) { std::this_thread::sleep_for(100ms); });
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        for (auto& m : got) {
+          auto [it, fresh] = consumed_.emplace(std::make_pair(m.partition.value, m.off.value),
+                                               m.value);
+          if (!fresh)
+            ++redelivered;
+        }
+      }
+      if (got.empty())
+        continue;
+      bool ok = false;
+      self->request(cons_, 15s, ferry::commit_atom_v)
+        .receive([&](bool b) { ok = b; }, [&](caf::error&) { ok = false; });
+      std::lock_guard<std::mutex> guard{mtx_};
+      ++(ok ? commits_ok : commits_failed);
+    }
+    caf::anon_send_exit(cons_, caf::exit_reason::user_shutdown);
+  }
+
+  void sample_loop() {
+    std::map<int32_t, int64_t> high;
+    while (running_) {
+      if (auto now = committed_now()) {
+        std::lock_guard<std::mutex> guard{mtx_};
+        ++samples;
+        for (auto& [p, off] : *now) {
+          auto& h = high.emplace(p, -1).first->second;
+          if (off < h && ++backwards <= 10)
+            ADD_FAILURE() << "group " << group << ": committed offset of p" << p
+                          << " moved backwards from " << h << " to " << off;
+          h = std::max(h, off);
+        }
+      }
+      std::this_thread::sleep_for(300ms);
+    }
+  }
+
+  cluster& c_;
+  std::string topic_;
+  int32_t partitions_;
+  ferry::consumer_actor cons_;
+  std::atomic<bool> running_{false};
+  std::thread reader_;
+  std::thread sampler_;
+  std::mutex mtx_;
+  std::map<std::pair<int32_t, int64_t>, std::string> consumed_;
+};
+
 /// Every partition has a leader and the full ISR {1,2,3}.
 bool recovered(cluster& c, const std::string& topic, int32_t partitions,
                leader_tracker& leaders) {
@@ -279,6 +459,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   ASSERT_TRUE(wait_until(20s, [&] { return book->acked_count() >= 200; }))
     << "fewer than 200 acks in 20 s before any fault (acked " << book->acked_count() << ")\n"
     << c.dump();
+
+  group_workload readers{c, topic, partitions};
+  why = readers.start();
+  ASSERT_TRUE(why.empty()) << "consumer: " << why;
 
   nemesis nem{c, seed, topic, partitions};
   int applied = 0;
@@ -330,6 +514,18 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
       std::cout << "[chaos] produce error x" << n << ": " << text << "\n";
   }
   auto found = check_acked_writes(c, topic, partitions, acked, 60s);
+  int64_t undelivered = -1;
+  if (found.why.empty()) {
+    std::string state;
+    EXPECT_TRUE(readers.wait_caught_up(found.hws, 60s, state))
+      << "group " << group_workload::group << " did not commit up to the HW within 60 s:"
+      << state << "\n" << c.dump();
+    undelivered = readers.not_delivered(acked);
+    EXPECT_EQ(undelivered, 0);
+  }
+  readers.stop();
+  EXPECT_EQ(readers.backwards, 0);
+  EXPECT_GT(readers.samples, 0) << "no committed offsets could be read";
   int disk_diffs = -1;
   if (found.why.empty()) {
     auto codes = c.stop_all();
@@ -350,6 +546,11 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
             << " leader_changes=" << leaders.changes
             << " controller_changes=" << leaders.controller_changes
             << " unrecovered=" << unrecovered << " disk_diffs=" << disk_diffs
+            << " group_commits=" << readers.commits_ok
+            << " group_commit_failures=" << readers.commits_failed
+            << " group_redelivered=" << readers.redelivered
+            << " group_undelivered=" << undelivered
+            << " commits_backwards=" << readers.backwards
             << " seconds=" << static_cast<int>(seconds_since(t0))
             << " result=" << (pass ? "PASS" : "FAIL") << "\n";
 }

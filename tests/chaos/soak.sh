@@ -28,8 +28,8 @@ done
 [ -x "$bin/ferry_chaos_test" ] || { echo "soak.sh: no $bin/ferry_chaos_test (build first)" >&2; exit 2; }
 [ -n "$logs" ] || logs=$(mktemp -d /tmp/ferry-chaos.XXXXXX)
 mkdir -p "$logs"
-printf '%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-8s %-7s %s\n' \
-  seed faults kills pauses cuts acked failed lost duplicated reordered conflicts seconds result
+printf '%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-10s %-12s %-12s %-8s %s\n' \
+  seed faults kills pauses cuts acked failed lost duplicated reordered conflicts undelivered commits_back seconds result
 tot_faults=0 tot_kills=0 tot_pauses=0 tot_cuts=0 tot_acked=0 tot_lost=0 tot_dup=0 tot_reord=0 failed_runs=0
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 for ((i = 0; i < runs; i++)); do
@@ -47,11 +47,12 @@ for ((i = 0; i < runs; i++)); do
   fi
   result=$(field result "$line")
   [ "$rc" -eq 0 ] || result=FAIL
-  printf '%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-8s %-7s %s\n' "$s" \
+  printf '%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-10s %-12s %-12s %-8s %s\n' "$s" \
     "$(field faults "$line")" "$(field kills "$line")" "$(field pauses "$line")" \
     "$(field cuts "$line")" "$(field acked "$line")" "$(field failed "$line")" \
     "$(field lost "$line")" "$(field duplicated "$line")" "$(field reordered "$line")" \
-    "$(field epoch_conflicts "$line")" "$(field seconds "$line")" "$result"
+    "$(field epoch_conflicts "$line")" "$(field group_undelivered "$line")" \
+    "$(field commits_backwards "$line")" "$(field seconds "$line")" "$result"
   tot_faults=$((tot_faults + $(field faults "$line")))
   tot_kills=$((tot_kills + $(field kills "$line")))
   tot_pauses=$((tot_pauses + $(field pauses "$line")))
