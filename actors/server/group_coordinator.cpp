@@ -563,6 +563,55 @@ void replicate_offsets(self_ptr self,
           });
 }
 
+/// Stores a commit in this node's offset store, which offset fetches and
+/// new coordinators read. In a cluster only once it is replicated
+/// (acks=all to the group's __consumer_state partition): a commit that
+/// fails (no ISR, a coordinator cut off from its followers) must never be
+/// visible, or a later coordinator, reading only replicated commits, would
+/// show offsets moving backwards (found by tests/chaos). Then done(error).
+template <class Done>
+void store_commit(self_ptr self, std::vector<committed_offset> batch,
+                  std::optional<group_record> rec, Done done) {
+  auto& st = self->state;
+  auto store = [self](const std::vector<committed_offset>& b,
+                      const std::optional<group_record>& r) -> caf::error {
+    auto& st = self->state;
+    if (!b.empty() || r)
+      if (auto err = st.cfg.offsets->commit(st.cfg.group, b, r))
+        return err;
+    st.registered = st.registered || r.has_value();
+    if (st.cfg.probe)
+      for (const auto& o : b)
+        st.cfg.probe->committed(o.topic, o.partition, o.committed);
+    report_members(self);
+    return caf::error{};
+  };
+  if (st.cfg.state_topic.empty()) {
+    done(store(batch, rec));
+    return;
+  }
+  auto seq = ++st.commit_seq;
+  auto copy = batch;
+  replicate_offsets(self, copy,
+                    [self, seq, store, batch = std::move(batch),
+                     rec = std::move(rec), done](caf::error err) mutable {
+                      if (err) {
+                        done(std::move(err));
+                        return;
+                      }
+                      auto& st = self->state;
+                      std::vector<committed_offset> newer;
+                      for (auto& o : batch) {
+                        auto& last = st.stored_seq[partition_ref{o.topic, o.partition}];
+                        if (seq > last) {
+                          last = seq;
+                          newer.push_back(std::move(o));
+                        }
+                      }
+                      done(store(newer, rec));
+                    });
+}
+
 caf::result<void> handle_commit(self_ptr self,
                                 const commit_offsets_request& req) {
   auto& st = self->state;
@@ -603,17 +652,8 @@ caf::result<void> handle_commit(self_ptr self,
   std::optional<group_record> rec;
   if (!st.registered)
     rec = group_record{st.cfg.group, st.generation, "stream", st.assignor};
-  if (auto err = st.cfg.offsets->commit(st.cfg.group, batch, rec))
-    return err;
-  st.registered = true;
-  if (st.cfg.probe)
-    for (const auto& o : req.offsets)
-      st.cfg.probe->committed(o.topic, o.partition, o.committed);
-  report_members(self);
-  if (st.cfg.state_topic.empty())
-    return caf::unit;
   auto rp = self->make_response_promise();
-  replicate_offsets(self, batch, [rp](caf::error err) mutable {
+  store_commit(self, std::move(batch), std::move(rec), [rp](caf::error err) mutable {
     if (err)
       rp.deliver(std::move(err));
     else
@@ -821,22 +861,13 @@ handle_reset(self_ptr self, const reset_offsets_request& req) {
       std::optional<group_record> rec;
       if (!st.registered)
         rec = group_record{st.cfg.group, st.generation, "stream", st.assignor};
-      if (auto err = st.cfg.offsets->commit(st.cfg.group, batch, rec)) {
-        rp.deliver(std::move(err));
-        return;
-      }
-      st.registered = true;
-      if (st.cfg.probe)
-        for (const auto& o : batch)
-          st.cfg.probe->committed(o.topic, o.partition, o.committed);
-      report_members(self);
-      replicate_offsets(self, batch,
-                        [rp, out = std::move(out)](caf::error err) mutable {
-                          if (err)
-                            rp.deliver(std::move(err));
-                          else
-                            rp.deliver(std::move(out));
-                        });
+      store_commit(self, std::move(batch), std::move(rec),
+                   [rp, out = std::move(out)](caf::error err) mutable {
+                     if (err)
+                       rp.deliver(std::move(err));
+                     else
+                       rp.deliver(std::move(out));
+                   });
       return;
     }
     rp.deliver(std::move(out));
@@ -1105,6 +1136,23 @@ group_coordinator(group_coordinator_actor::stateful_pointer<group_state> self,
     st.generation = (*rec)->generation;
   }
   handle_update(self, st.cfg.topics);
+  // Ended by the node (the group moved to another node, or the node stops):
+  // members waiting in a join get an answer now, so they look for the
+  // coordinator again. Without one a join waited for its request timeout
+  // (the rebalance timeout, minutes) and the member consumed nothing
+  // meanwhile (found by tests/chaos).
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (!msg.reason)
+      return; // a linked actor ended normally: not ours to end with
+    auto& st = self->state;
+    for (auto& [id, m] : st.members)
+      if (m.join_promise.pending())
+        m.join_promise.deliver(make_error(
+          ec::coordinator_not_available,
+          "group " + st.cfg.group + ": its coordinator on this node stopped (the group "
+          "moved or the node stops); find the coordinator again"));
+    self->quit(std::move(msg.reason));
+  });
   if (st.cfg.probe) {
     refresh_metrics(self);
     schedule_metrics(self);

@@ -173,6 +173,11 @@ struct group_state {
   bool revocation_pending = false;
   /// The group has an entry in the offset store.
   bool registered = false;
+  /// Cluster mode: commits are numbered as they are made; a replicated
+  /// commit is stored here only for partitions no later commit stored
+  /// already (acknowledgements may come back out of order).
+  uint64_t commit_seq = 0;
+  std::map<partition_ref, uint64_t> stored_seq;
   /// Token of the live metrics timer.
   uint64_t metrics_token = 0;
   /// A lag refresh waits for the broker's answers.

@@ -336,6 +336,10 @@ struct hosted_replica {
   caf::actor_clock::time_point restart_at{};
   /// Crashed too often: not restarted any more.
   bool given_up = false;
+  /// __consumer_state replicas in a cluster: set by the replica once it
+  /// replayed its log into the node's stores (partition_replica_config::
+  /// on_loaded); its groups are not coordinated here before that.
+  std::shared_ptr<std::atomic<bool>> loaded;
 };
 
 /// A create request waiting for its replicas.

@@ -320,6 +320,22 @@ group_home_t group_home(self_ptr self, const std::string& group) {
     // Read again from the store (applied from the log) if it comes back.
     st.queue_configs.erase(group);
   }
+  if (leader && *leader == st.cfg.node_id) {
+    // Led here, but this node's replica of the group's state partition
+    // may still be replaying its log into the offset store, which then
+    // shows older commits than were made (a coordinator serving from it
+    // would move committed offsets backwards; found by tests/chaos).
+    auto t = st.topics.find(consumer_state_topic);
+    auto n = static_cast<int32_t>(t->second.partitions.size());
+    auto r = st.replicas.find(
+      topic_partition{consumer_state_topic, partition_id{partition_for_key(group, n)}});
+    if (r == st.replicas.end() || !r->second.loaded || !r->second.loaded->load())
+      return group_home_t{false, broker_actor{},
+                          make_error(ec::coordinator_not_available,
+                                     "group " + group + ": its __consumer_state partition is "
+                                     "still loading on node "
+                                       + std::to_string(st.cfg.node_id))};
+  }
   return home_at(self, leader, "group " + group, from_peer(self));
 }
 

@@ -108,6 +108,11 @@ void spawn_replica(self_ptr self, const topic_partition& key,
         auto n = apply_consumer_state(*offsets, *store, batches);
         return n ? caf::error{} : std::move(n.error());
       };
+    if (key.topic == consumer_state_topic) {
+      auto loaded = std::make_shared<std::atomic<bool>>(false);
+      r.loaded = loaded;
+      rc.on_loaded = [loaded] { loaded->store(true); };
+    }
     rc.assignment = pa;
     rc.leader_broker = replica_leader(self, pa);
     rc.controller = caf::actor_cast<caf::actor>(internal_handle(self));

@@ -1415,6 +1415,8 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
   // (in a cluster of one; with followers once they report).
   advance(self);
   follower_fetch(self);
+  if (st.cfg.on_loaded)
+    st.cfg.on_loaded();
   self->set_exit_handler([self](caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a linked actor ended normally: not our business

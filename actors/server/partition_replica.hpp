@@ -178,6 +178,12 @@ struct partition_replica_config {
   /// durable: the node applies __consumer_state records to its offset
   /// store this way. An error is logged (the data stays appended).
   std::function<caf::error(std::string_view batches)> on_replicated;
+  /// Called once (on the replica's thread) when its start is done, i.e.
+  /// after the whole log went through on_replicated. Until then the node's
+  /// stores may show older state than the log holds: the replay rewinds
+  /// them while it passes the old records (a coordinator must not serve
+  /// from them before this).
+  std::function<void()> on_loaded;
   /// Node-wide store for the HW checkpoint and producer snapshots; may be
   /// null (see the file comment). Shared: it outlives the replica.
   std::shared_ptr<metadata_store> store;

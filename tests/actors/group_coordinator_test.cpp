@@ -769,6 +769,81 @@ TEST_F(GroupCoordinatorTest, CommitAndFetchOffsets) {
   EXPECT_EQ(fetch().size(), 2u);
 }
 
+// Found by tests/chaos: a coordinator ended by its node (the group moved to
+// another node) left members waiting in a join for their request timeout
+// (minutes); now they are answered at once and look for the coordinator
+// again.
+TEST_F(GroupCoordinatorTest, EndingTheCoordinatorAnswersAWaitingJoin) {
+  auto ja = join_now(join_req("a"));
+  sync_ok(ja.member_id, 1);
+  auto jb = ask<join_group_response>(join_atom_v, join_req("b"));
+  sched->run();
+  ASSERT_FALSE(jb->done) << "b's join should wait for a to rejoin";
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  sched->run();
+  ASSERT_TRUE(jb->done);
+  EXPECT_TRUE(is(jb->err, ec::coordinator_not_available)) << describe(jb->err);
+}
+
+// A broker for the group's __consumer_state writes whose produce answers
+// the test switches between success and failure.
+struct state_writes {
+  bool fail = false;
+  int produced = 0;
+};
+
+caf::behavior state_broker(caf::event_based_actor*, std::shared_ptr<state_writes> w) {
+  return {
+    [w](produce_atom, const produce_request&) -> caf::result<produce_response> {
+      ++w->produced;
+      if (w->fail)
+        return make_error(ec::not_enough_replicas, "test: the ISR is too small");
+      return produce_response{};
+    },
+    [](offsets_atom, const list_offsets_request&) -> caf::result<offset> {
+      return offset{0};
+    },
+  };
+}
+
+// Found by tests/chaos: in a cluster a commit went into the node's offset
+// store before it was replicated, so a commit that failed (a coordinator
+// cut off from its followers) was still served by offset fetches, and a
+// later coordinator, which has only the replicated commits, showed the
+// offsets moving backwards. Now a commit is stored once replicated.
+TEST_F(GroupCoordinatorTest, InAClusterACommitIsVisibleOnlyOnceReplicated) {
+  auto writes = std::make_shared<state_writes>();
+  auto sb = caf::actor_cast<broker_actor>(sys->spawn(state_broker, writes));
+  group_config gc;
+  gc.group = "g";
+  gc.offsets = offsets;
+  gc.broker = sb;
+  gc.topics = topics;
+  gc.member_id_seed = 42;
+  gc.state_topic = "__consumer_state";
+  gc.state_partition = partition_id{0};
+  gc.initial_rebalance_delay = 0s;
+  coord = sys->spawn(group_coordinator, std::move(gc));
+  spawned.push_back(coord);
+  sched->run();
+  auto j = join_now(join_req("a"));
+  sync_ok(j.member_id, 1);
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{5}, ""}}));
+  writes->fail = true;
+  EXPECT_TRUE(is(commit(j.member_id, 1, {{"t", partition_id{0}, offset{9}, ""}}),
+                 ec::coordinator_not_available));
+  auto after_failure = fetch({tp("t", 0)});
+  ASSERT_EQ(after_failure.size(), 1u);
+  EXPECT_EQ(after_failure[0].committed, offset{5}) << "a commit that was not replicated is served";
+  writes->fail = false;
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{12}, ""}}));
+  auto after_success = fetch({tp("t", 0)});
+  ASSERT_EQ(after_success.size(), 1u);
+  EXPECT_EQ(after_success[0].committed, offset{12});
+  EXPECT_EQ(writes->produced, 3);
+  caf::anon_send_exit(sb, caf::exit_reason::user_shutdown);
+}
+
 TEST_F(GroupCoordinatorTest, CommitsDuringCompletingRebalanceAreRefused) {
   auto j = join_now(join_req("a"));
   EXPECT_TRUE(is(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1}, ""}}),
