@@ -14,6 +14,7 @@ PACKAGES=(
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev  # Qt6Charts CMake config needs Qt6OpenGL
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev  # libFuzzer + ASan/UBSan runtimes: tests/fuzz
   # tools used by tests, demos and benchmark comparisons
   curl fio xvfb python3 prometheus openssl
   python3-kafka python3-lz4 python3-zstandard  # tests/tools/make_kafka_vectors.py

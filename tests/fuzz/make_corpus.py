@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz harnesses into tests/fuzz/corpus/.
+
+Standard library plus python3-lz4 and python3-zstandard (deploy/install-deps.sh).
+Seeds come from the Kafka-made batches in tests/broker/testdata (record
+batch, segment recovery), small compressed payloads (decompress), a few
+schedules (raft) and request bodies as the HTTP API documents them
+(http_json). Deterministic: running it again writes the same files.
+
+    tests/fuzz/make_corpus.py      (Debian's /usr/bin/python3: its lz4 and zstandard modules)
+"""
+import json
+import os
+import struct
+import zlib
+
+import lz4.frame
+import zstandard
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def put(harness, name, data):
+    d = os.path.join(CORPUS, harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    vectors = json.load(open(os.path.join(ROOT, "tests/broker/testdata/kafka_record_batch_v2.json")))
+    batches = [bytes.fromhex(c["batch_hex"]) for c in vectors["cases"]]
+    for i, b in enumerate(batches):
+        put("record_batch", f"kafka-{i:02d}", b)
+        # a segment of one batch, no index files
+        put("segment_recovery", f"one-batch-{i:02d}", bytes([0, 0, 0]) + b)
+    # a segment of several batches with consecutive base offsets, plus a
+    # torn tail, and an index part of 16 zero bytes
+    seg = b""
+    base = 0
+    for b in batches[:4]:
+        last_delta = struct.unpack(">i", b[23:27])[0]
+        seg += struct.pack(">q", base) + b[8:]
+        base += last_delta + 1
+    put("segment_recovery", "four-batches", bytes([0, 0, 0]) + seg)
+    put("segment_recovery", "four-batches-torn", bytes([0, 0, 0]) + seg[:-7])
+    put("segment_recovery", "with-indexes", bytes([3, 0, 16]) + bytes(16) + seg)
+    put("segment_recovery", "two-segments", bytes([4, 0, 0]) + seg + seg)
+
+    payload = b"ferry " * 50 + bytes(range(256))
+    put("decompress", "gzip", bytes([0]) + zlib.compress(payload))
+    gz = zlib.compressobj(wbits=31)
+    put("decompress", "gzip-header", bytes([0]) + gz.compress(payload) + gz.flush())
+    put("decompress", "lz4", bytes([1]) + lz4.frame.compress(payload))
+    put("decompress", "zstd", bytes([2]) + zstandard.ZstdCompressor().compress(payload))
+    put("decompress", "none", bytes([4]) + payload)
+
+    # raft: ticks of member 0 until it campaigns, deliveries, proposals,
+    # then a crash of the leader and more of the same
+    elect = bytes([0x00] * 12 + [0x0f] * 6 + [0x0a] * 3 + [0x0f] * 6)
+    put("raft", "elect-propose", elect)
+    put("raft", "elect-crash-reelect", elect + bytes([0x0c]) + bytes([0x11] * 12 + [0x0f] * 8 + [0x1a] * 2 + [0x0f] * 8))
+    put("raft", "lossy", bytes([0x00] * 10 + [0x08, 0x0f, 0x09, 0x05, 0x0f, 0x0a, 0x18, 0x0f] * 6))
+
+    bodies = {
+        "produce-one": {"key": "k1", "value": "hello", "headers": {"h": "v"}},
+        "produce-many": {"records": [{"value": {"n": 1}, "partition": 0},
+                                     {"key": "a", "value": "aGVsbG8=", "encoding": "base64"},
+                                     {"value": None, "timestamp": 1700000000000}]},
+        "topic-spec": {"name": "orders", "partitions": 3, "replicationFactor": 1,
+                       "config": {"retention.ms": 86400000, "max.message.bytes": "1048576"}},
+        "topic-patch": {"config": {"retention.ms": "1000"}, "partitions": 6},
+        "commit": {"offsets": [{"topic": "t", "partition": 0, "offset": 42, "metadata": "m"}]},
+        "queue-receive": {"member": "w1", "max": 10, "visibilityMs": 30000, "waitMs": 100},
+        "queue-ack": {"member": "w1", "partition": 0, "offset": 7, "leaseId": "123456789012345678",
+                      "delayMs": 100, "extendMs": 1000, "error": "boom"},
+        "reset": {"topics": ["t"], "to": "timestamp", "value": 1700000000000, "dryRun": True},
+    }
+    for name, body in bodies.items():
+        put("http_json", name, json.dumps(body).encode())
+
+
+if __name__ == "__main__":
+    main()
