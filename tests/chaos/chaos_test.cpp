@@ -25,12 +25,14 @@
 //   FERRY_CHAOS_FAULTS      faults per run (default 6)
 //   FERRY_CHAOS_PARTITIONS  partitions of the topic, RF 3 (default 6)
 //   FERRY_CHAOS_RATE        messages per second the workload offers (800)
+//   FERRY_CHAOS_QUEUE_RATE  messages per second into the queue topic (100)
 // plus FERRY_TEST_LOG_LEVEL / FERRY_TEST_LOG_DIR (cluster_harness.hpp).
 // Every wait is bounded; every ferryd is SIGKILLed when the test ends, also
 // on failure.
 
 #include "acked_writes.hpp"
 #include "cluster_harness.hpp"
+#include "queue_workload.hpp"
 
 #include "actors/client/consumer.hpp"
 
@@ -434,6 +436,7 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   auto faults = static_cast<int>(env_int("FERRY_CHAOS_FAULTS", 6));
   auto partitions = static_cast<int32_t>(env_int("FERRY_CHAOS_PARTITIONS", 6));
   auto rate = static_cast<double>(env_int("FERRY_CHAOS_RATE", 800));
+  auto queue_rate = static_cast<double>(env_int("FERRY_CHAOS_QUEUE_RATE", 100));
   std::cout << "[chaos] seed " << seed << " (rerun: FERRY_CHAOS_SEED=" << seed
             << "), faults " << faults << ", partitions " << partitions << ", rate " << rate
             << " msgs/s\n";
@@ -463,6 +466,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   group_workload readers{c, topic, partitions};
   why = readers.start();
   ASSERT_TRUE(why.empty()) << "consumer: " << why;
+
+  queue_workload queue{c, seed, queue_rate};
+  why = queue.start();
+  ASSERT_TRUE(why.empty()) << "queue workload: " << why << "\n" << c.dump();
 
   nemesis nem{c, seed, topic, partitions};
   int applied = 0;
@@ -513,7 +520,26 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     for (auto& [text, n] : book->errors)
       std::cout << "[chaos] produce error x" << n << ": " << text << "\n";
   }
+  EXPECT_TRUE(queue.stop_producing(90s))
+    << "outstanding produce requests to " << queue_workload::topic
+    << " not answered within 90 s";
+  std::vector<ack_entry> queue_acked;
+  {
+    std::lock_guard<std::mutex> guard{queue.book->mtx};
+    queue_acked = queue.book->acked;
+  }
   auto found = check_acked_writes(c, topic, partitions, acked, 60s);
+  auto queue_found = check_acked_writes(c, queue_workload::topic, queue_workload::partitions,
+                                        queue_acked, 60s);
+  if (queue_found.why.empty()) {
+    std::string state;
+    EXPECT_TRUE(queue.wait_settled(queue_found.hws, 120s, state))
+      << "queue group " << queue_workload::group << " did not settle within 120 s:" << state
+      << "\n" << c.dump();
+    queue.stop_workers();
+    queue.check(queue_acked);
+  }
+  queue.stop_workers();
   int64_t undelivered = -1;
   if (found.why.empty()) {
     std::string state;
@@ -533,6 +559,9 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
       EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly\n"
                          << tail(c.node(id).output(), 3000);
     disk_diffs = check_logs_on_disk(c, topic, partitions, found.hws);
+    if (queue_found.why.empty())
+      disk_diffs += check_logs_on_disk(c, queue_workload::topic, queue_workload::partitions,
+                                       queue_found.hws);
   }
   bool pass = !::testing::Test::HasFailure();
   std::cout << "[chaos] summary seed=" << seed << " faults=" << applied
@@ -551,6 +580,20 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
             << " group_redelivered=" << readers.redelivered
             << " group_undelivered=" << undelivered
             << " commits_backwards=" << readers.backwards
+            << " queue_acked=" << queue_acked.size()
+            << " queue_lost=" << queue_found.missing + queue.lost
+            << " queue_duplicated=" << queue_found.duplicates
+            << " queue_deliveries=" << queue.deliveries
+            << " queue_acks=" << queue.acks_confirmed
+            << " dead_letters=" << queue.dead_letters
+            << " dlq_duplicates=" << queue.dlq_duplicates
+            << " processed_and_dead=" << queue.both
+            << " expired_to_dlq=" << queue.expired_dead
+            << " redrives=" << queue.redrives_ok << "/"
+            << queue.redrives_ok + queue.redrives_failed
+            << " redrive_copies=" << queue.redrive_copies
+            << " redrive_duplicates=" << queue.redrive_duplicates
+            << " redrive_missing=" << queue.redrive_missing
             << " seconds=" << static_cast<int>(seconds_since(t0))
             << " result=" << (pass ? "PASS" : "FAIL") << "\n";
 }

@@ -173,6 +173,15 @@ struct log_record {
   std::string key;
   std::string value;
   int32_t batch_epoch = 0; // partition leader epoch of its batch
+  std::vector<ferry::record_header> headers;
+
+  /// The value of header `key`, "" without one.
+  std::string header(std::string_view key) const {
+    for (auto& h : headers)
+      if (h.key == key)
+        return h.value.value_or("");
+    return "";
+  }
 };
 
 /// Appends the records at or after `from` of the whole batches in `data`;
@@ -195,7 +204,7 @@ inline std::optional<int64_t> decode_batches(std::string_view data, int64_t from
       auto off = h->base_offset.value + rec.offset_delta;
       if (off >= from)
         out.push_back(log_record{off, rec.key.value_or(""), rec.value.value_or(""),
-                                 h->partition_leader_epoch});
+                                 h->partition_leader_epoch, std::move(rec.headers)});
     }
     next = h->next_offset().value;
     data.remove_prefix(h->total_size());
