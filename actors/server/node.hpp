@@ -373,6 +373,9 @@ struct node_state {
   /// either a stream group or a queue group).
   std::map<std::string, queue_coordinator_actor> queue_groups;
   std::map<std::string, queue_group_config> queue_configs;
+  /// A queue group led here waits for its state partition to finish
+  /// loading (sync_group_homes); the cluster tick tries again.
+  bool queue_homes_deferred = false;
   /// DLQ operations (list, show, redrive, purge); spawned on first use,
   /// gets the topic lists like the coordinators.
   dlq_manager_actor dlq;

@@ -32,13 +32,22 @@ constexpr auto dlq_forward_timeout = std::chrono::minutes{10};
 /// Where the DLQ requests naming `topic` are served in a cluster: here
 /// (local; also outside a cluster), at the node leading the
 /// __consumer_state partition of dlq_home_key(topic) (remote), or nowhere
-/// yet (err: coordinator_not_available, retriable).
+/// yet or its state still loading here (err: coordinator_not_available,
+/// retriable).
 group_home_t dlq_home(self_ptr self, const std::string& topic) {
   auto& st = self->state;
   if (!cluster_mode(st) || topic.empty())
     return {};
-  return home_at(self, state_leader(st, dlq_home_key(topic)), "DLQ " + topic,
-                 false);
+  auto key = dlq_home_key(topic);
+  auto leader = state_leader(st, key);
+  if (leader && *leader == st.cfg.node_id && !state_loaded(st, key))
+    // Its redrive producer rows and marks are still being replayed here.
+    return group_home_t{false, broker_actor{},
+                        make_error(ec::coordinator_not_available,
+                                   "DLQ " + topic + ": its __consumer_state partition is "
+                                   "still loading on node "
+                                     + std::to_string(st.cfg.node_id))};
+  return home_at(self, leader, "DLQ " + topic, false);
 }
 
 /// Relays a DLQ request whose reply is `T` to the DLQ manager; in a

@@ -439,6 +439,10 @@ std::optional<int32_t> state_leader(const node_state& st,
                                     const std::string& key);
 group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
                      const std::string& what, bool forwarded);
+/// Whether this node's replica of the __consumer_state partition of `key`
+/// (a group, or dlq_home_key of a DLQ) has replayed its log into the
+/// node's stores (false without such a replica).
+bool state_loaded(const node_state& st, const std::string& key);
 group_home_t group_home(self_ptr self, const std::string& group);
 void sync_group_homes(self_ptr self);
 caf::result<join_group_response> join_group(self_ptr self,

@@ -322,6 +322,8 @@ void cluster_tick(self_ptr self) {
     probe_peer(self, id);
   if (is_controller(st))
     control(self);
+  if (st.queue_homes_deferred)
+    sync_group_homes(self); // a state partition may have finished loading
   delayed_send_self(self, st.cfg.cluster_tick, tick_atom_v);
 }
 
