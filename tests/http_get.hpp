@@ -1,6 +1,8 @@
 #pragma once
-// The one HTTP GET every test uses: a minimal HTTP/1.0 client (GET only,
-// Connection: close) for 127.0.0.1, e.g. a /metrics page or the HTTP API.
+// The one HTTP GET every test uses: a minimal HTTP/1.0 client
+// (Connection: close) for 127.0.0.1, e.g. a /metrics page or the HTTP API;
+// http_request() also sends a method and a JSON body (the chaos suite's
+// HTTP producer).
 // Header-only, no CAF: the metrics unit tests use it as well as the
 // multi-process ones (tests/integration/process.hpp includes it).
 
@@ -27,10 +29,11 @@ struct http_response {
   std::string error;
 };
 
-/// GET `target` from 127.0.0.1:`port`, bounded by `timeout` per socket
-/// operation.
-inline http_response http_get(uint16_t port, const std::string& target,
-                       std::chrono::milliseconds timeout = std::chrono::seconds{5}) {
+/// `method` `target` on 127.0.0.1:`port` with `body` (sent as JSON when
+/// not empty), bounded by `timeout` per socket operation.
+inline http_response http_request(uint16_t port, const std::string& method,
+                                  const std::string& target, const std::string& body,
+                                  std::chrono::milliseconds timeout) {
   http_response res;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -50,8 +53,11 @@ inline http_response http_get(uint16_t port, const std::string& target,
     ::close(fd);
     return res;
   }
-  auto req = "GET " + target
-             + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  auto req = method + " " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!body.empty())
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size())
+           + "\r\n";
+  req += "\r\n" + body;
   size_t sent = 0;
   while (sent < req.size()) {
     auto n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
@@ -88,6 +94,13 @@ inline http_response http_get(uint16_t port, const std::string& target,
   res.head = raw.substr(0, head_end);
   res.body = raw.substr(head_end + 4);
   return res;
+}
+
+/// GET `target` from 127.0.0.1:`port`, bounded by `timeout` per socket
+/// operation.
+inline http_response http_get(uint16_t port, const std::string& target,
+                              std::chrono::milliseconds timeout = std::chrono::seconds{5}) {
+  return http_request(port, "GET", target, "", timeout);
 }
 
 } // namespace ferry::test

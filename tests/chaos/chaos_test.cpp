@@ -26,13 +26,18 @@
 //   FERRY_CHAOS_PARTITIONS  partitions of the topic, RF 3 (default 6)
 //   FERRY_CHAOS_RATE        messages per second the workload offers (800)
 //   FERRY_CHAOS_QUEUE_RATE  messages per second into the queue topic (100)
+//   FERRY_CHAOS_HTTP_RATE   HTTP produce requests per second (50)
+//   FERRY_CHAOS_FAULT_KINDS the faults to draw from, e.g. "fill_disk,pause"
+//                           (default all; names in name_of())
 // plus FERRY_TEST_LOG_LEVEL / FERRY_TEST_LOG_DIR (cluster_harness.hpp).
 // Every wait is bounded; every ferryd is SIGKILLed when the test ends, also
 // on failure.
 
 #include "acked_writes.hpp"
 #include "cluster_harness.hpp"
+#include "http_workload.hpp"
 #include "queue_workload.hpp"
+#include "small_disks.hpp"
 
 #include "actors/client/consumer.hpp"
 
@@ -82,31 +87,78 @@ enum class fault_kind {
   kill_two,
   kill_and_pause,
   kill_and_isolate,
+  fill_disk,
 };
 
 constexpr fault_kind all_faults[] = {
   fault_kind::kill_leader,   fault_kind::kill_controller, fault_kind::kill_any,
   fault_kind::pause,         fault_kind::isolate,         fault_kind::isolate_reset,
   fault_kind::cut_in,        fault_kind::cut_out,         fault_kind::kill_two,
-  fault_kind::kill_and_pause, fault_kind::kill_and_isolate,
+  fault_kind::kill_and_pause, fault_kind::kill_and_isolate, fault_kind::fill_disk,
 };
+
+const char* name_of(fault_kind k) {
+  switch (k) {
+    case fault_kind::kill_leader: return "kill_leader";
+    case fault_kind::kill_controller: return "kill_controller";
+    case fault_kind::kill_any: return "kill_any";
+    case fault_kind::pause: return "pause";
+    case fault_kind::isolate: return "isolate";
+    case fault_kind::isolate_reset: return "isolate_reset";
+    case fault_kind::cut_in: return "cut_in";
+    case fault_kind::cut_out: return "cut_out";
+    case fault_kind::kill_two: return "kill_two";
+    case fault_kind::kill_and_pause: return "kill_and_pause";
+    case fault_kind::kill_and_isolate: return "kill_and_isolate";
+    case fault_kind::fill_disk: return "fill_disk";
+  }
+  return "?";
+}
+
+/// The faults the nemesis draws from: FERRY_CHAOS_FAULT_KINDS (names of
+/// name_of, comma-separated) or all.
+std::vector<fault_kind> fault_kinds() {
+  std::vector<fault_kind> out;
+  auto v = std::getenv("FERRY_CHAOS_FAULT_KINDS");
+  std::string list = v ? v : "";
+  for (auto k : all_faults)
+    if (list.empty() || ("," + list + ",").find(std::string{","} + name_of(k) + ",")
+                          != std::string::npos)
+      out.push_back(k);
+  if (out.empty()) {
+    ADD_FAILURE() << "FERRY_CHAOS_FAULT_KINDS=" << list << " names no fault";
+    out.assign(std::begin(all_faults), std::end(all_faults));
+  }
+  return out;
+}
+
+/// Each node's data dir is a tmpfs of this size (when small_disks can
+/// mount): room for a run, and what the disk fault fills up.
+constexpr size_t node_disk_bytes = size_t{512} << 20;
+
+// The private mount namespace, entered before main() starts any thread.
+const bool disks_available = ferry::test::small_disks::instance().available();
 
 /// The nemesis: draws faults from its seed, applies and undoes them.
 class nemesis {
 public:
   nemesis(cluster& c, uint64_t seed, std::string topic, int32_t partitions)
-    : c_(c), rng_(seed), topic_(std::move(topic)), partitions_(partitions) {
+    : c_(c), rng_(seed), topic_(std::move(topic)), partitions_(partitions),
+      kinds_(fault_kinds()) {
   }
 
   int kills = 0;
   int pauses = 0;
   int cuts = 0;
+  int disk_fills = 0;
 
   /// Applies one random fault, holds it while `watch` observes the
   /// cluster, then undoes it. Returns what it did; "" in `why` or the
   /// reason a node could not be restarted.
   std::string run_one(leader_tracker& leaders, std::string& why) {
-    auto kind = all_faults[pick(0, std::size(all_faults) - 1)];
+    auto kind = kinds_[static_cast<size_t>(pick(0, static_cast<int64_t>(kinds_.size()) - 1))];
+    if (kind == fault_kind::fill_disk && !disks_available)
+      kind = fault_kind::kill_any;
     auto hold = ms{pick(1500, 6000)};
     int a = node_for(kind);
     int b = other_than(a);
@@ -114,6 +166,7 @@ public:
     std::vector<int> killed;
     std::vector<int> frozen;
     bool links_cut = false;
+    int filled = -1;
     auto kill = [&](int id) {
       c_.kill(id);
       killed.push_back(id);
@@ -189,11 +242,23 @@ public:
         links_cut = true;
         ++cuts;
         break;
+      case fault_kind::fill_disk: {
+        hold = ms{pick(2000, 8000)};
+        std::string fill_why;
+        auto taken = small_disks::instance().fill(c_.node(a).data_dir(), fill_why);
+        what << "data dir of node " << a << " full (" << (taken >> 20) << " MiB of ballast"
+             << (fill_why.empty() ? "" : "; " + fill_why) << ")";
+        filled = a;
+        ++disk_fills;
+        break;
+      }
     }
     what << " for " << hold.count() << " ms";
     leaders.watch(c_, hold, topic_, partitions_);
     if (links_cut)
       c_.heal();
+    if (filled >= 1)
+      small_disks::instance().release(c_.node(filled).data_dir());
     for (int id : frozen)
       c_.thaw(id);
     for (int id : killed) {
@@ -236,6 +301,7 @@ private:
   std::mt19937_64 rng_;
   std::string topic_;
   int32_t partitions_;
+  std::vector<fault_kind> kinds_;
 };
 
 /// The second workload: one member of consumer group `chaos-g` reads the
@@ -437,12 +503,20 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   auto partitions = static_cast<int32_t>(env_int("FERRY_CHAOS_PARTITIONS", 6));
   auto rate = static_cast<double>(env_int("FERRY_CHAOS_RATE", 800));
   auto queue_rate = static_cast<double>(env_int("FERRY_CHAOS_QUEUE_RATE", 100));
+  auto http_rate = static_cast<double>(env_int("FERRY_CHAOS_HTTP_RATE", 50));
   std::cout << "[chaos] seed " << seed << " (rerun: FERRY_CHAOS_SEED=" << seed
             << "), faults " << faults << ", partitions " << partitions << ", rate " << rate
             << " msgs/s\n";
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
 
   cluster c{cluster::behind_proxy};
+  c.add_node_args({"--http-port", "0"}); // the HTTP producer's
+  if (disks_available)
+    c.before_launch([](int, const std::filesystem::path& dir) {
+      return small_disks::instance().mount_at(dir, node_disk_bytes);
+    });
+  else
+    std::cout << "[chaos] no disk faults: " << small_disks::instance().why_not() << "\n";
   ASSERT_CLUSTER_STARTED(c);
   const std::string topic = "chaos";
   auto why = c.create_topic(topic, partitions);
@@ -470,6 +544,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   queue_workload queue{c, seed, queue_rate};
   why = queue.start();
   ASSERT_TRUE(why.empty()) << "queue workload: " << why << "\n" << c.dump();
+
+  http_workload posts{c, seed, http_rate};
+  why = posts.start();
+  ASSERT_TRUE(why.empty()) << "HTTP workload: " << why << "\n" << c.dump();
 
   nemesis nem{c, seed, topic, partitions};
   int applied = 0;
@@ -520,6 +598,7 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     for (auto& [text, n] : book->errors)
       std::cout << "[chaos] produce error x" << n << ": " << text << "\n";
   }
+  posts.stop();
   EXPECT_TRUE(queue.stop_producing(90s))
     << "outstanding produce requests to " << queue_workload::topic
     << " not answered within 90 s";
@@ -540,6 +619,20 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     queue.check(queue_acked);
   }
   queue.stop_workers();
+  std::map<int32_t, int64_t> http_hws;
+  {
+    std::string state;
+    bool converged = wait_converged(c, http_workload::topic, http_workload::partitions, 60s,
+                                    http_hws, state);
+    EXPECT_TRUE(converged) << "replicas of " << http_workload::topic << " did not converge:\n"
+                           << state << c.dump();
+    if (converged)
+      posts.check(http_hws);
+    else
+      http_hws.clear();
+    for (auto& [text, n] : posts.errors)
+      std::cout << "[chaos] HTTP produce error x" << n << ": " << text << "\n";
+  }
   int64_t undelivered = -1;
   if (found.why.empty()) {
     std::string state;
@@ -562,10 +655,15 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     if (queue_found.why.empty())
       disk_diffs += check_logs_on_disk(c, queue_workload::topic, queue_workload::partitions,
                                        queue_found.hws);
+    if (!http_hws.empty())
+      disk_diffs += check_logs_on_disk(c, http_workload::topic, http_workload::partitions,
+                                       http_hws);
   }
   bool pass = !::testing::Test::HasFailure();
   std::cout << "[chaos] summary seed=" << seed << " faults=" << applied
             << " kills=" << nem.kills << " pauses=" << nem.pauses << " cuts=" << nem.cuts
+            << " disk_fills="
+            << (disks_available ? std::to_string(nem.disk_fills) : std::string{"unavailable"})
             << " partitions=" << partitions << " sent=" << sent << " acked=" << acked.size()
             << " failed=" << failed << " lost=" << found.missing
             << " mismatched=" << found.mismatched << " duplicated=" << found.duplicates
@@ -594,6 +692,9 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
             << " redrive_copies=" << queue.redrive_copies
             << " redrive_duplicates=" << queue.redrive_duplicates
             << " redrive_missing=" << queue.redrive_missing
+            << " http_sent=" << posts.sent << " http_acked=" << posts.acked_count()
+            << " http_failed=" << posts.failed << " http_lost=" << posts.lost
+            << " http_duplicated=" << posts.duplicated << " http_reordered=" << posts.reordered
             << " seconds=" << static_cast<int>(seconds_since(t0))
             << " result=" << (pass ? "PASS" : "FAIL") << "\n";
 }

@@ -28,11 +28,11 @@ done
 [ -x "$bin/ferry_chaos_test" ] || { echo "soak.sh: no $bin/ferry_chaos_test (build first)" >&2; exit 2; }
 [ -n "$logs" ] || logs=$(mktemp -d /tmp/ferry-chaos.XXXXXX)
 mkdir -p "$logs"
-fmt='%-8s %-7s %-6s %-7s %-5s %-8s %-6s %-5s %-11s %-10s %-10s %-12s %-12s %-8s %-7s %-6s %-8s %-12s %-8s %s\n'
-printf "$fmt" seed faults kills pauses cuts acked failed lost duplicated reordered conflicts undelivered \
-  commits_back q_acked q_lost dlq dlq_dup redrive_dup seconds result
+fmt='%-8s %-7s %-6s %-7s %-5s %-6s %-8s %-6s %-5s %-11s %-10s %-10s %-12s %-12s %-8s %-7s %-6s %-8s %-12s %-7s %-7s %-8s %s\n'
+printf "$fmt" seed faults kills pauses cuts disks acked failed lost duplicated reordered conflicts undelivered \
+  commits_back q_acked q_lost dlq dlq_dup redrive_dup h_acked h_lost seconds result
 tot_faults=0 tot_kills=0 tot_pauses=0 tot_cuts=0 tot_acked=0 tot_lost=0 tot_dup=0 tot_reord=0 failed_runs=0
-tot_qacked=0 tot_qlost=0 tot_dlq=0 tot_dlqdup=0
+tot_qacked=0 tot_qlost=0 tot_dlq=0 tot_dlqdup=0 tot_disks=0 tot_hacked=0 tot_hlost=0
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 for ((i = 0; i < runs; i++)); do
   s=$((seed + i))
@@ -51,16 +51,20 @@ for ((i = 0; i < runs; i++)); do
   [ "$rc" -eq 0 ] || result=FAIL
   printf "$fmt" "$s" \
     "$(field faults "$line")" "$(field kills "$line")" "$(field pauses "$line")" \
-    "$(field cuts "$line")" "$(field acked "$line")" "$(field failed "$line")" \
+    "$(field cuts "$line")" "$(field disk_fills "$line")" "$(field acked "$line")" "$(field failed "$line")" \
     "$(field lost "$line")" "$(field duplicated "$line")" "$(field reordered "$line")" \
     "$(field epoch_conflicts "$line")" "$(field group_undelivered "$line")" \
     "$(field commits_backwards "$line")" "$(field queue_acked "$line")" \
     "$(field queue_lost "$line")" "$(field dead_letters "$line")" "$(field dlq_duplicates "$line")" \
-    "$(field redrive_duplicates "$line")" "$(field seconds "$line")" "$result"
+    "$(field redrive_duplicates "$line")" "$(field http_acked "$line")" \
+    "$(field http_lost "$line")" "$(field seconds "$line")" "$result"
   tot_faults=$((tot_faults + $(field faults "$line")))
   tot_kills=$((tot_kills + $(field kills "$line")))
   tot_pauses=$((tot_pauses + $(field pauses "$line")))
   tot_cuts=$((tot_cuts + $(field cuts "$line")))
+  d=$(field disk_fills "$line"); [[ "$d" =~ ^[0-9]+$ ]] && tot_disks=$((tot_disks + d))
+  tot_hacked=$((tot_hacked + $(field http_acked "$line")))
+  tot_hlost=$((tot_hlost + $(field http_lost "$line") + $(field http_duplicated "$line")))
   tot_acked=$((tot_acked + $(field acked "$line")))
   tot_lost=$((tot_lost + $(field lost "$line")))
   tot_dup=$((tot_dup + $(field duplicated "$line")))
@@ -75,5 +79,5 @@ for ((i = 0; i < runs; i++)); do
     failed_runs=$((failed_runs + 1))
   fi
 done
-echo "runs $runs, failed $failed_runs; faults $tot_faults (kills $tot_kills, pauses $tot_pauses, cuts $tot_cuts); acked $tot_acked, lost $tot_lost, duplicated $tot_dup, reordered $tot_reord; queue acked $tot_qacked, lost $tot_qlost, dead letters $tot_dlq, DLQ/redrive duplicates $tot_dlqdup; partitions per run $partitions; logs of failed runs in $logs"
+echo "runs $runs, failed $failed_runs; faults $tot_faults (kills $tot_kills, pauses $tot_pauses, cuts $tot_cuts, full disks $tot_disks); acked $tot_acked, lost $tot_lost, duplicated $tot_dup, reordered $tot_reord; queue acked $tot_qacked, lost $tot_qlost, dead letters $tot_dlq, DLQ/redrive duplicates $tot_dlqdup; HTTP acked $tot_hacked, lost or duplicated $tot_hlost; partitions per run $partitions; logs of failed runs in $logs"
 [ "$failed_runs" -eq 0 ]

@@ -253,18 +253,13 @@ struct acked_check {
   }
 };
 
-/// Waits (up to `converge_timeout`) until every partition has a leader, the
-/// full ISR {1,2,3} and the same log end on every node with the HW there,
-/// then reads each partition back through its leader and checks it against
-/// `acked` (see the file comment). Reports each finding with ADD_FAILURE
-/// (the first 10 of a kind).
-inline acked_check check_acked_writes(cluster& c, const std::string& topic, int32_t partitions,
-                                      const std::vector<ack_entry>& acked,
-                                      std::chrono::milliseconds converge_timeout) {
-  acked_check out;
-  out.acked = static_cast<int64_t>(acked.size());
-  std::string state;
-  out.converged = wait_until(converge_timeout, [&] {
+/// Waits (up to `timeout`) until every partition has a leader, the full ISR
+/// {1,2,3} and the same log end on every node with the HW there; fills
+/// `hws` (partition -> HW at its leader) and, when it gives up, `state`.
+inline bool wait_converged(cluster& c, const std::string& topic, int32_t partitions,
+                           std::chrono::milliseconds timeout, std::map<int32_t, int64_t>& hws,
+                           std::string& state) {
+  return wait_until(timeout, [&] {
     state.clear();
     auto cd = c.describe_controller();
     if (!cd)
@@ -291,12 +286,25 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
           ok = false;
       }
       state += "\n";
-      out.hws[p] = lead->high_watermark.value;
+      hws[p] = lead->high_watermark.value;
     }
     return ok;
   });
+}
+
+/// Waits (up to `converge_timeout`) until the replicas converge
+/// (wait_converged), then reads each partition back through its leader and
+/// checks it against `acked` (see the file comment). Reports each finding
+/// with ADD_FAILURE (the first 10 of a kind).
+inline acked_check check_acked_writes(cluster& c, const std::string& topic, int32_t partitions,
+                                      const std::vector<ack_entry>& acked,
+                                      std::chrono::milliseconds converge_timeout) {
+  acked_check out;
+  out.acked = static_cast<int64_t>(acked.size());
+  std::string state;
+  out.converged = wait_converged(c, topic, partitions, converge_timeout, out.hws, state);
   if (!out.converged) {
-    out.why = "replicas did not converge:\n" + state;
+    out.why = "replicas of " + topic + " did not converge:\n" + state;
     ADD_FAILURE() << out.why << c.dump();
     return out;
   }

@@ -58,6 +58,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -240,6 +241,13 @@ public:
     node_args_.insert(node_args_.end(), args.begin(), args.end());
   }
 
+  /// Called by start() for each voter after its data dir is chosen and
+  /// before its process is launched (e.g. to mount a small file system
+  /// there: tests/chaos); "" or why not, which fails start().
+  void before_launch(std::function<std::string(int, const std::filesystem::path&)> f) {
+    before_launch_ = std::move(f);
+  }
+
   /// "" on success, else why not.
   std::string start() {
     using namespace std::chrono_literals;
@@ -283,6 +291,10 @@ public:
         }
         nodes_.push_back(std::make_unique<ferryd_process>(std::move(args)));
       }
+      if (before_launch_)
+        for (int id = 1; id <= size; ++id)
+          if (auto w = before_launch_(id, node(id).data_dir()); !w.empty())
+            return "node " + std::to_string(id) + ": " + w;
       for (int id = 1; id <= size; ++id)
         if (!node(id).launch(port(id)))
           return "cannot launch ferryd for node " + std::to_string(id);
@@ -691,6 +703,7 @@ public:
 private:
   bool proxied_ = false;
   std::vector<std::string> node_args_;
+  std::function<std::string(int, const std::filesystem::path&)> before_launch_;
   std::vector<uint16_t> ports_;
   std::vector<ferry::connection_actor> links_;
   // Before nodes_: stopped after every node was killed.
