@@ -376,6 +376,10 @@ struct node_state {
   /// A queue group led here waits for its state partition to finish
   /// loading (sync_group_homes); the cluster tick tries again.
   bool queue_homes_deferred = false;
+  /// Partition dirs this node does not host were deleted (once per start,
+  /// reconcile), and the topic list for it is being asked for.
+  bool swept_unhosted = false;
+  bool sweep_asked = false;
   /// DLQ operations (list, show, redrive, purge); spawned on first use,
   /// gets the topic lists like the coordinators.
   dlq_manager_actor dlq;

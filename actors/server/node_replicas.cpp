@@ -9,6 +9,9 @@
 
 #include "broker/metadata_writer.hpp"
 
+#include <algorithm>
+#include <filesystem>
+
 namespace ferry::node_detail {
 
 /// Sends the node a re-check after `delay`.
@@ -142,6 +145,70 @@ void spawn_replica(self_ptr self, const topic_partition& key,
 void check_create_waiters(self_ptr self);
 
 /// Brings the hosted replicas in line with the topic list.
+/// Once per start, when the metadata has caught up: asks the metadata actor
+/// for its topic list (the applied state, so no list from before the
+/// catch-up decides) and deletes the partition dirs on disk that neither
+/// that list nor the node's own places here and that no replica runs on, as
+/// a stopped replica's data (their topic was deleted, or the partition
+/// moved to other brokers, while this node was down; found by the chaos
+/// suite's topic deletes). A dir whose name is not "<topic>-<partition>" is
+/// left alone. A failed request is tried again at the next reconcile.
+void sweep_unhosted_dirs(self_ptr self) {
+  auto& st = self->state;
+  if (st.swept_unhosted || st.sweep_asked || !st.cfg.metadata || !metadata_caught_up(st))
+    return;
+  st.sweep_asked = true;
+  self->request(st.cfg.metadata, st.cfg.status_timeout, list_atom_v, topic_atom_v)
+    .then(
+      [self](std::vector<topic_metadata>& list) {
+        auto& st = self->state;
+        st.sweep_asked = false;
+        if (st.swept_unhosted || st.shutting_down)
+          return;
+        st.swept_unhosted = true;
+        auto placed_here = [&](const topic_metadata* md, partition_id p) {
+          return md && static_cast<size_t>(p.value) < md->partitions.size()
+                 && hosts(st, md->partitions[static_cast<size_t>(p.value)]);
+        };
+        std::vector<topic_partition> stale;
+        std::error_code ec;
+        for (auto it = std::filesystem::directory_iterator(st.cfg.data_dir / "topics", ec);
+             !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+          std::error_code ec2;
+          if (!it->is_directory(ec2))
+            continue;
+          auto name = it->path().filename().string();
+          auto dash = name.rfind('-');
+          if (dash == std::string::npos || dash == 0 || dash + 1 == name.size()
+              || dash + 10 < name.size()
+              || !std::all_of(name.begin() + static_cast<std::ptrdiff_t>(dash) + 1, name.end(),
+                              [](char c) { return c >= '0' && c <= '9'; }))
+            continue;
+          topic_partition key{name.substr(0, dash), partition_id{static_cast<int32_t>(
+                                                      std::stol(name.substr(dash + 1)))}};
+          if (st.replicas.count(key) > 0 || st.stopping.count(key) > 0)
+            continue;
+          auto own = st.topics.find(key.topic);
+          auto fresh = std::find_if(list.begin(), list.end(),
+                                    [&](auto& md) { return md.name == key.topic; });
+          if (placed_here(own == st.topics.end() ? nullptr : &own->second, key.partition)
+              || placed_here(fresh == list.end() ? nullptr : &*fresh, key.partition))
+            continue;
+          stale.push_back(key);
+        }
+        for (auto& key : stale) {
+          log::info("node: deleting the data of {}: not hosted here (its topic was deleted, "
+                    "or it moved to other brokers, while this node was down)",
+                    tp_name(key.topic, key.partition));
+          delete_replica_data(self, key);
+        }
+      },
+      [self](caf::error& err) {
+        self->state.sweep_asked = false;
+        log::debug("node: cannot list topics to clean up unhosted partition dirs: {}", err);
+      });
+}
+
 void reconcile(self_ptr self) {
   auto& st = self->state;
   if (st.shutting_down || !metadata_caught_up(st))
@@ -208,6 +275,7 @@ void reconcile(self_ptr self) {
       }
     }
   }
+  sweep_unhosted_dirs(self);
   check_create_waiters(self);
 }
 

@@ -38,6 +38,7 @@
 #include "http_workload.hpp"
 #include "queue_workload.hpp"
 #include "small_disks.hpp"
+#include "topology_workload.hpp"
 
 #include "actors/client/consumer.hpp"
 
@@ -356,8 +357,8 @@ public:
     return consumed_.size();
   }
 
-  /// Committed offsets read now through any node that answers.
-  std::optional<std::map<int32_t, int64_t>> committed_now() {
+  /// Committed offsets read now through any node that answers (`via`: its id).
+  std::optional<std::map<int32_t, int64_t>> committed_now(int* via = nullptr) {
     ferry::fetch_offsets_request req;
     req.group = group;
     for (int32_t p = 0; p < partitions_; ++p)
@@ -375,6 +376,8 @@ public:
       std::map<int32_t, int64_t> out;
       for (auto& po : *r)
         out[po.partition.value] = po.committed.value;
+      if (via)
+        *via = id;
       return out;
     }
     return std::nullopt;
@@ -452,15 +455,18 @@ private:
 
   void sample_loop() {
     std::map<int32_t, int64_t> high;
+    auto t0 = steady_clock::now();
     while (running_) {
-      if (auto now = committed_now()) {
+      int via = 0;
+      if (auto now = committed_now(&via)) {
         std::lock_guard<std::mutex> guard{mtx_};
         ++samples;
         for (auto& [p, off] : *now) {
           auto& h = high.emplace(p, -1).first->second;
           if (off < h && ++backwards <= 10)
             ADD_FAILURE() << "group " << group << ": committed offset of p" << p
-                          << " moved backwards from " << h << " to " << off;
+                          << " moved backwards from " << h << " to " << off << " (read via node "
+                          << via << " at " << seconds_since(t0) << " s into the group workload)";
           h = std::max(h, off);
         }
       }
@@ -545,6 +551,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   why = queue.start();
   ASSERT_TRUE(why.empty()) << "queue workload: " << why << "\n" << c.dump();
 
+  topology_workload topo{c, seed, 100};
+  why = topo.start();
+  ASSERT_TRUE(why.empty()) << "topology workload: " << why << "\n" << c.dump();
+
   http_workload posts{c, seed, http_rate};
   why = posts.start();
   ASSERT_TRUE(why.empty()) << "HTTP workload: " << why << "\n" << c.dump();
@@ -599,6 +609,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
       std::cout << "[chaos] produce error x" << n << ": " << text << "\n";
   }
   posts.stop();
+  topo.stop();
+  EXPECT_TRUE(topo.stop_producing(90s))
+    << "outstanding produce requests to " << topology_workload::topic
+    << " not answered within 90 s";
   EXPECT_TRUE(queue.stop_producing(90s))
     << "outstanding produce requests to " << queue_workload::topic
     << " not answered within 90 s";
@@ -607,6 +621,14 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     std::lock_guard<std::mutex> guard{queue.book->mtx};
     queue_acked = queue.book->acked;
   }
+  std::vector<ack_entry> topo_acked;
+  {
+    std::lock_guard<std::mutex> guard{topo.book->mtx};
+    topo_acked = topo.book->acked;
+  }
+  topo.finish(); // node 4 leaves: chaos-topo is on nodes 1-3 again
+  auto topo_found = check_acked_writes(c, topology_workload::topic,
+                                       topology_workload::partitions, topo_acked, 90s);
   auto found = check_acked_writes(c, topic, partitions, acked, 60s);
   auto queue_found = check_acked_writes(c, queue_workload::topic, queue_workload::partitions,
                                         queue_acked, 60s);
@@ -655,6 +677,9 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     if (queue_found.why.empty())
       disk_diffs += check_logs_on_disk(c, queue_workload::topic, queue_workload::partitions,
                                        queue_found.hws);
+    if (topo_found.why.empty())
+      disk_diffs += check_logs_on_disk(c, topology_workload::topic,
+                                       topology_workload::partitions, topo_found.hws);
     if (!http_hws.empty())
       disk_diffs += check_logs_on_disk(c, http_workload::topic, http_workload::partitions,
                                        http_hws);
@@ -692,6 +717,14 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
             << " redrive_copies=" << queue.redrive_copies
             << " redrive_duplicates=" << queue.redrive_duplicates
             << " redrive_missing=" << queue.redrive_missing
+            << " topo_acked=" << topo_acked.size()
+            << " topo_lost=" << topo_found.missing << " topo_duplicated=" << topo_found.duplicates
+            << " topics_created=" << topo.creates_ok << "/"
+            << topo.creates_ok + topo.creates_failed << " topics_deleted=" << topo.deletes_ok
+            << "/" << topo.deletes_ok + topo.deletes_failed
+            << " reassigns=" << topo.reassigns_ok << "/"
+            << topo.reassigns_ok + topo.reassigns_failed
+            << " broker_removed=" << (topo.removed_ok ? "yes" : "no")
             << " http_sent=" << posts.sent << " http_acked=" << posts.acked_count()
             << " http_failed=" << posts.failed << " http_lost=" << posts.lost
             << " http_duplicated=" << posts.duplicated << " http_reordered=" << posts.reordered
