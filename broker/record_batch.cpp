@@ -1,5 +1,7 @@
 #include "broker/record_batch.hpp"
 
+#include <limits>
+
 #include "broker/compression.hpp"
 #include "broker/crc32c.hpp"
 #include "broker/varint.hpp"
@@ -8,6 +10,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace ferry {
@@ -51,6 +54,18 @@ caf::expected<batch_header> parse_batch_header(std::string_view buf,
   h.producer_epoch = be::load<int16_t>(p + L::producer_epoch);
   h.base_sequence = be::load<int32_t>(p + L::base_sequence);
   h.records_count = be::load<int32_t>(p + L::records_count);
+  // last_offset() / next_offset() must exist: a negative delta, or one that
+  // carries the base offset past INT64_MAX, is no batch (found by
+  // tests/fuzz: signed overflow in next_offset()).
+  if (h.last_offset_delta < 0)
+    return make_error(ec::malformed_record,
+                      "last_offset_delta " + std::to_string(h.last_offset_delta)
+                        + " is negative");
+  if (h.base_offset.value > std::numeric_limits<int64_t>::max() - 1 - h.last_offset_delta)
+    return make_error(ec::malformed_record,
+                      "base_offset " + std::to_string(h.base_offset.value)
+                        + " + last_offset_delta "
+                        + std::to_string(h.last_offset_delta) + " overflows");
   return h;
 }
 

@@ -40,6 +40,9 @@ group_home_t dlq_home(self_ptr self, const std::string& topic) {
     return {};
   auto key = dlq_home_key(topic);
   auto leader = state_leader(st, key);
+  if (leader && *leader == st.cfg.node_id)
+    if (auto err = stalled_home_error(self))
+      return group_home_t{false, broker_actor{}, std::move(err)};
   if (leader && *leader == st.cfg.node_id && !state_loaded(st, key))
     // Its redrive producer rows and marks are still being replayed here.
     return group_home_t{false, broker_actor{},

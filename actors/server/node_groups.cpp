@@ -3,6 +3,7 @@
 // handlers. (See node_internal.hpp for how the node's files divide the work.)
 
 #include "actors/server/node_internal.hpp"
+#include "actors/server/stall_watch.hpp"
 
 namespace ferry::node_detail {
 
@@ -297,6 +298,24 @@ group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
   return {false, peer->second, {}, *leader};
 }
 
+caf::error stalled_home_error(self_ptr self) {
+  auto& st = self->state;
+  if (!cluster_mode(st))
+    return {};
+  // A stall shorter than the fencing delay cannot have moved anything.
+  auto limit = st.cfg.fence_after + st.cfg.cluster_tick;
+  // Time for the Raft leader's heartbeats to bring the metadata up to date.
+  auto quarantine = std::max(std::chrono::milliseconds{1500},
+                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                               3 * st.cfg.raft_tick * static_cast<int64_t>(st.cfg.election_ticks)));
+  if (!stall_watch::instance().stalled(limit, quarantine))
+    return {};
+  return make_error(ec::coordinator_not_available,
+                    "node " + std::to_string(st.cfg.node_id)
+                      + " stalled (paused?) and may have lost its leaderships; it "
+                        "serves groups again once its metadata caught up");
+}
+
 bool state_loaded(const node_state& st, const std::string& key) {
   auto t = st.topics.find(consumer_state_topic);
   if (t == st.topics.end() || t->second.partitions.empty())
@@ -330,6 +349,9 @@ group_home_t group_home(self_ptr self, const std::string& group) {
     // Read again from the store (applied from the log) if it comes back.
     st.queue_configs.erase(group);
   }
+  if (leader && *leader == st.cfg.node_id)
+    if (auto err = stalled_home_error(self))
+      return group_home_t{false, broker_actor{}, std::move(err)};
   if (leader && *leader == st.cfg.node_id && !state_loaded(st, group))
     // Led here, but this node's replica of the group's state partition
     // is still replaying its log into the stores, which then show older

@@ -439,6 +439,16 @@ std::optional<int32_t> state_leader(const node_state& st,
                                     const std::string& key);
 group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
                      const std::string& what, bool forwarded);
+/// coordinator_not_available while this node must not act as the home of a
+/// group or DLQ that its metadata says it leads because the process stalled
+/// (a SIGSTOP, a frozen VM: stall_watch.hpp) longer than the controller
+/// waits before it fences a broker, within the last stall_quarantine: its
+/// leaderships may have moved meanwhile without its knowing (found by the
+/// chaos suite: a node back from a SIGSTOP answered an offset fetch from
+/// its store while the group had moved and committed on elsewhere). Else
+/// none. Cluster mode only.
+caf::error stalled_home_error(self_ptr self);
+
 /// Whether this node's replica of the __consumer_state partition of `key`
 /// (a group, or dlq_home_key of a DLQ) has replayed its log into the
 /// node's stores (false without such a replica).

@@ -4,6 +4,7 @@
 // node's files divide the work.)
 
 #include "actors/server/node_internal.hpp"
+#include "actors/server/stall_watch.hpp"
 
 #include "actors/client/tls.hpp"
 
@@ -307,6 +308,8 @@ void cluster_tick(self_ptr self) {
     delayed_send_self(self, st.cfg.cluster_tick, tick_atom_v);
     return; // no peers to register with, link to or fence
   }
+  stall_watch::instance(); // running from the first tick on (stalled_home_error)
+
   if (st.cluster_ready && !st.registering && st.raft_st.leader >= 0
       && st.cfg.port && st.cfg.port->load() != 0) {
     bool fenced = false;

@@ -10,6 +10,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -321,6 +322,27 @@ TEST(HeaderAccess, MaxBatchBytesIsEnforced) {
   EXPECT_TRUE(parse_batch_header(b, b.size()));
   EXPECT_EQ(code(parse_batch_header(b, b.size() - 1)), ec::length_overflow);
   EXPECT_EQ(code(decode_batch(b, b.size() - 1)), ec::length_overflow);
+}
+
+// Found by tests/fuzz (fuzz_record_batch): a header whose last offset does not
+// exist made next_offset() overflow a signed integer.
+TEST(HeaderAccess, LastOffsetDeltaMustBeNonNegativeAndFitTheBaseOffset) {
+  auto b = encode_ok(meta_for(compression::none), assorted_records());
+  auto with_delta = [&](int32_t delta) {
+    auto x = b;
+    put_be(x, L::last_offset_delta, static_cast<uint32_t>(delta), 4);
+    return x;
+  };
+  EXPECT_EQ(code(parse_batch_header(with_delta(-1))), ec::malformed_record);
+  EXPECT_EQ(code(parse_batch_header(with_delta(-1342177278))), ec::malformed_record);
+  EXPECT_EQ(code(decode_batch(with_delta(-1))), ec::malformed_record);
+  auto high = b;
+  set_base_offset(high, offset{std::numeric_limits<int64_t>::max() - 5});
+  EXPECT_EQ(code(parse_batch_header(high)), ec::malformed_record); // delta 5: no next offset
+  set_base_offset(high, offset{std::numeric_limits<int64_t>::max() - 6});
+  auto h = parse_batch_header(high);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->next_offset(), offset{std::numeric_limits<int64_t>::max()});
 }
 
 // -- one test per kind of damage ------------------------------------------------------

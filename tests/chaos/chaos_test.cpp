@@ -1,8 +1,11 @@
 // The chaos suite (issue 18): a three-node ferryd cluster whose nodes reach
 // each other only through the link proxy (tests/integration/link_proxy.hpp),
-// a keyed acks=all workload through the idempotent CAF producer, a nemesis
-// that injects faults on a seeded random schedule, and a checker that knows
-// what must hold. See tests/chaos/README.md.
+// a keyed acks=all workload through the idempotent CAF producer, a consumer
+// group, queue-mode workers with a DLQ and redrives (queue_workload.hpp), an
+// HTTP producer (http_workload.hpp), topic and broker changes
+// (topology_workload.hpp), a nemesis that injects faults on a seeded random
+// schedule (full disks: small_disks.hpp), and a checker that knows what must
+// hold. See tests/chaos/README.md.
 //
 // Chaos.RandomFaultsKeepEveryAcknowledgedWrite:
 //   - faults, drawn from the seed: SIGKILL of a partition leader, of the

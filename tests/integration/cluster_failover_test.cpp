@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <future>
 #include <regex>
 
 namespace {
@@ -756,4 +757,107 @@ TEST(ClusterFailover, ForwardsToANodeThatStopsAnsweringFailWhenItsLinkGoesDown) 
   EXPECT_TRUE(text.find("went down before it answered") != std::string::npos
               || ferry::code_of(*answer) == ferry::ec::not_leader)
     << text;
+}
+
+// A coordinator stopped (SIGSTOP) long enough for the group to move on does
+// not answer from its old state when it runs again (found by the chaos
+// suite: committed offsets read through such a node went backwards). An
+// offset fetch sent to it while it is stopped waits in its socket and is
+// the first thing it reads on waking, before any heartbeat from the Raft
+// leader: it must be refused (coordinator_not_available, the client
+// retries) or answered with the new commit, never the old one.
+TEST(ClusterFailover, ACoordinatorBackFromAPauseDoesNotServeOldOffsets) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "stalled";
+  const std::string group = "stalled-group";
+  auto why = c.create_topic(topic, 1);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  ASSERT_TRUE(c.wait_placed(ferry::consumer_state_topic, 0)) << c.dump();
+  ASSERT_TRUE(c.wait_registered()) << c.dump();
+  int32_t state_partition = -1;
+  auto coordinator = [&] {
+    auto cd = c.describe_controller();
+    auto st = cd ? find_topic(*cd, ferry::consumer_state_topic) : nullptr;
+    if (!st || st->partitions.empty())
+      return -1;
+    state_partition = ferry::partition_for_key(group, static_cast<int32_t>(st->partitions.size()));
+    auto ps = find_partition(*cd, ferry::consumer_state_topic, state_partition);
+    return ps ? ps->leader : -1;
+  };
+  const int old_home = coordinator();
+  ASSERT_GE(old_home, 1) << c.dump();
+  const int other = old_home == 1 ? 2 : 1;
+
+  auto commit = [&](int via, int64_t off) {
+    ferry::commit_offsets_request req;
+    req.group = group;
+    req.generation = -1;
+    req.offsets.push_back(ferry::partition_offset{topic, ferry::partition_id{0},
+                                                  ferry::offset{off}, ""});
+    return wait_until(30s, [&] {
+      auto b = c.broker(via);
+      if (!b)
+        return false;
+      caf::scoped_actor self{*c.cs.sys};
+      bool ok = false;
+      self->request(*b, 10s, ferry::commit_atom_v, req)
+        .receive([&] { ok = true; }, [&](caf::error&) {});
+      return ok;
+    }, 300ms);
+  };
+  ferry::fetch_offsets_request fetch;
+  fetch.group = group;
+  fetch.partitions.push_back(ferry::topic_partition{topic, ferry::partition_id{0}});
+  ASSERT_TRUE(commit(old_home, 5)) << c.dump();
+
+  auto stopped = c.broker(old_home);
+  ASSERT_TRUE(stopped) << ferry::error_text(stopped.error());
+  c.freeze(old_home);
+  int new_home = -1;
+  ASSERT_TRUE(wait_until(30s, [&] {
+    new_home = coordinator();
+    return new_home >= 1 && new_home != old_home;
+  }, 300ms)) << "the group did not move off the stopped node " << old_home << "\n" << c.dump();
+  ASSERT_TRUE(commit(other, 9)) << "no commit through node " << other << "\n" << c.dump();
+
+  // Sent now, read by the stopped node first thing when it runs again.
+  auto early = std::async(std::launch::async, [&] {
+    return ask<std::vector<ferry::partition_offset>>(*c.cs.sys, *stopped, 15s,
+                                                     ferry::offsets_atom_v, fetch);
+  });
+  std::this_thread::sleep_for(500ms);
+  c.thaw(old_home);
+  auto first = early.get();
+  if (first) {
+    ASSERT_EQ(first->size(), 1u);
+    EXPECT_EQ(first->front().committed, ferry::offset{9})
+      << "node " << old_home << " answered from before its pause";
+  } else {
+    EXPECT_TRUE(ferry::is(first.error(), ferry::ec::coordinator_not_available))
+      << ferry::error_text(first.error());
+  }
+  // And whatever it answers afterwards is the new commit.
+  int answered = 0;
+  auto until = steady::now() + 4s;
+  while (steady::now() < until) {
+    auto b = c.broker(old_home);
+    if (b) {
+      auto r = ask<std::vector<ferry::partition_offset>>(*c.cs.sys, *b, 5s,
+                                                         ferry::offsets_atom_v, fetch);
+      if (r && r->size() == 1) {
+        ++answered;
+        EXPECT_EQ(r->front().committed, ferry::offset{9})
+          << "node " << old_home << " answered from before its pause";
+      }
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_GT(answered, 0) << "node " << old_home << " never answered again";
+  std::cout << "[failover] group moved from node " << old_home << " to node " << new_home
+            << "; the woken node's first answer: "
+            << (first ? "offset " + std::to_string(first->front().committed.value)
+                      : ferry::error_text(first.error()))
+            << "\n";
 }
