@@ -165,6 +165,13 @@ bool is_retriable(const caf::error& err) {
       case ec::not_enough_replicas:
       case ec::fenced_leader_epoch:
       case ec::coordinator_not_available:
+      // The device was full: space comes back (retention, an operator),
+      // or the partition's leadership moves (Kafka retries its storage
+      // errors too).
+      case ec::disk_full:
+      // The replica stopped (its partition moved, the node is stopping):
+      // the partition is served elsewhere soon.
+      case ec::log_closed:
         return true;
       default:
         return false;

@@ -128,7 +128,7 @@ connection_actor spawn_connection(caf::actor_system& sys, connection_config cfg)
 
 /// True for errors a client should retry after a backoff: ferry's
 /// not_leader, throttled, request_timed_out, not_enough_replicas,
-/// coordinator_not_available, and CAF's transport errors (timeouts, a
+/// coordinator_not_available, disk_full, log_closed, and CAF's transport errors (timeouts, a
 /// receiver that went down, a lost or unreachable node).
 bool is_retriable(const caf::error& err);
 

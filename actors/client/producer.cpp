@@ -163,6 +163,15 @@ struct batch {
   std::string data; ///< the encoded RecordBatch v2, until sent
   size_t bytes = 0; ///< counted against buffer.memory
   int32_t base_sequence = -1; ///< -1: not sequenced (yet, or again)
+  /// The producer id and epoch base_sequence belongs to.
+  producer_identity pid;
+  /// A send of it may have been written: it went out, and no answer to it
+  /// said it was refused before any write. Such a batch keeps its producer
+  /// id and sequence whatever happens to the producer's (a new id, a gap
+  /// closed behind it): sent again, it is recognized as the duplicate it
+  /// may be. Numbering it afresh would write it twice if the first send
+  /// landed.
+  bool maybe_written = false;
   int32_t attempts = 0;
   uint64_t send_no = 0; ///< 0: not in flight; replies to older sends are ignored
   /// When the request in flight went out: housekeeping fails it after
@@ -423,16 +432,17 @@ caf::error prepare(producer_state& st, partition_queue& q, batch& b) {
   bool assigned = false;
   if (st.idempotent && b.base_sequence < 0) {
     b.base_sequence = q.next_sequence;
+    b.pid = st.pid;
     assigned = true;
     if (!b.data.empty())
-      patch_producer_fields(b.data, st.pid, b.base_sequence);
+      patch_producer_fields(b.data, b.pid, b.base_sequence);
   }
   if (b.data.empty()) {
     batch_meta meta;
     meta.codec = st.cfg.codec;
     if (st.idempotent) {
-      meta.producer_id = st.pid.id.value;
-      meta.producer_epoch = st.pid.epoch;
+      meta.producer_id = b.pid.id.value;
+      meta.producer_epoch = b.pid.epoch;
       meta.base_sequence = b.base_sequence;
     }
     auto enc = encode_batch(meta, b.records);
@@ -455,6 +465,7 @@ void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
                uint64_t send_no, caf::error err);
 void admit_blocked(producer_pointer self);
 void close_open(producer_pointer self, partition_queue& q);
+bool earlier_identity_in_flight(const producer_state& st, const partition_queue& q);
 std::pair<broker_actor, int32_t> route_of(producer_pointer self,
                                           const partition_queue& q);
 
@@ -571,6 +582,14 @@ void send_ready(producer_pointer self, partition_queue& q) {
     q.via = via;
   }
   while (!q.ready.empty() && slots_used(q) < st.max_in_flight) {
+    // A batch kept under an earlier producer id (see batch::maybe_written)
+    // goes first; the current id's batches wait for its answer.
+    if (st.idempotent && earlier_identity_in_flight(st, q)) {
+      auto& next = *q.ready.front();
+      if (next.base_sequence < 0
+          || (next.pid.id == st.pid.id && next.pid.epoch == st.pid.epoch))
+        break;
+    }
     auto b = std::move(q.ready.front());
     q.ready.pop_front();
     if (auto err = prepare(st, q, *b)) {
@@ -589,6 +608,7 @@ void send_ready(producer_pointer self, partition_queue& q) {
     }
     b->send_no = ++st.send_counter;
     b->sent_at = clock::now();
+    b->maybe_written = true;
     auto id = b->id;
     auto sn = b->send_no;
     q.in_flight.push_back(std::move(b));
@@ -610,6 +630,62 @@ void send_all(producer_pointer self) {
 
 /// Puts a partition's in-flight batches back at the head of its queue, in
 /// order; replies to their earlier sends are ignored from now on.
+/// Lets b be numbered afresh at its next send (a new producer id, or a gap
+/// closed), unless a send of it may have been written: that one keeps its
+/// producer id and sequence (see batch::maybe_written).
+void renumber(batch& b) {
+  if (!b.maybe_written)
+    b.base_sequence = -1;
+}
+
+/// Whether the broker's answer `err` says the batch was refused before
+/// anything of it was written. Any other failure (a flush or disk error
+/// after the append, a leader that stepped down or a replica that stopped
+/// with it appended, the ISR shrinking after the append, no answer at all)
+/// leaves open that it was written.
+bool refused_unwritten(const caf::error& err) {
+  if (err.category() != ferry_category())
+    return false;
+  switch (code_of(err)) {
+    case ec::truncated_batch:
+    case ec::crc_mismatch:
+    case ec::bad_magic:
+    case ec::bad_varint:
+    case ec::length_overflow:
+    case ec::malformed_record:
+    case ec::unsupported_compression:
+    case ec::decompression_failed:
+    case ec::unknown_topic:
+    case ec::unknown_partition:
+    case ec::invalid_topic_name:
+    case ec::message_too_large:
+    case ec::invalid_config:
+    case ec::policy_violation:
+    case ec::throttled:
+    case ec::fenced_leader_epoch:
+    case ec::out_of_order_sequence:
+    case ec::invalid_producer_epoch:
+    case ec::unknown_producer_id:
+    case ec::authentication_failed:
+    case ec::authorization_failed:
+    case ec::login_throttled:
+    case ec::security_loading:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Whether an in-flight batch of q belongs to an earlier producer id than
+/// the current one: batches of the current id wait until those are
+/// answered, so the partition's log keeps the order they were produced in.
+bool earlier_identity_in_flight(const producer_state& st, const partition_queue& q) {
+  return std::any_of(q.in_flight.begin(), q.in_flight.end(), [&](const batch_ptr& b) {
+    return b->base_sequence >= 0
+           && (b->pid.id != st.pid.id || b->pid.epoch != st.pid.epoch);
+  });
+}
+
 void requeue_in_flight(producer_state& st, partition_queue& q) {
   // Resent in order on one route, the older batches reach the broker before
   // any newer one: they are within its window again.
@@ -619,7 +695,7 @@ void requeue_in_flight(producer_state& st, partition_queue& q) {
     q.in_flight.pop_back();
     b->send_no = 0;
     if (!st.pid_ready)
-      b->base_sequence = -1; // a new producer id numbers it afresh
+      renumber(*b); // a new producer id numbers it afresh, if it can
     q.ready.push_front(std::move(b));
   }
 }
@@ -688,7 +764,7 @@ void reset_pid(producer_pointer self) {
   for (auto& [tp, q] : st.queues) {
     q.next_sequence = 0;
     for (auto& b : q.ready)
-      b->base_sequence = -1;
+      renumber(*b);
   }
   request_pid(self);
 }
@@ -712,7 +788,7 @@ void request_pid(producer_pointer self) {
         for (auto& [tp, q] : st.queues) {
           q.next_sequence = 0;
           for (auto& b : q.ready)
-            b->base_sequence = -1;
+            renumber(*b);
         }
         send_all(self);
       },
@@ -1068,10 +1144,24 @@ void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
   auto now = clock::now();
   auto code = code_of(err);
   bool first = i == q.in_flight.begin();
+  auto pos = i - q.in_flight.begin();
   b.last_error = err;
+  if (refused_unwritten(err))
+    b.maybe_written = false;
   if (code == ec::unknown_topic || code == ec::unknown_partition
       || code == ec::not_leader)
     st.metadata_wanted = true;
+  bool id_refused = code == ec::unknown_producer_id || code == ec::invalid_producer_epoch
+                    || code == ec::out_of_order_sequence;
+  if (st.idempotent && st.pid_ready && b.base_sequence >= 0 && id_refused
+      && (b.pid.id != st.pid.id || b.pid.epoch != st.pid.epoch)) {
+    // Kept under an earlier producer id, and refused for it: not written,
+    // so it goes again numbered under the current id (no new id needed).
+    b.base_sequence = -1;
+    requeue_in_flight(st, q);
+    after_progress(self, q);
+    return;
+  }
   bool can_retry = b.attempts < st.cfg.retries && !expired(st, b, now);
   // The broker lost (or never had) our producer state, or fenced our epoch.
   bool pid_lost = st.idempotent
@@ -1097,6 +1187,7 @@ void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
   auto failed = std::move(*i);
   q.in_flight.erase(i);
   bool sequenced = st.idempotent && failed->base_sequence >= 0;
+  bool unwritten = refused_unwritten(err);
   auto reported = err;
   if (retriable && !can_retry)
     reported = make_error(code == ec::none ? ec::request_timed_out : code,
@@ -1104,21 +1195,39 @@ void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
                             + " attempts: " + error_text(err));
   fail_batch(st, *failed, reported);
   if (sequenced) {
-    if (retriable) {
+    if (retriable || !unwritten) {
       // Unknown whether the broker appended it: only a new producer id
       // makes the following sequences valid again (Kafka's epoch bump).
       st.pid_ready = false;
       reset_pid(self);
     } else {
-      // Rejected for good, so the broker's sequence did not move: renumber
-      // this partition's later batches to close the gap and resend them.
-      requeue_in_flight(st, q);
-      int32_t seq = failed->base_sequence;
-      q.next_sequence = seq;
-      for (auto& later : q.ready) {
-        if (later->base_sequence < 0)
+      // Refused before anything of it was written, so the broker's
+      // sequence did not move past it. The batches sent before it keep
+      // their sequences and their place in flight: their answers are still
+      // to come (acks=all answers an appended batch only once replicated,
+      // while a refusal comes at once). Renumbering those wrote them twice
+      // (the chaos suite's seed 803, while a leader's disk was full). The
+      // batches sent after it were numbered past the gap and are refused
+      // for it: they go again, numbered from its sequence (Kafka adjusts
+      // the sequences of the in-flight batches behind a failed one too).
+      std::deque<batch_ptr> later;
+      for (auto j = q.in_flight.begin() + pos; j != q.in_flight.end(); ++j)
+        later.push_back(std::move(*j));
+      q.in_flight.erase(q.in_flight.begin() + pos, q.in_flight.end());
+      for (auto j = later.rbegin(); j != later.rend(); ++j) {
+        (*j)->send_no = 0;
+        q.ready.push_front(std::move(*j));
+      }
+      q.next_sequence = failed->base_sequence;
+      for (auto& r : q.ready) {
+        if (r->base_sequence < 0)
           break;
-        later->base_sequence = -1; // prepare() assigns from next_sequence
+        if (r->pid.id != failed->pid.id || r->pid.epoch != failed->pid.epoch)
+          continue;
+        // Sequenced after the refused batch under its producer id: nothing
+        // after a refused sequence is written, so it is numbered afresh.
+        r->maybe_written = false;
+        r->base_sequence = -1; // prepare() assigns from next_sequence
       }
     }
   }

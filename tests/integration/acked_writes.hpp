@@ -355,7 +355,7 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
       }
     }
     std::map<std::string, int64_t> last_seq;
-    std::set<std::string> seen_values;
+    std::map<std::string, const log_record*> seen_values;
     for (auto& r : *recs) {
       auto colon = r.value.rfind(':');
       if (colon == std::string::npos) {
@@ -363,9 +363,14 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
         continue;
       }
       int64_t seq = std::stoll(r.value.substr(colon + 1));
-      if (!seen_values.insert(r.value).second) {
+      if (auto [first, fresh] = seen_values.emplace(r.value, &r); !fresh) {
+        auto& f = *first->second;
         if (++out.duplicates <= 10)
-          ADD_FAILURE() << "duplicate " << r.value << " at " << p << "@" << r.off;
+          ADD_FAILURE() << "duplicate " << r.value << " at " << p << "@" << r.off
+                        << " (producer " << r.producer_id << " seq " << r.sequence
+                        << ", leader epoch " << r.batch_epoch << "), first at " << p << "@"
+                        << f.off << " (producer " << f.producer_id << " seq " << f.sequence
+                        << ", leader epoch " << f.batch_epoch << ")";
       } else if (auto it = last_seq.find(r.key); it != last_seq.end() && seq <= it->second) {
         if (++out.reordered <= 10)
           ADD_FAILURE() << r.value << " at " << p << "@" << r.off << " after seq " << it->second

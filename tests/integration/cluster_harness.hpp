@@ -175,6 +175,11 @@ struct log_record {
   std::string value;
   int32_t batch_epoch = 0; // partition leader epoch of its batch
   std::vector<ferry::record_header> headers;
+  // Who wrote its batch: the idempotent producer's id and the record's
+  // sequence (-1 without one), so a duplicate's report tells a resend
+  // under a new producer id from a renumbered one.
+  int64_t producer_id = -1;
+  int32_t sequence = -1;
 
   /// The value of header `key`, "" without one.
   std::string header(std::string_view key) const {
@@ -205,7 +210,10 @@ inline std::optional<int64_t> decode_batches(std::string_view data, int64_t from
       auto off = h->base_offset.value + rec.offset_delta;
       if (off >= from)
         out.push_back(log_record{off, rec.key.value_or(""), rec.value.value_or(""),
-                                 h->partition_leader_epoch, std::move(rec.headers)});
+                                 h->partition_leader_epoch, std::move(rec.headers),
+                                 h->producer_id,
+                                 h->base_sequence < 0 ? -1
+                                                      : h->base_sequence + rec.offset_delta});
     }
     next = h->next_offset().value;
     data.remove_prefix(h->total_size());
