@@ -7,8 +7,9 @@
 #                       [--bin DIR] [--logs DIR]
 #
 # Defaults: 10 runs from seed 1, 10 faults each, 6 partitions, binaries in
-# build/bin, logs in a temp dir. A failing run keeps its test output and
-# node logs in <logs>/seed-<S>/ (rerun it alone with FERRY_CHAOS_SEED=S).
+# build/bin (ferryd too: the run sets FERRY_TEST_FERRYD=DIR/ferryd, so a
+# copy keeps running while build/ is rebuilt), logs in a temp dir. A failing
+# run keeps its test output and node logs in <logs>/seed-<S>/ (rerun it alone with FERRY_CHAOS_SEED=S).
 # Exit status 1 when any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,7 +41,7 @@ for ((i = 0; i < runs; i++)); do
   mkdir -p "$dir"
   rc=0
   FERRY_CHAOS_SEED=$s FERRY_CHAOS_FAULTS=$faults FERRY_CHAOS_PARTITIONS=$partitions \
-    FERRY_TEST_LOG_DIR="$dir" "$bin/ferry_chaos_test" > "$dir/test.out" 2>&1 || rc=$?
+    FERRY_TEST_LOG_DIR="$dir" FERRY_TEST_FERRYD="$bin/ferryd" "$bin/ferry_chaos_test" > "$dir/test.out" 2>&1 || rc=$?
   line=$(grep '^\[chaos\] summary' "$dir/test.out" | tail -1 || true)
   if [ -z "$line" ]; then
     printf '%-8s %s\n' "$s" "no summary (exit $rc): see $dir/test.out"

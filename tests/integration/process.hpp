@@ -46,6 +46,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -404,8 +405,12 @@ inline std::vector<uint16_t> free_tcp_ports(size_t n) {
 /// A ferryd child with its own data dir. Not thread-safe.
 class ferryd_process {
 public:
-  /// The path of the ferryd binary (FERRYD_PATH in the integration tests).
+  /// The path of the ferryd binary: $FERRY_TEST_FERRYD when set (soaks run
+  /// a copy while the build dir is rebuilt), else FERRYD_PATH in the
+  /// integration tests.
   static std::string default_program() {
+    if (auto p = std::getenv("FERRY_TEST_FERRYD"); p && *p)
+      return p;
 #ifdef FERRYD_PATH
     return FERRYD_PATH;
 #else
