@@ -81,6 +81,32 @@ def main():
     for name, body in bodies.items():
         put("http_json", name, json.dumps(body).encode())
 
+    # LMDB rows and __consumer_state values (fuzz_lmdb_rows.cpp: the first
+    # byte picks the decoder), in the formats of the broker headers.
+    def be(n, width):
+        return n.to_bytes(width, "big", signed=n < 0)
+
+    def short_str(b):
+        return be(len(b), 2) + b
+
+    commit = be(1, 4) + short_str(b"t") + be(0, 4) + be(5, 8) + be(1000, 8) + be(0, 4)
+    put("lmdb_rows", "consumer-state-commit", bytes([0, 1]) + commit)
+    put("lmdb_rows", "consumer-state-group-delete", bytes([0, 3]))
+    put("lmdb_rows", "consumer-state-partition-erase", bytes([0, 6]) + short_str(b"t") + be(2, 4))
+    put("lmdb_rows", "consumer-state-dlq-marks-below", bytes([0, 9]) + short_str(b"dlq") + be(0, 4) + be(7, 8))
+    put("lmdb_rows", "consumer-state-dlq-topic-erase", bytes([0, 10]) + short_str(b"dlq"))
+    put("lmdb_rows", "commit-value", bytes([1, 1]) + commit)
+    put("lmdb_rows", "offset-key", bytes([2]) + b"g\x00t\x00" + be(3, 4))
+    put("lmdb_rows", "offset-value", bytes([3, 1]) + be(42, 8) + be(1700000000000, 8) + be(2, 4) + b"md")
+    put("lmdb_rows", "group-value", bytes([4, 1]) + be(3, 4) + bytes([5]) + b"queue" + bytes([5]) + b"range")
+    put("lmdb_rows", "queue-position", bytes([6, 1]) + be(99, 8))
+    retry = bytes([1, 1]) + be(2, 4) + be(1000, 8) + be(2000, 8) + be(3000, 8) + be(4, 2) + b"boom"
+    put("lmdb_rows", "queue-record-retry", bytes([7]) + retry)
+    put("lmdb_rows", "partition-key", bytes([8]) + b"orders\x00" + be(1, 4))
+    put("lmdb_rows", "partition-metadata", bytes([9, 1]) + be(0, 8) + be(10, 8) + be(1, 4) + be(0, 4) + be(0, 8))
+    put("lmdb_rows", "raft-hard-state", bytes([11, 1]) + be(3, 8) + be(2, 4))
+    put("lmdb_rows", "raft-entry", bytes([12, 1]) + be(3, 8) + bytes([0]) + b"cmd")
+
 
 if __name__ == "__main__":
     main()
