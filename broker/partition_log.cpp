@@ -89,6 +89,7 @@ public:
   }
 
   caf::error recover();
+  caf::error recover_epochs();
   void write_indexes_after_flush();
 
   caf::expected<append_info> append(std::span<char> batch) override;
@@ -249,6 +250,53 @@ caf::error disk_partition_log::recover() {
   durable_end_ = log_end();
   active_since_ms_ = clock_();
   report_.segments = static_cast<uint32_t>(segs_.size());
+  return recover_epochs();
+}
+
+// The epoch history is checkpointed after the batches it describes (a node
+// queues its checkpoints and writes them together), so a crash can leave
+// batches of epochs the loaded history lacks. A leader missing the entry of
+// a follower's epoch tells it to truncate everything it has, every time it
+// fetches it again: the follower never catches up (the chaos suite's seed
+// 1007). A saved history is what the history was at some moment, so what
+// is missing comes after its last entry: the batches from there on name
+// their epochs, read only when the last batch's epoch is not in it.
+caf::error disk_partition_log::recover_epochs() {
+  if (log_end() <= log_start_)
+    return caf::none;
+  int32_t known = epochs_.empty() ? -1 : epochs_.back().epoch.value;
+  auto tail = read(log_end() - 1, 1, log_end());
+  if (!tail)
+    return tail.error();
+  auto last = parse_batch_header(tail->data, std::numeric_limits<size_t>::max());
+  if (!last || last->partition_leader_epoch <= known)
+    return caf::none;
+  auto at = epochs_.empty() ? log_start_ : std::max(epochs_.back().start_offset, log_start_);
+  size_t added = 0;
+  while (at < log_end()) {
+    auto rd = read(at, size_t{1} << 20, log_end());
+    if (!rd)
+      return rd.error();
+    if (rd->data.empty())
+      break;
+    std::string_view data = rd->data;
+    while (!data.empty()) {
+      auto h = parse_batch_header(data, std::numeric_limits<size_t>::max());
+      if (!h || h->total_size() > data.size())
+        break;
+      if (h->partition_leader_epoch > known) {
+        known = h->partition_leader_epoch;
+        epochs_.push_back({leader_epoch{known}, std::max(h->base_offset, log_start_)});
+        ++added;
+      }
+      data.remove_prefix(h->total_size());
+    }
+    if (rd->next_offset <= at)
+      break;
+    at = rd->next_offset;
+  }
+  if (added > 0)
+    return checkpoint();
   return caf::none;
 }
 
