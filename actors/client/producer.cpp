@@ -628,8 +628,6 @@ void send_all(producer_pointer self) {
     send_ready(self, q);
 }
 
-/// Puts a partition's in-flight batches back at the head of its queue, in
-/// order; replies to their earlier sends are ignored from now on.
 /// Lets b be numbered afresh at its next send (a new producer id, or a gap
 /// closed), unless a send of it may have been written: that one keeps its
 /// producer id and sequence (see batch::maybe_written).
@@ -686,6 +684,8 @@ bool earlier_identity_in_flight(const producer_state& st, const partition_queue&
   });
 }
 
+/// Puts a partition's in-flight batches back at the head of its queue, in
+/// order; replies to their earlier sends are ignored from now on.
 void requeue_in_flight(producer_state& st, partition_queue& q) {
   // Resent in order on one route, the older batches reach the broker before
   // any newer one: they are within its window again.
