@@ -112,12 +112,18 @@ struct broker_registration {
   bool fenced = false;
   /// Bumped by every registration (a restarted broker is a new incarnation).
   int64_t epoch = 0;
+  /// The Kafka listener (ferryd --kafka-port) clients reach this broker at;
+  /// port 0 = none. The metadata log stores registrations with these fields
+  /// as command kind broker_v2 (actors/server/raft_metadata.hpp).
+  std::string kafka_host;
+  uint16_t kafka_port = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, broker_registration& x) {
   return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
-           x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
+           x.port, x.http_port, x.metrics_port, x.fenced, x.epoch,
+           x.kafka_host, x.kafka_port);
 }
 
 /// A partition leader's request to change the ISR (shrink a lagging
@@ -184,13 +190,16 @@ struct node_info {
   bool voter = true;
   /// Being removed (ferryctl cluster remove-node): its replicas move away.
   bool removing = false;
+  /// Its Kafka listener; port 0 = none.
+  std::string kafka_host;
+  uint16_t kafka_port = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("ferry::node_info"), x.id, x.host, x.port,
            x.http_port, x.metrics_port, x.alive, x.controller, x.voter,
-           x.removing);
+           x.removing, x.kafka_host, x.kafka_port);
 }
 
 /// What `cluster describe` shows.

@@ -17,6 +17,7 @@
 //   listening on HOST:PORT
 //   metrics on HOST:METRICS_PORT      (only with metrics enabled)
 //   http on HOST:HTTP_PORT            (only with the HTTP API enabled)
+//   kafka on HOST:KAFKA_PORT          (only with --kafka-port)
 //
 // Tests and scripts wait for those lines to learn the ports. Logs go to
 // stderr.
@@ -55,6 +56,7 @@
 #include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "actors/http/http_gateway.hpp"
+#include "actors/kafka/kafka_listener.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/server/node.hpp"
 #include "broker/audit_log.hpp"
@@ -330,6 +332,10 @@ struct options {
   int metrics_port = 9464;
   /// -1: no HTTP API.
   int http_port = 8080;
+  /// -1: no Kafka listener (the default).
+  int kafka_port = -1;
+  /// Empty: the advertised host.
+  std::string kafka_advertised_host;
   int32_t node_id = 0;
   std::string voters;
   std::string log_level = "info";
@@ -404,6 +410,18 @@ int main(int argc, char** argv) {
                  "port of the HTTP API (/v1/...) on --host (0 picks a free "
                  "one, -1 disables it)")
     ->check(CLI::Range(-1, 65535));
+  app.add_option("--kafka-port", opt.kafka_port,
+                 "port of the Kafka wire-protocol listener on --host, for "
+                 "Kafka clients (kcat, librdkafka, kafka-python, ...); 0 "
+                 "picks a free one, -1 (the default) turns it off. The CAF "
+                 "port has Kafka's 9092, so use e.g. 19092 (what "
+                 "deploy/local-cluster.sh gives node 1). Plaintext and "
+                 "unauthenticated so far: refused with --auth or TLS")
+    ->check(CLI::Range(-1, 65535));
+  app.add_option("--kafka-advertised-host", opt.kafka_advertised_host,
+                 "host Kafka clients reach this node's Kafka listener at, "
+                 "listed in every node's Kafka Metadata answer; empty: "
+                 "--advertised-host");
   auto* node_id_opt = app.add_option("--node-id", opt.node_id, "this node's id")
     ->check(CLI::NonNegativeNumber);
   auto* port_opt = app.get_option("--port");
@@ -607,6 +625,24 @@ int main(int argc, char** argv) {
                    ferry::describe(err).c_str());
       return 2;
     }
+  if (opt.kafka_port >= 0 && (opt.auth == "scram" || opt.tls.requested())) {
+    std::fprintf(stderr,
+                 "ferryd: --kafka-port cannot be used with %s yet: the Kafka "
+                 "listener speaks plaintext without SASL, so it would be the one "
+                 "port that skips %s\n",
+                 opt.auth == "scram" ? "--auth scram" : "TLS",
+                 opt.auth == "scram" ? "authentication" : "encryption");
+    return 2;
+  }
+  if (opt.kafka_port >= 0 && !is_loopback(opt.host) && !opt.insecure) {
+    std::fprintf(stderr,
+                 "ferryd: refusing to serve Kafka clients on %s: the Kafka listener "
+                 "has no TLS or authentication yet, so any process that reaches it "
+                 "could read and write every topic; pass --insecure to listen there "
+                 "anyway\n",
+                 opt.host.c_str());
+    return 2;
+  }
   if (!is_loopback(opt.host) && !opt.insecure && !mutual_everywhere) {
     std::fprintf(stderr,
                  "ferryd: refusing to listen on %s: without TLS that requires client "
@@ -827,6 +863,23 @@ int main(int argc, char** argv) {
     }
     http = std::move(*gw);
   }
+  // The Kafka listener binds now too and serves once the node is published.
+  std::unique_ptr<ferry::kafka_listener> kafka;
+  if (opt.kafka_port >= 0) {
+    ferry::kafka_listener_config kc;
+    kc.host = opt.host;
+    kc.port = static_cast<uint16_t>(opt.kafka_port);
+    auto kl = ferry::kafka_listener::listen(std::move(kc));
+    if (!kl) {
+      auto msg = ferry::describe(kl.error());
+      ferry::log::critical("cannot serve Kafka clients: {}", msg);
+      std::fprintf(stderr, "ferryd: cannot serve Kafka clients: %s\n",
+                   msg.c_str());
+      ferry::log::flush();
+      return 1;
+    }
+    kafka = std::move(*kl);
+  }
   // Destroying the exposer can take up to 2 s (civetweb): it runs on its
   // own thread while the node shuts down, and is joined at the end.
   std::thread metrics_stopper;
@@ -930,6 +983,12 @@ int main(int argc, char** argv) {
       nc.audit = audit;
     nc.metrics_port = metrics_port;
     nc.http_port = http ? http->port() : 0;
+    if (kafka) {
+      nc.kafka_host = opt.kafka_advertised_host.empty()
+                        ? advertised
+                        : opt.kafka_advertised_host;
+      nc.kafka_port = kafka->port();
+    }
     // Replicas run on the scheduler; their fdatasync on these threads.
     nc.replica_defaults.sync = sync;
     nc.replica_defaults.journal = journal;
@@ -961,6 +1020,8 @@ int main(int argc, char** argv) {
       stop_metrics();
       if (http)
         http->stop();
+      if (kafka)
+        kafka->stop();
       caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
       auto deadline = std::chrono::steady_clock::now() + timeout;
       for (;;) {
@@ -1040,6 +1101,12 @@ int main(int argc, char** argv) {
                            http->port());
           std::printf("http on %s:%u\n", opt.host.c_str(),
                       static_cast<unsigned>(http->port()));
+        }
+        if (kafka) {
+          kafka->serve(sys, front);
+          ferry::log::info("Kafka listener at {}:{}", opt.host, kafka->port());
+          std::printf("kafka on %s:%u\n", opt.host.c_str(),
+                      static_cast<unsigned>(kafka->port()));
         }
         std::fflush(stdout);
         char ev = 0;

@@ -268,6 +268,11 @@ struct node_config {
     = std::make_shared<std::atomic<uint16_t>>(0);
   uint16_t http_port = 0;
   uint16_t metrics_port = 0;
+  /// The Kafka listener's advertised endpoint (ferryd --kafka-port,
+  /// --kafka-advertised-host); port 0 = none. Registered with the metadata
+  /// quorum so every node's Kafka Metadata answer lists it.
+  std::string kafka_host;
+  uint16_t kafka_port = 0;
   /// The node's metrics (ferryd serves it with a metrics::exposer); null:
   /// no metrics. Probes from replica_defaults / group_defaults are ignored:
   /// the node creates one per spawned replica and coordinator.

@@ -17,6 +17,8 @@ std::vector<node_info> cluster_nodes(self_ptr self) {
   me.port = st.cfg.port ? st.cfg.port->load() : 0;
   me.http_port = st.cfg.http_port;
   me.metrics_port = st.cfg.metrics_port;
+  me.kafka_host = st.cfg.kafka_host;
+  me.kafka_port = st.cfg.kafka_port;
   me.alive = true;
   me.controller = !st.raft || st.raft_st.leader == st.cfg.node_id;
   if (!cluster_mode(st)) {
@@ -70,6 +72,8 @@ std::vector<node_info> cluster_nodes(self_ptr self) {
         }
         ni.http_port = r->second.http_port;
         ni.metrics_port = r->second.metrics_port;
+        ni.kafka_host = r->second.kafka_host;
+        ni.kafka_port = r->second.kafka_port;
       }
       ni.alive = st.peers.count(id) > 0;
     }

@@ -81,6 +81,8 @@ void register_self(self_ptr self) {
   reg.port = st.cfg.port ? st.cfg.port->load() : 0;
   reg.http_port = st.cfg.http_port;
   reg.metrics_port = st.cfg.metrics_port;
+  reg.kafka_host = st.cfg.kafka_host;
+  reg.kafka_port = st.cfg.kafka_port;
   st.registering = true;
   auto done = [self](const broker_registration& b) {
     auto& st = self->state;

@@ -19,8 +19,10 @@ namespace {
 
 constexpr uint8_t command_version = 1;
 /// Version 1: next producer id, topics. Version 2 adds the brokers, 3 the
-/// moves in progress, 4 the brokers being removed, 5 the users and ACLs.
-constexpr uint8_t snapshot_version = 5;
+/// moves in progress, 4 the brokers being removed, 5 the users and ACLs, 6
+/// stores the brokers with their Kafka listener (broker_registration as it
+/// is now; 2-5 hold broker_registration_v1).
+constexpr uint8_t snapshot_version = 6;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -31,6 +33,37 @@ std::string serialize(std::vector<char> buf, Ts&... xs) {
   if (auto err = sink(xs...))
     return {}; // cannot happen for these plain types
   return std::string{buf.begin(), buf.end()};
+}
+
+/// broker_registration as command kind `broker` and snapshots 2-5 store
+/// it: without the Kafka listener.
+struct broker_registration_v1 {
+  int32_t id = -1;
+  std::string host;
+  uint16_t port = 0;
+  uint16_t http_port = 0;
+  uint16_t metrics_port = 0;
+  bool fenced = false;
+  int64_t epoch = 0;
+
+  broker_registration upgrade() const {
+    broker_registration r;
+    r.id = id;
+    r.host = host;
+    r.port = port;
+    r.http_port = http_port;
+    r.metrics_port = metrics_port;
+    r.fenced = fenced;
+    r.epoch = epoch;
+    return r;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        broker_registration_v1& x) {
+  return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
+           x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
 }
 
 std::string command_head(metadata_command k) {
@@ -116,7 +149,7 @@ caf::expected<producer_identity> decode_pid_result(std::string_view result) {
 }
 
 std::string encode_broker(const broker_registration& reg) {
-  return encode_command(metadata_command::broker, reg);
+  return encode_command(metadata_command::broker_v2, reg);
 }
 
 std::string encode_isr_change(const isr_change& ch) {
@@ -539,10 +572,17 @@ metadata_state_machine::apply_command(std::string_view command,
       pid.epoch = 0;
       return encode_ok(pid);
     }
-    case metadata_command::broker: {
+    case metadata_command::broker:
+    case metadata_command::broker_v2: {
       broker_registration reg;
-      if (source(reg) || source.remaining() != 0)
+      if (kind == metadata_command::broker) {
+        broker_registration_v1 old;
+        if (source(old) || source.remaining() != 0)
+          return bad();
+        reg = old.upgrade();
+      } else if (source(reg) || source.remaining() != 0) {
         return bad();
+      }
       if (reg.id < 0)
         return make_error(ec::invalid_request,
                           "broker id " + std::to_string(reg.id)
@@ -837,6 +877,7 @@ caf::error metadata_state_machine::restore(uint64_t index,
   int64_t next = 0;
   std::vector<topic_metadata> list;
   std::vector<broker_registration> brokers;
+  std::vector<broker_registration_v1> old_brokers;
   std::vector<isr_change> moves;
   std::vector<int32_t> removing;
   std::vector<scram_credential> users;
@@ -844,11 +885,16 @@ caf::error metadata_state_machine::restore(uint64_t index,
   caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
   auto version = static_cast<uint8_t>(s[0]);
   bool bad = version == 1   ? bool{source(next, list)}
-             : version == 2 ? bool{source(next, list, brokers)}
-             : version == 3 ? bool{source(next, list, brokers, moves)}
+             : version == 2 ? bool{source(next, list, old_brokers)}
+             : version == 3 ? bool{source(next, list, old_brokers, moves)}
              : version == 4
-               ? bool{source(next, list, brokers, moves, removing)}
+               ? bool{source(next, list, old_brokers, moves, removing)}
+             : version == 5
+               ? bool{source(next, list, old_brokers, moves, removing, users,
+                             acls)}
                : bool{source(next, list, brokers, moves, removing, users, acls)};
+  for (auto& b : old_brokers)
+    brokers.push_back(b.upgrade());
   if (bad || source.remaining() != 0)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot at " + std::to_string(index)

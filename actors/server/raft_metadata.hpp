@@ -128,6 +128,9 @@ enum class metadata_command : uint8_t {
   delete_user = 11,
   add_acl = 12,
   remove_acl = 13,
+  /// A broker registration with its Kafka listener (broker_registration as
+  /// it is now); `broker` (6) holds the older layout without it, still read.
+  broker_v2 = 14,
 };
 
 /// Command encoders (see the file comment).

@@ -50,11 +50,12 @@ ALLOWED = {
     "server": {"broker-core", "broker", "broker-security", "metrics", "metrics-text",
                "protocol", "client"},
     "http": {"broker-core", "broker", "broker-security", "protocol"},
+    "kafka": {"broker-core", "broker", "broker-security", "protocol"},
     "gui": {"broker-core", "protocol", "client", "metrics-text"},
     "programs": {"broker-core", "broker", "broker-security", "metrics", "metrics-text",
-                 "protocol", "client", "server", "http"},
+                 "protocol", "client", "server", "http", "kafka"},
     "tests": {"broker-core", "broker", "broker-security", "metrics", "metrics-text",
-              "protocol", "client", "server", "http", "gui", "tests"},
+              "protocol", "client", "server", "http", "kafka", "gui", "tests"},
 }
 
 # room -> system headers (prefixes) it must not include.
@@ -70,6 +71,7 @@ FORBIDDEN_SYSTEM = {
     "client": SERVER_ONLY + QT + ("spdlog/",),
     "server": ("boost/",) + QT,
     "http": ("lmdb.h", "prometheus/") + QT,
+    "kafka": ("lmdb.h", "prometheus/") + QT,
     "gui": SERVER_ONLY + ("spdlog/",),
 }
 
@@ -90,7 +92,7 @@ def room_of(rel):
         stem = os.path.splitext(parts[1])[0]
         return "metrics-text" if stem in METRICS_TEXT else "metrics"
     if top == "actors" and len(parts) == 3 and parts[1] in (
-            "protocol", "client", "server", "http", "programs"):
+            "protocol", "client", "server", "http", "kafka", "programs"):
         return parts[1]
     if top == "gui" and len(parts) == 2:
         return "gui"

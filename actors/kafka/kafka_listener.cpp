@@ -1,0 +1,899 @@
+// The Kafka listener (see kafka_listener.hpp): sockets and framing on Asio
+// io threads, one strand per connection; each request served through a
+// throw-away CAF actor asking the node's front door; answers written in
+// request order.
+
+#include "actors/kafka/kafka_listener.hpp"
+
+#include "broker/error.hpp"
+#include "broker/kafka_protocol.hpp"
+#include "broker/logging.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace ferry {
+
+namespace {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+class connection;
+
+struct listener_core {
+  explicit listener_core(kafka_listener_config c) : cfg(std::move(c)) {
+  }
+
+  kafka_listener_config cfg;
+  net::io_context ioc;
+  caf::actor_system* sys = nullptr;
+  broker_actor broker;
+  std::mutex stop_mtx;
+  bool stopped = false;
+  std::mutex conns_mtx;
+  std::vector<std::weak_ptr<connection>> conns;
+  std::mutex warn_mtx;
+  steady::time_point last_warning{};
+  uint64_t warnings_since = 0;
+
+  void track(const std::shared_ptr<connection>& c) {
+    std::lock_guard<std::mutex> guard{conns_mtx};
+    conns.erase(std::remove_if(conns.begin(), conns.end(),
+                               [](auto& w) { return w.expired(); }),
+                conns.end());
+    conns.push_back(c);
+  }
+
+  /// Bad input from clients is logged at most every 10 s (with a count).
+  void warn_bad_input(const std::string& peer, const std::string& what) {
+    std::lock_guard<std::mutex> guard{warn_mtx};
+    auto now = steady::now();
+    if (now - last_warning < std::chrono::seconds{10}) {
+      ++warnings_since;
+      return;
+    }
+    log::warn("kafka: closed the connection from {}: {}{}", peer, what,
+              warnings_since > 0
+                ? " (" + std::to_string(warnings_since)
+                    + " more since the last report)"
+                : std::string{});
+    last_warning = now;
+    warnings_since = 0;
+  }
+};
+
+/// One client connection. Every handler runs on the socket's strand.
+class connection : public std::enable_shared_from_this<connection> {
+public:
+  connection(tcp::socket s, listener_core& core)
+    : sock_(std::move(s)), core_(core) {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    peer_ = ec ? std::string{"?"}
+               : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  void start() {
+    read_size();
+  }
+
+  /// From any thread: request `seq` is answered with `frame` (nullopt: a
+  /// request without an answer, acks=0).
+  void complete(uint64_t seq, std::optional<std::string> frame) {
+    {
+      std::lock_guard<std::mutex> guard{core_.stop_mtx};
+      if (core_.stopped)
+        return;
+    }
+    net::post(sock_.get_executor(),
+              [self = shared_from_this(), seq, f = std::move(frame)]() mutable {
+                self->on_complete(seq, std::move(f));
+              });
+  }
+
+  /// Only once no io thread runs (stop()).
+  void close_now() {
+    boost::system::error_code ec;
+    sock_.close(ec);
+  }
+
+private:
+  void close(const std::string& why) {
+    if (closed_)
+      return;
+    closed_ = true;
+    if (!why.empty())
+      core_.warn_bad_input(peer_, why);
+    boost::system::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+  }
+
+  void read_size() {
+    if (closed_)
+      return;
+    if (in_flight_ >= core_.cfg.max_in_flight) {
+      paused_ = true; // resumed by on_complete
+      return;
+    }
+    net::async_read(sock_, net::buffer(size_buf_),
+                    [self = shared_from_this()](boost::system::error_code ec,
+                                                size_t) {
+                      if (ec) {
+                        self->close({}); // the client went away
+                        return;
+                      }
+                      self->on_size();
+                    });
+  }
+
+  void on_size() {
+    auto b = [this](int i) { return static_cast<uint32_t>(size_buf_[i]); };
+    auto size = static_cast<int32_t>((b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3));
+    // The smallest request header: api key, version, correlation id,
+    // client id length.
+    if (size < 10) {
+      close("a request frame of " + std::to_string(size)
+            + " bytes, shorter than a request header");
+      return;
+    }
+    if (static_cast<size_t>(size) > core_.cfg.max_request_bytes) {
+      close("a request frame of " + std::to_string(size)
+            + " bytes, over the limit of "
+            + std::to_string(core_.cfg.max_request_bytes));
+      return;
+    }
+    frame_ = std::make_shared<std::string>(static_cast<size_t>(size), '\0');
+    net::async_read(sock_, net::buffer(frame_->data(), frame_->size()),
+                    [self = shared_from_this()](boost::system::error_code ec,
+                                                size_t) {
+                      if (ec) {
+                        self->close(ec == net::error::eof
+                                      ? "the connection ended inside a request frame"
+                                      : std::string{});
+                        return;
+                      }
+                      auto seq = self->next_seq_++;
+                      ++self->in_flight_;
+                      self->handle(std::move(self->frame_), seq);
+                      self->read_size();
+                    });
+  }
+
+  void on_complete(uint64_t seq, std::optional<std::string> frame) {
+    --in_flight_;
+    ready_.emplace(seq, std::move(frame));
+    for (auto i = ready_.find(next_write_); i != ready_.end();
+         i = ready_.find(next_write_)) {
+      if (i->second)
+        out_.push_back(std::move(*i->second));
+      ready_.erase(i);
+      ++next_write_;
+    }
+    write_next();
+    if (paused_ && in_flight_ < core_.cfg.max_in_flight) {
+      paused_ = false;
+      read_size();
+    }
+  }
+
+  void write_next() {
+    if (writing_ || out_.empty() || closed_)
+      return;
+    writing_ = true;
+    net::async_write(sock_, net::buffer(out_.front()),
+                     [self = shared_from_this()](boost::system::error_code ec,
+                                                 size_t) {
+                       self->writing_ = false;
+                       if (ec) {
+                         self->close({});
+                         return;
+                       }
+                       self->out_.pop_front();
+                       self->write_next();
+                     });
+  }
+
+  void handle(std::shared_ptr<std::string> frame, uint64_t seq);
+
+  tcp::socket sock_;
+  listener_core& core_;
+  std::string peer_;
+  std::array<uint8_t, 4> size_buf_{};
+  std::shared_ptr<std::string> frame_;
+  uint64_t next_seq_ = 0;
+  uint64_t next_write_ = 0;
+  size_t in_flight_ = 0;
+  bool paused_ = false;
+  bool writing_ = false;
+  bool closed_ = false;
+  std::map<uint64_t, std::optional<std::string>> ready_;
+  std::deque<std::string> out_;
+};
+
+using conn_ptr = std::shared_ptr<connection>;
+
+/// A finished response frame for `h` with the body `write(w)`.
+template <class F>
+std::string respond(const kafka::request_header& h, F write) {
+  kafka::writer w;
+  // Only ApiVersions among the served APIs is flexible (v3), and its
+  // response header is always v0.
+  kafka::begin_response(w, h.correlation_id, false);
+  write(w);
+  kafka::finish_response(w);
+  return std::move(w.buffer());
+}
+
+template <class F>
+void spawn_bridge(listener_core& core, F f) {
+  core.sys->spawn([f](caf::event_based_actor* self) mutable { f(self); });
+}
+
+// -- Metadata -----------------------------------------------------------------
+
+kafka::metadata_response
+make_metadata(const std::vector<node_info>& nodes,
+              const std::vector<topic_metadata>& topics,
+              const kafka::metadata_request& req) {
+  kafka::metadata_response r;
+  for (auto& n : nodes) {
+    if (n.controller)
+      r.controller_id = n.id;
+    if (n.kafka_port == 0)
+      continue;
+    r.brokers.push_back(kafka::metadata_broker{
+      n.id, n.kafka_host.empty() ? n.host : n.kafka_host, n.kafka_port});
+  }
+  auto describe = [](const topic_metadata& md) {
+    kafka::metadata_topic t;
+    t.name = md.name;
+    t.internal = md.name.rfind("__", 0) == 0;
+    for (auto& a : md.partitions) {
+      kafka::metadata_partition p;
+      p.partition = a.partition.value;
+      p.leader = a.leader;
+      p.leader_epoch = a.epoch.value;
+      p.replicas = a.replicas;
+      p.isr = a.isr;
+      if (a.leader < 0)
+        p.error = kafka::error_code::leader_not_available;
+      t.partitions.push_back(std::move(p));
+    }
+    return t;
+  };
+  if (!req.topics) {
+    for (auto& md : topics)
+      r.topics.push_back(describe(md));
+    return r;
+  }
+  for (auto& name : *req.topics) {
+    auto i = std::find_if(topics.begin(), topics.end(),
+                          [&](auto& md) { return md.name == name; });
+    if (i != topics.end()) {
+      r.topics.push_back(describe(*i));
+    } else {
+      kafka::metadata_topic t;
+      t.name = name;
+      t.error = kafka::error_code::unknown_topic_or_partition;
+      r.topics.push_back(std::move(t));
+    }
+  }
+  return r;
+}
+
+void serve_metadata(listener_core& core, conn_ptr conn, uint64_t seq,
+                    kafka::request_header h, kafka::metadata_request req) {
+  auto broker = core.broker;
+  auto timeout = caf::timespan{core.cfg.request_timeout};
+  spawn_bridge(core, [=](caf::event_based_actor* self) {
+    auto fail = [=](const caf::error& err) {
+      // No top-level error in Metadata: every asked topic gets a retriable
+      // error, and the client asks again.
+      kafka::metadata_response r;
+      auto code = kafka::to_kafka(err) == kafka::error_code::request_timed_out
+                    ? kafka::error_code::request_timed_out
+                    : kafka::error_code::leader_not_available;
+      if (req.topics)
+        for (auto& name : *req.topics) {
+          kafka::metadata_topic t;
+          t.name = name;
+          t.error = code;
+          r.topics.push_back(std::move(t));
+        }
+      conn->complete(seq, respond(h, [&](kafka::writer& w) {
+                       kafka::write_metadata_response(w, h.api_version, r);
+                     }));
+    };
+    self->request(broker, timeout, list_atom_v, broker_atom_v)
+      .then(
+        [=](std::vector<node_info>& nodes) {
+          self->request(broker, timeout, list_atom_v, topic_atom_v)
+            .then(
+              [=](std::vector<topic_metadata>& topics) {
+                auto r = make_metadata(nodes, topics, req);
+                conn->complete(seq, respond(h, [&](kafka::writer& w) {
+                                 kafka::write_metadata_response(w, h.api_version, r);
+                               }));
+              },
+              fail);
+        },
+        fail);
+  });
+}
+
+// -- Produce ------------------------------------------------------------------
+
+void serve_produce(listener_core& core, conn_ptr conn, uint64_t seq,
+                   kafka::request_header h, std::shared_ptr<std::string> frame,
+                   kafka::produce_request_v req) {
+  auto resp = std::make_shared<std::vector<kafka::produce_topic_response>>();
+  // Where each forwarded request's answer goes: (topic index, partition index).
+  std::vector<std::pair<size_t, size_t>> where;
+  std::vector<produce_request> reqs;
+  std::optional<acks_mode> acks;
+  switch (req.acks) {
+    case 0:
+      acks = acks_mode::none;
+      break;
+    case 1:
+      acks = acks_mode::leader;
+      break;
+    case -1:
+      acks = acks_mode::all;
+      break;
+    default:
+      break;
+  }
+  for (auto& t : req.topics) {
+    kafka::produce_topic_response tr;
+    tr.name = t.name;
+    for (auto& p : t.partitions) {
+      kafka::produce_partition_response pr;
+      pr.partition = p.partition;
+      if (!acks) {
+        pr.error = kafka::error_code::invalid_required_acks;
+        pr.error_message = "acks must be 0, 1 or -1, not " + std::to_string(req.acks);
+      } else if (req.transactional_id) {
+        pr.error = kafka::error_code::invalid_request;
+        pr.error_message = "Ferry does not support transactions";
+      } else if (!p.records || p.records->empty()) {
+        pr.error = kafka::error_code::invalid_request;
+        pr.error_message = "no records for the partition";
+      } else {
+        produce_request r;
+        r.topic = t.name;
+        r.partition = partition_id{p.partition};
+        r.acks = *acks;
+        r.batch = std::string{*p.records};
+        where.emplace_back(resp->size(), tr.partitions.size());
+        reqs.push_back(std::move(r));
+      }
+      tr.partitions.push_back(std::move(pr));
+    }
+    resp->push_back(std::move(tr));
+  }
+  frame.reset(); // the batches are copied out
+  auto answer = [h, resp] {
+    return respond(h, [&](kafka::writer& w) {
+      kafka::write_produce_response(w, h.api_version, *resp);
+    });
+  };
+  bool silent = req.acks == 0;
+  if (reqs.empty()) {
+    conn->complete(seq, silent ? std::nullopt : std::optional{answer()});
+    return;
+  }
+  if (silent) // acks=0: no answer, the next request is read at once
+    conn->complete(seq, std::nullopt);
+  auto broker = core.broker;
+  auto timeout = caf::timespan{core.cfg.request_timeout};
+  spawn_bridge(core, [=, reqs = std::move(reqs)](caf::event_based_actor* self) mutable {
+    self->request(broker, timeout, produce_atom_v, std::move(reqs))
+      .then(
+        [=](std::vector<produce_result>& rs) {
+          for (size_t i = 0; i < rs.size() && i < where.size(); ++i) {
+            auto& pr = (*resp)[where[i].first].partitions[where[i].second];
+            if (rs[i].error) {
+              pr.error = kafka::to_kafka(rs[i].error);
+              pr.error_message = describe(rs[i].error);
+            } else {
+              pr.base_offset = rs[i].response.base_offset.value;
+              pr.log_start_offset = rs[i].response.log_start.value;
+            }
+          }
+          if (!silent)
+            conn->complete(seq, answer());
+        },
+        [=](caf::error& err) {
+          for (auto& [ti, pi] : where) {
+            auto& pr = (*resp)[ti].partitions[pi];
+            pr.error = kafka::to_kafka(err);
+            pr.error_message = describe(err);
+          }
+          if (!silent)
+            conn->complete(seq, answer());
+        });
+  });
+}
+
+// -- Fetch --------------------------------------------------------------------
+
+struct fetch_job {
+  kafka::request_header h;
+  kafka::fetch_request_v req;
+  kafka::fetch_response_v resp;
+  /// (topic index, partition index) of each asked partition, and its
+  /// request to the front door.
+  std::vector<std::pair<size_t, size_t>> where;
+  std::vector<fetch_request> asks;
+  std::vector<bool> failed;
+  size_t pending = 0;
+  bool answered = false;
+
+  kafka::fetch_partition_resp& slot(size_t i) {
+    return resp.topics[where[i].first].partitions[where[i].second];
+  }
+
+  void store(size_t i, fetch_response& r) {
+    auto& p = slot(i);
+    p.error = kafka::error_code::none;
+    p.high_watermark = r.high_watermark.value;
+    p.last_stable_offset = r.high_watermark.value;
+    p.log_start_offset = r.log_start.value;
+    p.records = std::move(r.data);
+  }
+
+  void store(size_t i, const caf::error& err) {
+    auto& p = slot(i);
+    p.error = kafka::to_kafka(err);
+    p.records.clear();
+    failed[i] = true;
+  }
+
+  size_t bytes() const {
+    size_t n = 0;
+    for (auto& t : resp.topics)
+      for (auto& p : t.partitions)
+        n += p.records.size();
+    return n;
+  }
+
+  std::string finish() {
+    answered = true;
+    // The request's max_bytes over all partitions: the first non-empty
+    // partition always goes whole (KIP-74), later ones while they fit.
+    size_t total = 0;
+    auto limit = static_cast<size_t>(std::max(req.max_bytes, 0));
+    for (auto& t : resp.topics)
+      for (auto& p : t.partitions) {
+        if (p.records.empty())
+          continue;
+        if (total > 0 && total + p.records.size() > limit)
+          p.records.clear();
+        else
+          total += p.records.size();
+      }
+    return respond(h, [&](kafka::writer& w) {
+      kafka::write_fetch_response(w, h.api_version, resp);
+    });
+  }
+};
+
+void serve_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
+                 kafka::request_header h, kafka::fetch_request_v req) {
+  auto job = std::make_shared<fetch_job>();
+  job->h = h;
+  for (auto& t : req.topics) {
+    kafka::fetch_topic_resp tr;
+    tr.name = t.name;
+    for (auto& p : t.partitions) {
+      kafka::fetch_partition_resp pr;
+      pr.partition = p.partition;
+      if (req.replica_id >= 0) {
+        // Ferry's followers replicate over the CAF port, never through here.
+        pr.error = kafka::error_code::not_leader_or_follower;
+      } else {
+        fetch_request f;
+        f.topic = t.name;
+        f.partition = partition_id{p.partition};
+        f.from = offset{p.fetch_offset};
+        f.max_bytes = std::max(p.partition_max_bytes, 1);
+        f.min_bytes = 1;
+        f.max_wait_ms = 0;
+        job->where.emplace_back(job->resp.topics.size(), tr.partitions.size());
+        job->asks.push_back(std::move(f));
+      }
+      tr.partitions.push_back(std::move(pr));
+    }
+    job->resp.topics.push_back(std::move(tr));
+  }
+  job->failed.assign(job->asks.size(), false);
+  job->req = std::move(req);
+  if (job->asks.empty()) {
+    conn->complete(seq, job->finish());
+    return;
+  }
+  auto broker = core.broker;
+  auto timeout = caf::timespan{core.cfg.request_timeout};
+  auto wait = std::min<int64_t>(std::max(job->req.max_wait_ms, 0),
+                                core.cfg.max_wait.count());
+  auto poll_timeout = caf::timespan{std::chrono::milliseconds{wait}
+                                    + core.cfg.long_poll_margin};
+  spawn_bridge(core, [=](caf::event_based_actor* self) {
+    // Round 2: every partition long-polled; the first with data (or an
+    // error) answers the request.
+    auto long_poll = [=] {
+      job->pending = 0;
+      for (size_t i = 0; i < job->asks.size(); ++i) {
+        if (job->failed[i])
+          continue;
+        auto f = job->asks[i]; // from unchanged: round 1 found nothing
+        f.max_wait_ms = static_cast<int32_t>(wait);
+        ++job->pending;
+        self->request(broker, poll_timeout, fetch_atom_v, std::move(f))
+          .then(
+            [=](fetch_response& r) {
+              if (job->answered)
+                return;
+              bool data = !r.data.empty();
+              job->store(i, r);
+              if (data || --job->pending == 0) {
+                conn->complete(seq, job->finish());
+                self->quit();
+              }
+            },
+            [=](caf::error& err) {
+              if (job->answered)
+                return;
+              job->store(i, err);
+              conn->complete(seq, job->finish());
+              self->quit();
+            });
+      }
+      if (job->pending == 0) {
+        conn->complete(seq, job->finish());
+        self->quit();
+      }
+    };
+    // Round 1: every partition at once, without waiting.
+    job->pending = job->asks.size();
+    for (size_t i = 0; i < job->asks.size(); ++i) {
+      auto one_done = [=] {
+        if (--job->pending > 0)
+          return;
+        bool any_error = std::find(job->failed.begin(), job->failed.end(), true)
+                         != job->failed.end();
+        auto enough = job->bytes() >= static_cast<size_t>(std::max(job->req.min_bytes, 1));
+        if (wait <= 0 || enough || any_error) {
+          conn->complete(seq, job->finish());
+          return;
+        }
+        long_poll();
+      };
+      self->request(broker, timeout, fetch_atom_v, job->asks[i])
+        .then(
+          [=](fetch_response& r) {
+            job->store(i, r);
+            one_done();
+          },
+          [=](caf::error& err) {
+            job->store(i, err);
+            one_done();
+          });
+    }
+  });
+}
+
+// -- ListOffsets --------------------------------------------------------------
+
+void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
+                        kafka::request_header h,
+                        kafka::list_offsets_request_v req) {
+  struct job_t {
+    std::vector<kafka::list_offsets_topic_resp> topics;
+    size_t pending = 0;
+  };
+  auto job = std::make_shared<job_t>();
+  std::vector<std::pair<size_t, size_t>> where;
+  std::vector<list_offsets_request> asks;
+  for (auto& t : req.topics) {
+    kafka::list_offsets_topic_resp tr;
+    tr.name = t.name;
+    for (auto& p : t.partitions) {
+      kafka::list_offsets_partition_resp pr;
+      pr.partition = p.partition;
+      list_offsets_request q;
+      q.topic = t.name;
+      q.partition = partition_id{p.partition};
+      q.timestamp = p.timestamp;
+      where.emplace_back(job->topics.size(), tr.partitions.size());
+      asks.push_back(std::move(q));
+      tr.partitions.push_back(pr);
+    }
+    job->topics.push_back(std::move(tr));
+  }
+  auto answer = [h, job] {
+    return respond(h, [&](kafka::writer& w) {
+      kafka::write_list_offsets_response(w, h.api_version, job->topics);
+    });
+  };
+  if (asks.empty()) {
+    conn->complete(seq, answer());
+    return;
+  }
+  job->pending = asks.size();
+  auto broker = core.broker;
+  auto timeout = caf::timespan{core.cfg.request_timeout};
+  spawn_bridge(core, [=](caf::event_based_actor* self) {
+    for (size_t i = 0; i < asks.size(); ++i) {
+      auto slot = [=]() -> kafka::list_offsets_partition_resp& {
+        return job->topics[where[i].first].partitions[where[i].second];
+      };
+      auto done = [=] {
+        if (--job->pending == 0)
+          conn->complete(seq, answer());
+      };
+      self->request(broker, timeout, offsets_atom_v, asks[i])
+        .then(
+          [=](offset o) {
+            slot().offset = o.value;
+            done();
+          },
+          [=](caf::error& err) {
+            slot().error = kafka::to_kafka(err);
+            done();
+          });
+    }
+  });
+}
+
+void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
+  kafka::reader in{*frame};
+  auto h = kafka::read_request_header(in);
+  if (!in.ok()) {
+    close("request header: " + in.error());
+    return;
+  }
+  auto range = kafka::supported(h.api_key);
+  if (!range || h.api_version < range->min_version
+      || h.api_version > range->max_version) {
+    log::debug("kafka: {} asked api {} v{}, which Ferry does not answer",
+               peer_, h.api_key, h.api_version);
+    std::string out;
+    if (h.api_key == static_cast<int16_t>(kafka::api::api_versions)) {
+      out = respond(h, [](kafka::writer& w) {
+        kafka::write_api_versions_response(w, 0,
+                                           kafka::error_code::unsupported_version);
+      });
+    } else {
+      kafka::writer w;
+      kafka::write_unsupported_response(w, h.correlation_id);
+      out = std::move(w.buffer());
+    }
+    on_complete(seq, std::move(out));
+    return;
+  }
+  auto self = shared_from_this();
+  auto v = h.api_version;
+  auto malformed = [&](const char* api) {
+    close(std::string{api} + " v" + std::to_string(v) + ": " + in.error());
+  };
+  switch (static_cast<kafka::api>(h.api_key)) {
+    case kafka::api::api_versions: {
+      if (v >= 3) {
+        in.compact_string("api_versions client_software_name");
+        in.compact_string("api_versions client_software_version");
+        in.tagged_fields("api_versions tagged fields");
+      }
+      in.expect_end("api_versions request");
+      auto err = in.ok() ? kafka::error_code::none
+                         : kafka::error_code::invalid_request;
+      on_complete(seq, respond(h, [&](kafka::writer& w) {
+                    kafka::write_api_versions_response(w, v, err);
+                  }));
+      return;
+    }
+    case kafka::api::metadata: {
+      auto req = kafka::read_metadata_request(in, v);
+      if (!in.ok())
+        return malformed("Metadata");
+      serve_metadata(core_, self, seq, h, std::move(req));
+      return;
+    }
+    case kafka::api::produce: {
+      auto req = kafka::read_produce_request(in, v);
+      if (!in.ok())
+        return malformed("Produce");
+      serve_produce(core_, self, seq, h, std::move(frame), std::move(req));
+      return;
+    }
+    case kafka::api::fetch: {
+      auto req = kafka::read_fetch_request(in, v);
+      if (!in.ok())
+        return malformed("Fetch");
+      serve_fetch(core_, self, seq, h, std::move(req));
+      return;
+    }
+    case kafka::api::list_offsets: {
+      auto req = kafka::read_list_offsets_request(in, v);
+      if (!in.ok())
+        return malformed("ListOffsets");
+      serve_list_offsets(core_, self, seq, h, std::move(req));
+      return;
+    }
+  }
+}
+
+} // namespace
+
+// -- the listener -------------------------------------------------------------
+
+struct kafka_listener::impl {
+  explicit impl(kafka_listener_config cfg)
+    : core(std::make_unique<listener_core>(std::move(cfg))),
+      acceptor(core->ioc),
+      retry(core->ioc),
+      work(net::make_work_guard(core->ioc)) {
+  }
+
+  ~impl() {
+    stop();
+  }
+
+  void accept() {
+    acceptor.async_accept(
+      net::make_strand(core->ioc),
+      [this](boost::system::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !acceptor.is_open())
+          return;
+        if (ec) {
+          // Out of descriptors (or similar): back off instead of spinning.
+          auto now = steady::now();
+          if (now - last_warning > std::chrono::seconds{10}) {
+            last_warning = now;
+            log::warn("kafka: accept failed: {}", ec.message());
+          }
+          retry.expires_after(std::chrono::milliseconds{50});
+          retry.async_wait([this](boost::system::error_code ec) {
+            if (!ec)
+              accept();
+          });
+          return;
+        }
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay{true}, ignored);
+        auto c = std::make_shared<connection>(std::move(socket), *core);
+        core->track(c);
+        c->start();
+        accept();
+      });
+  }
+
+  void stop() {
+    if (done)
+      return;
+    done = true;
+    {
+      std::lock_guard<std::mutex> guard{core->stop_mtx};
+      core->stopped = true;
+    }
+    work.reset();
+    core->ioc.stop();
+    for (auto& t : threads)
+      t.join();
+    threads.clear();
+    // No thread runs the io_context now: closing from here is safe.
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    retry.cancel();
+    std::vector<std::shared_ptr<connection>> live;
+    {
+      std::lock_guard<std::mutex> guard{core->conns_mtx};
+      for (auto& w : core->conns)
+        if (auto c = w.lock())
+          live.push_back(std::move(c));
+      core->conns.clear();
+    }
+    for (auto& c : live)
+      c->close_now();
+  }
+
+  std::unique_ptr<listener_core> core;
+  tcp::acceptor acceptor;
+  net::steady_timer retry;
+  net::executor_work_guard<net::io_context::executor_type> work;
+  std::vector<std::thread> threads;
+  steady::time_point last_warning{};
+  uint16_t port = 0;
+  bool done = false;
+};
+
+caf::expected<std::unique_ptr<kafka_listener>>
+kafka_listener::listen(kafka_listener_config cfg) {
+  auto host = cfg.host;
+  auto wanted = cfg.port;
+  auto p = std::make_shared<impl>(std::move(cfg));
+  boost::system::error_code ec;
+  auto addr = net::ip::make_address(host, ec);
+  if (ec)
+    return make_error(ec::io_error, "kafka: bad listen address '" + host
+                                      + "': " + ec.message());
+  tcp::endpoint ep{addr, wanted};
+  auto where = host + ":" + std::to_string(wanted);
+  p->acceptor.open(ep.protocol(), ec);
+  if (!ec)
+    p->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    p->acceptor.bind(ep, ec);
+  if (!ec)
+    p->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_error(ec::io_error,
+                      "kafka: cannot listen on " + where + ": " + ec.message());
+  p->port = p->acceptor.local_endpoint(ec).port();
+  if (ec)
+    return make_error(ec::io_error, "kafka: cannot read the bound port: "
+                                      + ec.message());
+  return std::unique_ptr<kafka_listener>{new kafka_listener(std::move(p))};
+}
+
+kafka_listener::kafka_listener(std::shared_ptr<impl> p) : impl_(std::move(p)) {
+}
+
+kafka_listener::~kafka_listener() {
+  stop();
+}
+
+void kafka_listener::serve(caf::actor_system& sys, broker_actor broker) {
+  auto& p = *impl_;
+  if (!p.threads.empty() || p.done)
+    return;
+  p.core->sys = &sys;
+  p.core->broker = std::move(broker);
+  p.accept();
+  auto n = std::max(1, p.core->cfg.threads);
+  for (int i = 0; i < n; ++i)
+    p.threads.emplace_back([core = p.core.get()] {
+      for (;;) {
+        try {
+          core->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          log::error("kafka: an io handler failed: {}", e.what());
+        }
+      }
+    });
+}
+
+uint16_t kafka_listener::port() const {
+  return impl_->port;
+}
+
+void kafka_listener::stop() {
+  if (impl_)
+    impl_->stop();
+}
+
+} // namespace ferry
