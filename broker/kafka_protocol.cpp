@@ -1,5 +1,7 @@
 #include "broker/kafka_protocol.hpp"
 
+#include <caf/sec.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -9,6 +11,9 @@ namespace ferry::kafka {
 error_code to_kafka(const caf::error& err) {
   if (!err)
     return error_code::none;
+  if (err.category() == caf::atom("system")
+      && err.code() == static_cast<uint8_t>(caf::sec::request_timeout))
+    return error_code::request_timed_out;
   if (err.category() != ferry_category())
     return error_code::unknown_server_error;
   switch (static_cast<ec>(err.code())) {

@@ -10,7 +10,9 @@
 #include "broker/logging.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -25,21 +27,44 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+namespace ferry::kafka_detail {
+
+/// A step of serving a request, run inside the connection's bridge actor
+/// (in-process only: never serialized).
+struct bridge_job {
+  std::function<void(caf::event_based_actor*)> run;
+};
+
+} // namespace ferry::kafka_detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ferry::kafka_detail::bridge_job)
+
 namespace ferry {
 
 namespace {
+
+using kafka_detail::bridge_job;
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using steady = std::chrono::steady_clock;
 
 class connection;
+
+/// The actor that asks the front door for one connection: one actor per
+/// connection, so its requests reach the node in the order the client sent
+/// them (CAF keeps the order between two actors), as Kafka clients expect of
+/// one connection (several produce requests in flight to one partition).
+caf::behavior bridge_actor(caf::event_based_actor* self) {
+  return {[self](bridge_job& job) { job.run(self); }};
+}
 
 struct listener_core {
   explicit listener_core(kafka_listener_config c) : cfg(std::move(c)) {
@@ -112,10 +137,26 @@ public:
               });
   }
 
+  ~connection() {
+    if (bridge_)
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+  }
+
   /// Only once no io thread runs (stop()).
   void close_now() {
     boost::system::error_code ec;
     sock_.close(ec);
+    if (bridge_)
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+  }
+
+  /// Runs `f` in this connection's bridge actor (on the strand: in the
+  /// order requests were read).
+  template <class F>
+  void run(F f) {
+    if (!bridge_)
+      bridge_ = core_.sys->spawn(bridge_actor);
+    caf::anon_send(bridge_, bridge_job{std::move(f)});
   }
 
 private:
@@ -230,6 +271,7 @@ private:
   bool closed_ = false;
   std::map<uint64_t, std::optional<std::string>> ready_;
   std::deque<std::string> out_;
+  caf::actor bridge_;
 };
 
 using conn_ptr = std::shared_ptr<connection>;
@@ -246,10 +288,6 @@ std::string respond(const kafka::request_header& h, F write) {
   return std::move(w.buffer());
 }
 
-template <class F>
-void spawn_bridge(listener_core& core, F f) {
-  core.sys->spawn([f](caf::event_based_actor* self) mutable { f(self); });
-}
 
 // -- Metadata -----------------------------------------------------------------
 
@@ -307,7 +345,7 @@ void serve_metadata(listener_core& core, conn_ptr conn, uint64_t seq,
                     kafka::request_header h, kafka::metadata_request req) {
   auto broker = core.broker;
   auto timeout = caf::timespan{core.cfg.request_timeout};
-  spawn_bridge(core, [=](caf::event_based_actor* self) {
+  conn->run([=](caf::event_based_actor* self) {
     auto fail = [=](const caf::error& err) {
       // No top-level error in Metadata: every asked topic gets a retriable
       // error, and the client asks again.
@@ -409,8 +447,8 @@ void serve_produce(listener_core& core, conn_ptr conn, uint64_t seq,
     conn->complete(seq, std::nullopt);
   auto broker = core.broker;
   auto timeout = caf::timespan{core.cfg.request_timeout};
-  spawn_bridge(core, [=, reqs = std::move(reqs)](caf::event_based_actor* self) mutable {
-    self->request(broker, timeout, produce_atom_v, std::move(reqs))
+  conn->run([=](caf::event_based_actor* self) {
+    self->request(broker, timeout, produce_atom_v, reqs)
       .then(
         [=](std::vector<produce_result>& rs) {
           for (size_t i = 0; i < rs.size() && i < where.size(); ++i) {
@@ -541,7 +579,7 @@ void serve_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
                                 core.cfg.max_wait.count());
   auto poll_timeout = caf::timespan{std::chrono::milliseconds{wait}
                                     + core.cfg.long_poll_margin};
-  spawn_bridge(core, [=](caf::event_based_actor* self) {
+  conn->run([=](caf::event_based_actor* self) {
     // Round 2: every partition long-polled; the first with data (or an
     // error) answers the request.
     auto long_poll = [=] {
@@ -561,7 +599,6 @@ void serve_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
               job->store(i, r);
               if (data || --job->pending == 0) {
                 conn->complete(seq, job->finish());
-                self->quit();
               }
             },
             [=](caf::error& err) {
@@ -569,12 +606,10 @@ void serve_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
                 return;
               job->store(i, err);
               conn->complete(seq, job->finish());
-              self->quit();
             });
       }
       if (job->pending == 0) {
         conn->complete(seq, job->finish());
-        self->quit();
       }
     };
     // Round 1: every partition at once, without waiting.
@@ -646,7 +681,7 @@ void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
   job->pending = asks.size();
   auto broker = core.broker;
   auto timeout = caf::timespan{core.cfg.request_timeout};
-  spawn_bridge(core, [=](caf::event_based_actor* self) {
+  conn->run([=](caf::event_based_actor* self) {
     for (size_t i = 0; i < asks.size(); ++i) {
       auto slot = [=]() -> kafka::list_offsets_partition_resp& {
         return job->topics[where[i].first].partitions[where[i].second];

@@ -574,6 +574,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   ferry::tls_from_environment(opt.tls);
+  if (opt.kafka_port >= 0 && (opt.auth == "scram" || opt.tls.requested())) {
+    std::fprintf(stderr,
+                 "ferryd: --kafka-port cannot be used with %s yet: the Kafka "
+                 "listener speaks plaintext without SASL, so it would be the one "
+                 "port that skips %s\n",
+                 opt.auth == "scram" ? "--auth scram" : "TLS",
+                 opt.auth == "scram" ? "authentication" : "encryption");
+    return 2;
+  }
   if (opt.tls.requested()) {
     if (auto err = ferry::check_tls(opt.tls, ferry::tls_role::node)) {
       std::fprintf(stderr, "ferryd: --tls-cert/--tls-key/--tls-ca: %s\n",
@@ -625,15 +634,6 @@ int main(int argc, char** argv) {
                    ferry::describe(err).c_str());
       return 2;
     }
-  if (opt.kafka_port >= 0 && (opt.auth == "scram" || opt.tls.requested())) {
-    std::fprintf(stderr,
-                 "ferryd: --kafka-port cannot be used with %s yet: the Kafka "
-                 "listener speaks plaintext without SASL, so it would be the one "
-                 "port that skips %s\n",
-                 opt.auth == "scram" ? "--auth scram" : "TLS",
-                 opt.auth == "scram" ? "authentication" : "encryption");
-    return 2;
-  }
   if (opt.kafka_port >= 0 && !is_loopback(opt.host) && !opt.insecure) {
     std::fprintf(stderr,
                  "ferryd: refusing to serve Kafka clients on %s: the Kafka listener "

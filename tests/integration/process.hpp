@@ -480,6 +480,7 @@ public:
     }
     metrics_port_ = 0;
     http_port_ = 0;
+    kafka_port_ = 0;
     if (child_)
       history_ += child_->combined();
     child_ = child_process::start(program_, args);
@@ -514,6 +515,15 @@ public:
       R"(listening on [^\n]*\n(metrics on [^\n]*\n)?(http on ([^\s:]+):([0-9]+)\r?\n)?)"};
     if (auto mh = child_->wait_for(http_on, 1s); mh && !(*mh)[4].empty())
       http_port_ = static_cast<uint16_t>(std::stoi((*mh)[4]));
+    // And "kafka on" last, with --kafka-port.
+    bool kafka = false;
+    for (auto& a : extra_args_)
+      if (a == "--kafka-port" || a.rfind("--kafka-port=", 0) == 0)
+        kafka = true;
+    static const std::regex kafka_on{R"(kafka on ([^\s:]+):([0-9]+)\r?\n)"};
+    if (kafka)
+      if (auto mk = child_->wait_for(kafka_on, 2s))
+        kafka_port_ = static_cast<uint16_t>(std::stoi((*mk)[2]));
     return true;
   }
 
@@ -551,6 +561,8 @@ public:
   uint16_t metrics_port() const { return metrics_port_; }
   /// The HTTP API's port from "http on HOST:PORT"; 0 with it disabled.
   uint16_t http_port() const { return http_port_; }
+  /// The Kafka listener's port from "kafka on HOST:PORT"; 0 without one.
+  uint16_t kafka_port() const { return kafka_port_; }
   const std::string& host() const { return host_; }
   /// "127.0.0.1:PORT", as ferryctl's --broker takes it.
   std::string endpoint() const { return host_ + ":" + std::to_string(port_); }
@@ -574,6 +586,7 @@ private:
   uint16_t port_ = 0;
   uint16_t metrics_port_ = 0;
   uint16_t http_port_ = 0;
+  uint16_t kafka_port_ = 0;
 };
 
 } // namespace ferry::test

@@ -1,0 +1,532 @@
+// The Kafka listener across real processes: ferryd --kafka-port with real
+// Kafka clients (kcat 1.7 / librdkafka 2.0, kafka-python 2.0 from Debian),
+// ferryctl on the CAF port beside them, and a raw socket for the bad input a
+// client library never sends. Every ferryd is SIGKILLed by its destructor.
+
+#include "integration/cluster_harness.hpp"
+#include "integration/ferryctl_run.hpp"
+#include "integration/process.hpp"
+
+#include "broker/kafka_protocol.hpp"
+#include "broker/record_batch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+using namespace ferry;
+using namespace ferry::test;
+
+namespace {
+
+const char* kcat_path() {
+  return "/usr/bin/kcat";
+}
+
+/// kcat exists (deploy/install-deps.sh installs it); a missing one fails
+/// the test with that hint rather than skipping it.
+bool have_kcat() {
+  return std::filesystem::exists(kcat_path());
+}
+
+/// A blocking Kafka connection for hand-made requests (5 s socket timeouts).
+class raw_client {
+public:
+  explicit raw_client(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    timeval tv{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~raw_client() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  bool connected() const { return connected_; }
+
+  bool send_raw(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      auto n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n <= 0)
+        return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  /// Sends header + body as one frame.
+  bool send(int16_t key, int16_t version, int32_t correlation, const std::string& body) {
+    kafka::writer w;
+    w.i32(0);
+    w.i16(key);
+    w.i16(version);
+    w.i32(correlation);
+    w.nullable_string(std::string{"raw-test"});
+    if (kafka::flexible_request(key, version))
+      w.no_tags();
+    w.buffer() += body;
+    w.patch_i32(0, static_cast<int32_t>(w.size() - 4));
+    return send_raw(w.buffer());
+  }
+
+  /// One response frame (without its size); nullopt when the connection
+  /// ended (or nothing came within the timeout).
+  std::optional<std::string> receive() {
+    std::string size(4, '\0');
+    if (!read_exact(size))
+      return std::nullopt;
+    kafka::reader r{size};
+    auto n = r.i32("size");
+    if (n < 0 || n > (64 << 20))
+      return std::nullopt;
+    std::string frame(static_cast<size_t>(n), '\0');
+    if (!read_exact(frame))
+      return std::nullopt;
+    return frame;
+  }
+
+  /// True if the peer closed the connection (reads EOF or a reset).
+  bool closed_by_peer() {
+    char c;
+    auto n = ::recv(fd_, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+private:
+  bool read_exact(std::string& buf) {
+    size_t done = 0;
+    while (done < buf.size()) {
+      auto n = ::recv(fd_, buf.data() + done, buf.size() - done, 0);
+      if (n <= 0)
+        return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+std::string produce_body(const std::string& topic, int32_t partition, int16_t acks,
+                         const std::optional<std::string>& records) {
+  kafka::writer w;
+  w.nullable_string(std::nullopt);
+  w.i16(acks);
+  w.i32(10000);
+  w.array(1);
+  w.string(topic);
+  w.array(1);
+  w.i32(partition);
+  if (records)
+    w.bytes(*records);
+  else
+    w.null_bytes();
+  return w.buffer();
+}
+
+std::string batch_of(std::vector<std::pair<std::string, std::string>> kvs) {
+  std::vector<record> recs;
+  int32_t i = 0;
+  for (auto& [k, v] : kvs) {
+    record r;
+    r.offset_delta = i++;
+    r.timestamp = 1700000000000;
+    r.key = k;
+    r.value = v;
+    recs.push_back(std::move(r));
+  }
+  batch_meta meta;
+  auto b = encode_batch(meta, recs);
+  EXPECT_TRUE(b) << describe(b.error());
+  return b ? *b : std::string{};
+}
+
+struct produce_answer {
+  int32_t correlation = 0;
+  int16_t error = -100;
+  int64_t base_offset = -1;
+  std::optional<std::string> message;
+};
+
+/// Reads a Produce v8 answer for one partition.
+produce_answer read_produce_v8(const std::string& frame) {
+  kafka::reader r{frame};
+  produce_answer a;
+  a.correlation = r.i32("correlation");
+  r.array("topics");
+  r.string("name");
+  r.array("partitions");
+  r.i32("index");
+  a.error = r.i16("error");
+  a.base_offset = r.i64("base");
+  r.i64("append time");
+  r.i64("log start");
+  r.array("record errors");
+  a.message = r.nullable_string("message");
+  r.i32("throttle");
+  r.expect_end("produce response");
+  EXPECT_TRUE(r.ok()) << r.error();
+  return a;
+}
+
+struct fetch_answer {
+  int32_t correlation = 0;
+  int16_t error = -100;
+  int64_t high_watermark = -1;
+  std::vector<log_record> records;
+};
+
+std::string fetch_body(const std::string& topic, int32_t partition, int64_t from,
+                       int32_t max_wait_ms) {
+  kafka::writer w;
+  w.i32(-1);
+  w.i32(max_wait_ms);
+  w.i32(1);
+  w.i32(1 << 20);
+  w.i8(0);
+  w.i32(0);
+  w.i32(-1);
+  w.array(1);
+  w.string(topic);
+  w.array(1);
+  w.i32(partition);
+  w.i32(-1);
+  w.i64(from);
+  w.i64(-1);
+  w.i32(1 << 20);
+  w.array(0);
+  w.string("");
+  return w.buffer();
+}
+
+/// Reads a Fetch v11 answer for one partition.
+fetch_answer read_fetch_v11(const std::string& frame, int64_t from) {
+  kafka::reader r{frame};
+  fetch_answer a;
+  a.correlation = r.i32("correlation");
+  r.i32("throttle");
+  r.i16("top error");
+  r.i32("session");
+  r.array("topics");
+  r.string("name");
+  r.array("partitions");
+  r.i32("index");
+  a.error = r.i16("error");
+  a.high_watermark = r.i64("hw");
+  r.i64("lso");
+  r.i64("log start");
+  r.array("aborted");
+  r.i32("preferred");
+  auto recs = r.nullable_bytes("records");
+  r.expect_end("fetch response");
+  EXPECT_TRUE(r.ok()) << r.error();
+  if (recs && !recs->empty()) {
+    std::string why;
+    EXPECT_TRUE(decode_batches(*recs, from, a.records, why)) << why;
+  }
+  return a;
+}
+
+class KafkaListener : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_TRUE(node.start()) << node.output();
+    ASSERT_NE(node.kafka_port(), 0) << node.output();
+    kafka = "127.0.0.1:" + std::to_string(node.kafka_port());
+    auto r = ferryctl(node.endpoint(), {"topic", "create", "events", "--partitions", "3"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+
+  ferryd_process node{{"--kafka-port", "0", "--http-port", "-1"}};
+  std::string kafka;
+};
+
+} // namespace
+
+TEST_F(KafkaListener, KcatProducesAndConsumesWhatFerryClientsSee) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  // Metadata: one broker, the topic, its three partitions led by node 0.
+  auto md = run_command(kcat_path(), {"-b", kafka, "-L", "-t", "events"}, 30s);
+  ASSERT_EQ(md.exit_code, 0) << md.out << md.err;
+  EXPECT_NE(md.out.find("broker 0 at 127.0.0.1:" + std::to_string(node.kafka_port())),
+            std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("topic \"events\" with 3 partitions"), std::string::npos) << md.out;
+  // kcat produces keyed records (the murmur2 partitioner, as Ferry's own
+  // clients use), one with a header, gzip and zstd batches too.
+  auto p1 = run_command(kcat_path(),
+                        {"-b", kafka, "-t", "events", "-P", "-K:", "-X",
+                         "partitioner=murmur2_random", "-H", "trace=abc"},
+                        30s, "k1:one\nk2:two\nk3:three\n");
+  ASSERT_EQ(p1.exit_code, 0) << p1.err;
+  for (auto codec : {"gzip", "zstd", "lz4", "snappy"}) {
+    auto pz = run_command(kcat_path(),
+                          {"-b", kafka, "-t", "events", "-P", "-K:", "-z", codec, "-X",
+                           "partitioner=murmur2_random"},
+                          30s, std::string{"z-"} + codec + ":" + codec + "-value\n");
+    ASSERT_EQ(pz.exit_code, 0) << codec << ": " << pz.err;
+  }
+  // ferryctl (CAF port) reads what kcat wrote, with the header.
+  auto c1 = ferryctl(node.endpoint(), {"consume", "events", "--from-beginning", "--max", "7",
+                                       "--timeout", "5000", "--format", "key,value,headers"});
+  ASSERT_EQ(c1.exit_code, 0) << c1.err;
+  for (auto line : {"k1\tone\ttrace=abc", "k2\ttwo\ttrace=abc", "k3\tthree\ttrace=abc",
+                    "z-gzip\tgzip-value", "z-zstd\tzstd-value", "z-lz4\tlz4-value",
+                    "z-snappy\tsnappy-value"})
+    EXPECT_NE(c1.out.find(line), std::string::npos) << line << " in\n" << c1.out;
+  // ferryctl writes; kcat reads everything back, each key in the partition
+  // Ferry's partitioner picks for it.
+  auto p2 = ferryctl(node.endpoint(), {"produce", "events", "--key-separator", ":"},
+                     "k1:from-ferryctl\n");
+  ASSERT_EQ(p2.exit_code, 0) << p2.err;
+  auto c2 = run_command(kcat_path(),
+                        {"-b", kafka, "-t", "events", "-C", "-e", "-f", "%p|%k|%s\n"}, 30s);
+  ASSERT_EQ(c2.exit_code, 0) << c2.err;
+  std::map<std::string, std::set<std::string>> partitions_of;
+  std::istringstream lines{c2.out};
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    auto a = line.find('|'), b = line.rfind('|');
+    if (a == std::string::npos || a == b)
+      continue;
+    ++n;
+    partitions_of[line.substr(a + 1, b - a - 1)].insert(line.substr(0, a));
+  }
+  EXPECT_EQ(n, 8) << c2.out;
+  ASSERT_EQ(partitions_of["k1"].size(), 1u) << "k1 went to two partitions:\n" << c2.out;
+  EXPECT_NE(c2.out.find("|k1|from-ferryctl"), std::string::npos) << c2.out;
+}
+
+TEST_F(KafkaListener, KafkaPythonProducesWithAcksAllAndReadsBack) {
+  auto script = std::filesystem::path{FERRY_SOURCE_DIR} / "tests/kafka/kafka_python_check.py";
+  auto r = run_command("/usr/bin/python3", {script.string(), kafka, "events", "200"}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("acked 200"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("consumed 200"), std::string::npos) << r.out;
+  // The same records through the CAF port.
+  auto c = ferryctl(node.endpoint(), {"consume", "events", "--from-beginning", "--max", "200",
+                                      "--timeout", "5000", "--format", "value"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(std::count(c.out.begin(), c.out.end(), '\n'), 200) << c.out;
+}
+
+TEST_F(KafkaListener, AnUnknownApiGetsUnsupportedVersionAndTheConnectionStaysOpen) {
+  raw_client c{node.kafka_port()};
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.send(11, 5, 77, "")); // JoinGroup: not served yet
+  auto a = c.receive();
+  ASSERT_TRUE(a);
+  kafka::reader r{*a};
+  EXPECT_EQ(r.i32("correlation"), 77);
+  EXPECT_EQ(r.i16("error"), 35);
+  // ApiVersions newer than Ferry knows: error 35 with the v0 list.
+  ASSERT_TRUE(c.send(18, 9, 78, "garbage-the-broker-cannot-know"));
+  auto b = c.receive();
+  ASSERT_TRUE(b);
+  kafka::reader rb{*b};
+  EXPECT_EQ(rb.i32("correlation"), 78);
+  EXPECT_EQ(rb.i16("error"), 35);
+  EXPECT_EQ(rb.array("apis"), static_cast<int32_t>(kafka::supported_apis().size()));
+  // And the connection still serves.
+  ASSERT_TRUE(c.send(18, 0, 79, ""));
+  auto v = c.receive();
+  ASSERT_TRUE(v);
+  kafka::reader rv{*v};
+  EXPECT_EQ(rv.i32("correlation"), 79);
+  EXPECT_EQ(rv.i16("error"), 0);
+}
+
+TEST_F(KafkaListener, FramesTooLargeTooShortOrTruncatedCloseTheConnection) {
+  {
+    raw_client c{node.kafka_port()};
+    ASSERT_TRUE(c.send_raw(std::string{"\x7f\xff\xff\xff", 4}));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    raw_client c{node.kafka_port()};
+    ASSERT_TRUE(c.send_raw(std::string{"\x00\x00\x00\x02\x00\x00", 6}));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    // A Produce whose records claim more bytes than the frame holds.
+    raw_client c{node.kafka_port()};
+    auto body = produce_body("events", 0, -1, std::string{"abc"});
+    body.resize(body.size() - 2);
+    ASSERT_TRUE(c.send(0, 8, 1, body));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  {
+    // The frame ends before its announced size.
+    raw_client c{node.kafka_port()};
+    ASSERT_TRUE(c.send_raw(std::string{"\x00\x00\x01\x00\x00\x12\x00\x00", 8}));
+  } // closed here, inside the frame
+  // The node serves on.
+  raw_client c{node.kafka_port()};
+  ASSERT_TRUE(c.send(18, 0, 5, ""));
+  auto a = c.receive();
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(node.running());
+}
+
+TEST_F(KafkaListener, BadBatchesAndBadTargetsGetKafkaErrorCodes) {
+  raw_client c{node.kafka_port()};
+  auto good = batch_of({{"k", "v"}});
+  auto ask = [&](int32_t corr, const std::string& topic, int32_t partition, int16_t acks,
+                 std::optional<std::string> recs) {
+    EXPECT_TRUE(c.send(0, 8, corr, produce_body(topic, partition, acks, recs)));
+    auto f = c.receive();
+    EXPECT_TRUE(f);
+    return f ? read_produce_v8(*f) : produce_answer{};
+  };
+  auto corrupt = good;
+  corrupt.back() ^= 0x55; // breaks the CRC
+  EXPECT_EQ(ask(1, "events", 0, -1, corrupt).error, 2);       // CORRUPT_MESSAGE
+  EXPECT_EQ(ask(2, "nosuch", 0, -1, good).error, 3);          // UNKNOWN_TOPIC_OR_PARTITION
+  EXPECT_EQ(ask(3, "events", 9, -1, good).error, 3);
+  EXPECT_EQ(ask(4, "events", 0, 5, good).error, 21);          // INVALID_REQUIRED_ACKS
+  EXPECT_EQ(ask(5, "events", 0, -1, std::nullopt).error, 42); // INVALID_REQUEST
+  auto big = batch_of({{"k", std::string((1 << 20) + 10, 'x')}});
+  auto too_large = ask(6, "events", 0, -1, big);
+  EXPECT_EQ(too_large.error, 10) << too_large.message.value_or(""); // MESSAGE_TOO_LARGE
+  EXPECT_TRUE(too_large.message);
+  // Nothing of that was written; a good batch lands at offset 0.
+  auto ok = ask(7, "events", 0, -1, good);
+  EXPECT_EQ(ok.correlation, 7);
+  EXPECT_EQ(ok.error, 0);
+  EXPECT_EQ(ok.base_offset, 0);
+  // A fetch past the end: OFFSET_OUT_OF_RANGE.
+  ASSERT_TRUE(c.send(1, 11, 8, fetch_body("events", 0, 50, 0)));
+  auto f = c.receive();
+  ASSERT_TRUE(f);
+  EXPECT_EQ(read_fetch_v11(*f, 50).error, 1);
+}
+
+TEST_F(KafkaListener, AcksZeroIsWrittenWithoutAnAnswerAndAnswersKeepRequestOrder) {
+  raw_client c{node.kafka_port()};
+  // Pipelined: a long-polling fetch, an acks=0 produce, an acks=all one.
+  ASSERT_TRUE(c.send(1, 11, 10, fetch_body("events", 1, 0, 500)));
+  ASSERT_TRUE(c.send(0, 8, 11, produce_body("events", 1, 0, batch_of({{"a", "zero"}}))));
+  ASSERT_TRUE(c.send(0, 8, 12, produce_body("events", 1, -1, batch_of({{"b", "all"}}))));
+  auto first = c.receive();
+  ASSERT_TRUE(first);
+  auto fetched = read_fetch_v11(*first, 0);
+  EXPECT_EQ(fetched.correlation, 10); // the fetch, asked first, answers first
+  auto second = c.receive();
+  ASSERT_TRUE(second);
+  auto acked = read_produce_v8(*second);
+  EXPECT_EQ(acked.correlation, 12); // acks=0 has no answer
+  EXPECT_EQ(acked.error, 0);
+  EXPECT_EQ(acked.base_offset, 1); // after the acks=0 record
+  ASSERT_TRUE(c.send(1, 11, 13, fetch_body("events", 1, 0, 0)));
+  auto all = c.receive();
+  ASSERT_TRUE(all);
+  auto got = read_fetch_v11(*all, 0);
+  EXPECT_EQ(got.high_watermark, 2);
+  ASSERT_EQ(got.records.size(), 2u);
+  EXPECT_EQ(got.records[0].value, "zero");
+  EXPECT_EQ(got.records[1].value, "all");
+}
+
+TEST_F(KafkaListener, ALongPollFetchIsAnsweredByAProduceFromAnotherClient) {
+  raw_client waiter{node.kafka_port()};
+  // Waits up to 20 s at the end of partition 2.
+  ASSERT_TRUE(waiter.send(1, 11, 1, fetch_body("events", 2, 0, 20000)));
+  std::this_thread::sleep_for(300ms);
+  auto p = ferryctl(node.endpoint(), {"produce", "events", "--partition", "2"},
+                    "wake-up\n");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto a = waiter.receive();
+  ASSERT_TRUE(a);
+  auto got = read_fetch_v11(*a, 0);
+  // Had the long poll not been woken, it would have ended empty.
+  ASSERT_EQ(got.records.size(), 1u);
+  EXPECT_EQ(got.records[0].value, "wake-up");
+}
+
+TEST(KafkaListenerOptions, RefusedWithAuthTlsOrOffLoopbackWithoutInsecure) {
+  temp_dir dir{"kafka-opts"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"--data-dir", (dir.path() / "d").string(), "--port", "0",
+                                  "--metrics-port", "-1", "--http-port", "-1",
+                                  "--kafka-port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_command(ferryd_process::default_program(), args, 20s);
+  };
+  auto wide = run({"--host", "0.0.0.0"});
+  EXPECT_EQ(wide.exit_code, 2);
+  EXPECT_NE(wide.err.find("refusing to serve Kafka clients on 0.0.0.0"), std::string::npos)
+    << wide.err;
+  auto tls = run({"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"});
+  EXPECT_EQ(tls.exit_code, 2);
+  EXPECT_NE(tls.err.find("--kafka-port cannot be used with TLS yet"), std::string::npos)
+    << tls.err;
+  auto auth = run({"--auth", "scram"});
+  EXPECT_EQ(auth.exit_code, 2);
+  EXPECT_NE(auth.err.find("--kafka-port cannot be used with --auth scram yet"),
+            std::string::npos) << auth.err;
+}
+
+TEST(KafkaCluster, EveryNodeIsABrokerAndKcatFollowsTheLeaders) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  cluster c;
+  c.add_node_args({"--kafka-port", "0"});
+  auto err = c.start();
+  ASSERT_TRUE(err.empty()) << err;
+  auto r = ferryctl(c.endpoint(1), {"topic", "create", "orders", "--partitions", "6",
+                                    "--replication-factor", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto k1 = "127.0.0.1:" + std::to_string(c.node(1).kafka_port());
+  // Every node registers its Kafka listener: node 1's metadata lists all.
+  std::string md_out;
+  ASSERT_TRUE(wait_until(30s, [&] {
+    auto md = run_command(kcat_path(), {"-b", k1, "-L", "-t", "orders"}, 20s);
+    md_out = md.out + md.err;
+    for (int id = 1; id <= 3; ++id)
+      if (md.out.find("broker " + std::to_string(id) + " at 127.0.0.1:"
+                      + std::to_string(c.node(id).kafka_port()))
+          == std::string::npos)
+        return false;
+    return md.out.find("leader -1") == std::string::npos;
+  })) << md_out;
+  std::string input;
+  for (int i = 0; i < 300; ++i)
+    input += "key" + std::to_string(i) + ":v" + std::to_string(i) + "\n";
+  auto p = run_command(kcat_path(),
+                       {"-b", k1, "-t", "orders", "-P", "-K:", "-X", "acks=all", "-X",
+                        "partitioner=murmur2_random"},
+                       60s, input);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  // Reading back through node 3 as bootstrap: kcat fetches each partition
+  // from its leader.
+  auto k3 = "127.0.0.1:" + std::to_string(c.node(3).kafka_port());
+  auto cons = run_command(kcat_path(), {"-b", k3, "-t", "orders", "-C", "-e", "-f", "%k\n"},
+                          60s);
+  ASSERT_EQ(cons.exit_code, 0) << cons.err;
+  std::set<std::string> keys;
+  std::istringstream lines{cons.out};
+  std::string line;
+  while (std::getline(lines, line))
+    if (!line.empty())
+      keys.insert(line);
+  EXPECT_EQ(keys.size(), 300u) << cons.out.substr(0, 500);
+}
