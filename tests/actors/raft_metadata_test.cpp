@@ -675,6 +675,33 @@ broker_registration reg_of(int32_t id, bool fenced) {
 
 } // namespace
 
+namespace {
+
+/// broker_registration as command kind 6 and snapshots 2-5 stored it.
+struct old_registration {
+  int32_t id = -1;
+  std::string host;
+  uint16_t port = 0;
+  uint16_t http_port = 0;
+  uint16_t metrics_port = 0;
+  bool fenced = false;
+  int64_t epoch = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, old_registration& x) {
+  return f(x.id, x.host, x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
+}
+
+template <class... Ts>
+std::string bytes_of(std::vector<char> head, Ts... xs) {
+  caf::binary_serializer sink{nullptr, head};
+  EXPECT_FALSE(sink(xs...));
+  return std::string{head.begin(), head.end()};
+}
+
+} // namespace
+
 TEST(MetadataMachine, FencingMovesLeadershipWithinTheIsrOnly) {
   metadata_state_machine m{{1, 2, 3}, 3};
   uint64_t i = 0;
@@ -959,7 +986,10 @@ TEST(MetadataMachine, OldSnapshotVersionsStillRestore) {
   caf::binary_serializer sink{nullptr, buf};
   int64_t next = 5;
   auto topics = m.topics();
-  auto brokers = m.brokers();
+  std::vector<old_registration> brokers; // versions 2-5: no Kafka listener
+  for (auto& b : m.brokers())
+    brokers.push_back({b.id, b.host, b.port, b.http_port, b.metrics_port, b.fenced,
+                       b.epoch});
   std::vector<isr_change> moves;
   ASSERT_FALSE(sink(next, topics, brokers, moves));
   metadata_state_machine copy{{1, 2, 3}, 3};
@@ -1088,4 +1118,47 @@ TEST(MetadataMachine, RemoveNodeRefusesVotersUnknownNodesAndTooFewBrokers) {
   auto fenced = decode_broker_result(m.apply(++i, encode_remove_broker(4)));
   ASSERT_FALSE(fenced);
   EXPECT_TRUE(is(fenced.error(), ec::policy_violation));
+}
+
+// -- the Kafka listener in registrations: older logs and snapshots ------------
+
+
+TEST(MetadataMachine, RegistrationsCarryTheKafkaListenerAndOlderOnesStillRead) {
+  metadata_state_machine m{{1, 2, 3}, 3};
+  // A registration written by an older ferryd (kind 6, no Kafka fields).
+  old_registration old{2, "10.0.0.2", 9102, 8082, 9464, false, 0};
+  auto r = decode_broker_result(m.apply(1, bytes_of({1, 6}, old)));
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->host, "10.0.0.2");
+  EXPECT_EQ(r->http_port, 8082);
+  EXPECT_EQ(r->kafka_port, 0);
+  // Today's registration (kind 14) keeps the Kafka listener...
+  auto now = reg_of(1, false);
+  now.kafka_host = "kafka-1.example";
+  now.kafka_port = 19092;
+  ASSERT_TRUE(decode_broker_result(m.apply(2, encode_broker(now))));
+  // ...through a snapshot too.
+  metadata_state_machine b{{1, 2, 3}, 3};
+  ASSERT_FALSE(b.restore(2, m.snapshot()));
+  std::map<int32_t, broker_registration> regs;
+  for (auto& x : b.brokers())
+    regs[x.id] = x;
+  ASSERT_EQ(regs.size(), 2u);
+  EXPECT_EQ(regs[1].kafka_host, "kafka-1.example");
+  EXPECT_EQ(regs[1].kafka_port, 19092);
+  EXPECT_EQ(regs[2].port, 9102);
+  // A version-5 snapshot (brokers in the older layout) restores.
+  std::vector<topic_metadata> topics;
+  std::vector<old_registration> brokers{old};
+  std::vector<isr_change> moves;
+  std::vector<int32_t> removing;
+  std::vector<scram_credential> users;
+  std::vector<acl_entry> acls;
+  metadata_state_machine c{{1, 2, 3}, 3};
+  auto err = c.restore(7, bytes_of({5}, int64_t{42}, topics, brokers, moves, removing,
+                                   users, acls));
+  ASSERT_FALSE(err) << describe(err);
+  ASSERT_EQ(c.brokers().size(), 1u);
+  EXPECT_EQ(c.brokers()[0].host, "10.0.0.2");
+  EXPECT_EQ(c.brokers()[0].kafka_port, 0);
 }
