@@ -17,7 +17,8 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # libFuzzer + ASan/UBSan runtimes: tests/fuzz
   # tools used by tests, demos and benchmark comparisons
   curl fio xvfb python3 prometheus openssl
-  python3-kafka python3-lz4 python3-zstandard  # tests/tools/make_kafka_vectors.py
+  python3-kafka python3-lz4 python3-zstandard  # make_kafka_vectors.py; tests/kafka
+  kcat  # tests/kafka: a librdkafka client against the Kafka listener
 )
 
 missing=()

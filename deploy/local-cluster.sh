@@ -25,7 +25,9 @@
 #                              of this repository, as in the README)
 #   FERRY_CLUSTER_DIR          state folder (default ./ferry-cluster)
 #   FERRY_CLUSTER_BASE_PORT    B (default 19090): node i listens on CAF port B+i,
-#                              HTTP port B+100+i and metrics port B+200+i
+#                              HTTP port B+100+i, metrics port B+200+i and,
+#                              without --tls/--auth, Kafka port B+300+i (kcat -b
+#                              127.0.0.1:19391)
 #   FERRY_CLUSTER_START_TIMEOUT  seconds to wait for "listening on" (default 60)
 #   FERRY_CLUSTER_STOP_TIMEOUT   seconds a node may take to stop on SIGTERM
 #                                before it gets SIGKILL (default 30)
@@ -171,6 +173,14 @@ is_removed() { [[ ,$removed, == *,$1,* ]]; }
 caf_port() { echo $((base_port + $1)); }
 http_port() { echo $((base_port + 100 + $1)); }
 metrics_port() { echo $((base_port + 200 + $1)); }
+# The Kafka listener: plaintext without SASL so far, so only in a cluster
+# started without --tls and --auth (ferryd refuses the combination).
+kafka_on() { ((tls == 0 && auth == 0)); }
+kafka_port() { echo $((base_port + 300 + $1)); }
+node_kafka_args() {
+  kafka_on || return 0
+  echo --kafka-port "$(kafka_port "$1")"
+}
 node_dir() { echo "$cluster_dir/node-$1"; }
 tls_dir() { echo "$cluster_dir/tls"; }
 
@@ -339,7 +349,7 @@ launch() {
   local args=(--node-id "$i" --voters "$(voters)" --host "$host"
               --port "$(caf_port "$i")" --data-dir "$dir/data"
               --http-port "$(http_port "$i")" --metrics-port "$(metrics_port "$i")"
-              $(node_tls_args "$i") $(node_auth_args))
+              $(node_tls_args "$i") $(node_auth_args) $(node_kafka_args "$i"))
   if command -v setsid >/dev/null; then
     setsid "$ferryd" "${args[@]}" >>"$log" 2>&1 </dev/null &
   else
@@ -417,15 +427,17 @@ stop_node() {
 
 print_table() {
   local i pid state role
-  printf '%-5s %-8s %-6s %-16s %-6s %-8s %-7s %s\n' NODE PID STATE CAF HTTP METRICS ROLE DATA_DIR
+  printf '%-5s %-8s %-6s %-16s %-6s %-8s %-6s %-7s %s\n' NODE PID STATE CAF HTTP METRICS KAFKA \
+    ROLE DATA_DIR
   for i in "$@"; do
     pid=$(node_pid "$i")
     state=up
     [[ -n $pid ]] || { pid=- state=down; }
     role=voter
     ((i <= voter_count)) || role=broker
-    printf '%-5s %-8s %-6s %-16s %-6s %-8s %-7s %s\n' "$i" "$pid" "$state" \
-      "$host:$(caf_port "$i")" "$(http_port "$i")" "$(metrics_port "$i")" "$role" \
+    printf '%-5s %-8s %-6s %-16s %-6s %-8s %-6s %-7s %s\n' "$i" "$pid" "$state" \
+      "$host:$(caf_port "$i")" "$(http_port "$i")" "$(metrics_port "$i")" \
+      "$(if kafka_on; then kafka_port "$i"; else echo -; fi)" "$role" \
       "$(node_dir "$i")/data"
   done
 }
@@ -494,12 +506,13 @@ cmd_start() {
     auth=$want_auth
     set_ids
   fi
-  ((base_port >= 1 && base_port + 200 + nodes <= 65535)) ||
-    usage_error "base port $base_port: ports $((base_port + 1))..$((base_port + 200 + nodes)) must be within 1..65535"
+  ((base_port >= 1 && base_port + 300 + nodes <= 65535)) ||
+    usage_error "base port $base_port: ports $((base_port + 1))..$((base_port + 300 + nodes)) must be within 1..65535"
   [[ -x $ferryd ]] || die "no ferryd program at $ferryd (build first, or set FERRY_BUILD_DIR to the folder with ferryd)"
   local i p busy=()
   for i in "${ids[@]}"; do
-    for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
+    for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i") \
+      $(kafka_on && kafka_port "$i"); do
       port_in_use "$p" && busy+=("$p")
     done
   done
@@ -582,7 +595,8 @@ cmd_kill() {
 # stops it and exits).
 launch_listening() {
   local i=$1 p busy=()
-  for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i"); do
+  for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i") \
+    $(kafka_on && kafka_port "$i"); do
     port_in_use "$p" && busy+=("$p")
   done
   ((${#busy[@]} == 0)) || die "node $i's port(s) ${busy[*]} are in use by something else"

@@ -414,9 +414,10 @@ int main(int argc, char** argv) {
                  "port of the Kafka wire-protocol listener on --host, for "
                  "Kafka clients (kcat, librdkafka, kafka-python, ...); 0 "
                  "picks a free one, -1 (the default) turns it off. The CAF "
-                 "port has Kafka's 9092, so use e.g. 19092 (what "
-                 "deploy/local-cluster.sh gives node 1). Plaintext and "
-                 "unauthenticated so far: refused with --auth or TLS")
+                 "port has Kafka's 9092, so give this another, e.g. 29092 "
+                 "(deploy/local-cluster.sh gives node i 19390+i). Plaintext "
+                 "and unauthenticated so far: refused with --auth or TLS, and "
+                 "off loopback without --insecure")
     ->check(CLI::Range(-1, 65535));
   app.add_option("--kafka-advertised-host", opt.kafka_advertised_host,
                  "host Kafka clients reach this node's Kafka listener at, "
