@@ -1170,6 +1170,7 @@ int main(int argc, char** argv) {
     }};
     watchdog.detach();
     http.reset(); // before the actor system: it holds the node's handle
+    kafka.reset(); // likewise; and its connections' bridge actors end with it
     node = nullptr;
     // The node ended after the down messages of its replicas (see
     // replica_closed in actors/server/node.cpp): a request the BASP broker answers

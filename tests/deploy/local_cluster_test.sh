@@ -90,11 +90,12 @@ ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ec
 ((ephemeral_low > 10000 + 1000)) || ephemeral_low=61000
 base=
 for _ in $(seq 1 50); do
-  candidate=$((10000 + (RANDOM * 32768 + RANDOM) % (ephemeral_low - 10000 - 300)))
+  candidate=$((10000 + (RANDOM * 32768 + RANDOM) % (ephemeral_low - 10000 - 400)))
   ports=()
   # nodes + 2: the broker-only nodes 4 and 5 the 3-node run adds.
   for ((i = 1; i <= nodes + 2; i++)); do
-    ports+=($((candidate + i)) $((candidate + 100 + i)) $((candidate + 200 + i)))
+    ports+=($((candidate + i)) $((candidate + 100 + i)) $((candidate + 200 + i))
+            $((candidate + 300 + i)))
   done
   if ports_free "${ports[@]}"; then
     base=$candidate
@@ -214,6 +215,14 @@ sent=$(printf 'msg-%s\n' 1 2 3 4 5 6)
 ctl produce t <<<"$sent" || fail "produce failed"
 got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume failed"
 [[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "consumed '$got', produced '$sent'"
+
+if [[ -z $tls && -z $auth ]]; then
+  step "Kafka clients: kcat reads what ferryctl wrote through node $nodes's Kafka port"
+  command -v kcat >/dev/null || fail "no kcat (deploy/install-deps.sh installs it)"
+  kgot=$(timeout 60 kcat -b "127.0.0.1:$((base + 300 + nodes))" -t t -C -e -f '%s\n' 2>&1) ||
+    fail "kcat -C failed: $kgot"
+  [[ $(sort <<<"$kgot") == "$(sort <<<"$sent")" ]] || fail "kcat consumed '$kgot', produced '$sent'"
+fi
 
 if [[ -n $tls ]]; then
   step "TLS: clients without the cluster's certificate are refused"

@@ -107,6 +107,42 @@ def main():
     put("lmdb_rows", "raft-hard-state", bytes([11, 1]) + be(3, 8) + be(2, 4))
     put("lmdb_rows", "raft-entry", bytes([12, 1]) + be(3, 8) + bytes([0]) + b"cmd")
 
+    # Kafka request frames (fuzz_kafka_requests.cpp): header + body, no size.
+    def i16(n):
+        return struct.pack(">h", n)
+
+    def i32(n):
+        return struct.pack(">i", n)
+
+    def i64(n):
+        return struct.pack(">q", n)
+
+    def kstr(b):
+        return i16(len(b)) + b
+
+    def header(key, version, flexible=False):
+        return i16(key) + i16(version) + i32(1) + kstr(b"fuzz") + (b"\x00" if flexible else b"")
+
+    put("kafka_requests", "api-versions-v0", header(18, 0))
+    put("kafka_requests", "api-versions-v3",
+        header(18, 3, True) + bytes([11]) + b"librdkafka" + bytes([6]) + b"2.0.2" + b"\x00")
+    put("kafka_requests", "metadata-v0-all", header(3, 0) + i32(0))
+    put("kafka_requests", "metadata-v8-one",
+        header(3, 8) + i32(1) + kstr(b"events") + b"\x01\x00\x00")
+    put("kafka_requests", "produce-v8", header(0, 8) + i16(-1) + i16(-1) + i32(30000) + i32(1)
+        + kstr(b"events") + i32(1) + i32(0) + i32(len(batches[0])) + batches[0])
+    put("kafka_requests", "produce-v3-null-records", header(0, 3) + i16(-1) + i16(1) + i32(0)
+        + i32(1) + kstr(b"t") + i32(1) + i32(2) + i32(-1))
+    fetch = (i32(-1) + i32(500) + i32(1) + i32(52428800) + b"\x00" + i32(0) + i32(-1) + i32(1)
+             + kstr(b"events") + i32(1) + i32(0) + i32(-1) + i64(0) + i64(-1) + i32(1048576)
+             + i32(0) + kstr(b""))
+    put("kafka_requests", "fetch-v11", header(1, 11) + fetch)
+    put("kafka_requests", "fetch-v4", header(1, 4) + i32(-1) + i32(0) + i32(1) + i32(1 << 20)
+        + b"\x00" + i32(1) + kstr(b"events") + i32(1) + i32(0) + i64(5) + i32(1 << 20))
+    put("kafka_requests", "list-offsets-v5", header(2, 5) + i32(-1) + b"\x00" + i32(1)
+        + kstr(b"events") + i32(1) + i32(0) + i32(-1) + i64(-2))
+    put("kafka_requests", "join-group-unsupported", header(11, 5) + b"\x00" * 8)
+
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@
 #                  temp dir, deleted); the seeds in tests/fuzz/corpus are never
 #                  written to
 #   HARNESS        record_batch decompress segment_recovery raft http_json
-#                  lmdb_rows
+#                  lmdb_rows kafka_requests
 #                  (default: all)
 #
 # A harness that finds a crash, a sanitizer report or a broken property
@@ -32,10 +32,12 @@ while [ $# -gt 0 ]; do
     *) harnesses+=("$1"); shift ;;
   esac
 done
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(record_batch decompress segment_recovery raft http_json lmdb_rows)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(record_batch decompress segment_recovery raft http_json lmdb_rows
+                                         kafka_requests)
 # Inputs per harness in a default run: about 5-15 s each with ASan on 2 cores.
 declare -A default_runs=([record_batch]=50000 [decompress]=50000 [segment_recovery]=3000
-                         [raft]=20000 [http_json]=20000 [lmdb_rows]=50000)
+                         [raft]=20000 [http_json]=20000 [lmdb_rows]=50000
+                         [kafka_requests]=50000)
 work=$(mktemp -d /tmp/ferry-fuzz.XXXXXX)
 artifacts="$work/artifacts"
 mkdir -p "$artifacts"
