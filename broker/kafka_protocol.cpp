@@ -72,6 +72,8 @@ error_code to_kafka(const caf::error& err) {
       return error_code::sasl_authentication_failed;
     case ec::authorization_failed:
       return error_code::topic_authorization_failed;
+    case ec::coordinator_not_available:
+      return error_code::coordinator_not_available;
     default:
       return error_code::unknown_server_error;
   }
@@ -88,6 +90,7 @@ const std::vector<api_range>& supported_apis() {
     {api::list_offsets, 1, 5},
     {api::metadata, 0, 8},
     {api::api_versions, 0, 3},
+    {api::init_producer_id, 0, 1},
   };
   return xs;
 }
@@ -111,6 +114,8 @@ bool flexible_request(int16_t key, int16_t version) {
       return version >= 6;
     case api::metadata:
       return version >= 9;
+    case api::init_producer_id:
+      return version >= 2;
   }
   return false;
 }
@@ -663,6 +668,28 @@ void write_list_offsets_response(
         out.i32(p.leader_epoch);
     }
   }
+}
+
+// -- InitProducerId ---------------------------------------------------------------
+
+init_producer_id_request read_init_producer_id_request(reader& in,
+                                                       int16_t version) {
+  (void) version; // v0-1 share the layout
+  init_producer_id_request r;
+  r.transactional_id = in.nullable_string("init_producer_id transactional_id");
+  r.transaction_timeout_ms = in.i32("init_producer_id transaction_timeout_ms");
+  in.expect_end("init_producer_id request");
+  return r;
+}
+
+void write_init_producer_id_response(writer& out, int16_t version,
+                                     error_code err, int64_t producer_id,
+                                     int16_t producer_epoch) {
+  (void) version;
+  out.i32(0); // throttle_time_ms
+  out.i16(static_cast<int16_t>(err));
+  out.i64(producer_id);
+  out.i16(producer_epoch);
 }
 
 // -- other --------------------------------------------------------------------

@@ -40,6 +40,7 @@ enum class api : int16_t {
   list_offsets = 2,
   metadata = 3,
   api_versions = 18,
+  init_producer_id = 22,
 };
 
 /// Kafka error codes (Kafka's Errors), the ones Ferry answers.
@@ -52,6 +53,7 @@ enum class error_code : int16_t {
   leader_not_available = 5,
   not_leader_or_follower = 6,
   request_timed_out = 7,
+  coordinator_not_available = 15,
   message_too_large = 10,
   invalid_topic_exception = 17,
   record_list_too_large = 18,
@@ -399,6 +401,20 @@ struct list_offsets_topic_resp {
 void write_list_offsets_response(
   writer& out, int16_t version,
   const std::vector<list_offsets_topic_resp>& topics);
+
+// -- InitProducerId (key 22), v0-1 ---------------------------------------------
+
+struct init_producer_id_request {
+  std::optional<std::string> transactional_id;
+  int32_t transaction_timeout_ms = 0;
+};
+
+init_producer_id_request read_init_producer_id_request(reader& in,
+                                                       int16_t version);
+
+void write_init_producer_id_response(writer& out, int16_t version,
+                                     error_code err, int64_t producer_id,
+                                     int16_t producer_epoch);
 
 // -- any other request -----------------------------------------------------------
 

@@ -1060,6 +1060,8 @@ json to_json(const cluster_description& x) {
                          {"port", n.port},
                          {"httpPort", n.http_port},
                          {"metricsPort", n.metrics_port},
+                         {"kafkaPort", n.kafka_port},
+                         {"kafkaHost", n.kafka_host},
                          {"alive", n.alive},
                          {"controller", n.controller},
                          {"role", n.voter ? "voter" : "broker"},

@@ -704,6 +704,41 @@ void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
   });
 }
 
+// -- InitProducerId ---------------------------------------------------------------
+
+void serve_init_producer_id(listener_core& core, conn_ptr conn, uint64_t seq,
+                            kafka::request_header h,
+                            kafka::init_producer_id_request req) {
+  auto answer = [h](kafka::error_code err, int64_t id, int16_t epoch) {
+    return respond(h, [&](kafka::writer& w) {
+      kafka::write_init_producer_id_response(w, h.api_version, err, id, epoch);
+    });
+  };
+  if (req.transactional_id) {
+    // Ferry has no transactions (and refuses transactional batches).
+    conn->complete(seq, answer(kafka::error_code::invalid_request, -1, -1));
+    return;
+  }
+  auto broker = core.broker;
+  auto timeout = caf::timespan{core.cfg.request_timeout};
+  conn->run([=](caf::event_based_actor* self) {
+    self->request(broker, timeout, init_pid_atom_v)
+      .then(
+        [=](const producer_identity& pid) {
+          conn->complete(seq, answer(kafka::error_code::none, pid.id.value, pid.epoch));
+        },
+        [=](caf::error& err) {
+          auto code = kafka::to_kafka(err);
+          // Retriable for the client, as Kafka's COORDINATOR_NOT_AVAILABLE
+          // while no controller answers.
+          if (code == kafka::error_code::unknown_server_error
+              || code == kafka::error_code::not_leader_or_follower)
+            code = kafka::error_code::coordinator_not_available;
+          conn->complete(seq, answer(code, -1, -1));
+        });
+  });
+}
+
 void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
   kafka::reader in{*frame};
   auto h = kafka::read_request_header(in);
@@ -769,6 +804,13 @@ void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
       if (!in.ok())
         return malformed("Fetch");
       serve_fetch(core_, self, seq, h, std::move(req));
+      return;
+    }
+    case kafka::api::init_producer_id: {
+      auto req = kafka::read_init_producer_id_request(in, v);
+      if (!in.ok())
+        return malformed("InitProducerId");
+      serve_init_producer_id(core_, self, seq, h, std::move(req));
       return;
     }
     case kafka::api::list_offsets: {

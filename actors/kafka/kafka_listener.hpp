@@ -6,11 +6,12 @@
 // are appended as they come and fetched batches go out as they are stored.
 //
 // APIs and versions: broker/kafka_protocol.hpp `supported_apis()` (today
-// ApiVersions 0-3, Metadata 0-8, Produce 3-8, Fetch 4-11, ListOffsets 1-5).
+// ApiVersions 0-3, Metadata 0-8, Produce 3-8, Fetch 4-11, ListOffsets 1-5,
+// InitProducerId 0-1).
 // A request of another key or version is answered with UNSUPPORTED_VERSION
 // (ApiVersions with its v0 answer listing what Ferry speaks), and the
-// connection stays open. Groups, offsets, idempotent producers and admin
-// APIs are not served yet (see actors/kafka/README.md).
+// connection stays open. Groups, offsets, transactions and admin APIs
+// are not served yet (see actors/kafka/README.md).
 //
 // How a request is served: each frame is decoded on an io thread; what needs
 // the broker is asked of the node's front door (the broker_actor, in this

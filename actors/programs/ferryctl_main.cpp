@@ -951,6 +951,8 @@ int cluster_describe(context& ctx) {
                            {"port", n.port},
                            {"http_port", n.http_port},
                            {"metrics_port", n.metrics_port},
+                           {"kafka_port", n.kafka_port},
+                           {"kafka_host", n.kafka_host},
                            {"alive", n.alive},
                            {"controller", n.controller},
                            {"role", n.voter ? "voter" : "broker"},
@@ -996,9 +998,11 @@ int cluster_describe(context& ctx) {
                     std::string{n.voter ? "voter" : "broker"}
                       + (n.removing ? " (removing)" : ""),
                     endpoint, port_text(n.http_port), port_text(n.metrics_port),
-                    n.alive ? "yes" : "no", n.controller ? "*" : ""});
+                    port_text(n.kafka_port), n.alive ? "yes" : "no",
+                    n.controller ? "*" : ""});
   }
-  print_table({"NODE", "ROLE", "ENDPOINT", "HTTP", "METRICS", "ALIVE", "CONTROLLER"}, rows);
+  print_table({"NODE", "ROLE", "ENDPOINT", "HTTP", "METRICS", "KAFKA", "ALIVE", "CONTROLLER"},
+              rows);
   std::cout << '\n';
   rows.clear();
   auto ints_text = [](const std::vector<int32_t>& xs) {

@@ -81,6 +81,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       write_fetch_response(w, v, r);
       break;
     }
+    case api::init_producer_id: {
+      auto req = read_init_producer_id_request(in, v);
+      check_end();
+      write_init_producer_id_response(w, v, req.transactional_id ? error_code::invalid_request
+                                                                 : error_code::none,
+                                      7, 0);
+      break;
+    }
     case api::list_offsets: {
       auto req = read_list_offsets_request(in, v);
       check_end();

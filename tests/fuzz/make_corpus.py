@@ -141,6 +141,7 @@ def main():
         + b"\x00" + i32(1) + kstr(b"events") + i32(1) + i32(0) + i64(5) + i32(1 << 20))
     put("kafka_requests", "list-offsets-v5", header(2, 5) + i32(-1) + b"\x00" + i32(1)
         + kstr(b"events") + i32(1) + i32(0) + i32(-1) + i64(-2))
+    put("kafka_requests", "init-producer-id-v1", header(22, 1) + i16(-1) + i32(60000))
     put("kafka_requests", "join-group-unsupported", header(11, 5) + b"\x00" * 8)
 
 

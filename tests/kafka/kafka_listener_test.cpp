@@ -330,6 +330,36 @@ TEST_F(KafkaListener, KafkaPythonProducesWithAcksAllAndReadsBack) {
   EXPECT_EQ(std::count(c.out.begin(), c.out.end(), '\n'), 200) << c.out;
 }
 
+TEST_F(KafkaListener, AnIdempotentKcatProducerGetsAProducerIdItsBatchesCarry) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  std::string input;
+  for (int i = 0; i < 50; ++i)
+    input += "same-key:v" + std::to_string(i) + "\n";
+  auto p = run_command(kcat_path(),
+                       {"-b", kafka, "-t", "events", "-P", "-K:", "-X",
+                        "enable.idempotence=true", "-X", "partitioner=murmur2_random"},
+                       30s, input);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  // Every record of the key, in order, from one producer id with
+  // consecutive sequences (the broker deduplicates by them).
+  std::vector<log_record> recs;
+  for (int32_t part = 0; part < 3; ++part) {
+    raw_client c{node.kafka_port()};
+    ASSERT_TRUE(c.send(1, 11, 1, fetch_body("events", part, 0, 0)));
+    auto f = c.receive();
+    ASSERT_TRUE(f);
+    for (auto& r : read_fetch_v11(*f, 0).records)
+      recs.push_back(r);
+  }
+  ASSERT_EQ(recs.size(), 50u);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    EXPECT_EQ(recs[i].value, "v" + std::to_string(i));
+    EXPECT_GE(recs[i].producer_id, 0);
+    EXPECT_EQ(recs[i].producer_id, recs[0].producer_id);
+    EXPECT_EQ(recs[i].sequence, static_cast<int32_t>(i));
+  }
+}
+
 TEST_F(KafkaListener, AnUnknownApiGetsUnsupportedVersionAndTheConnectionStaysOpen) {
   raw_client c{node.kafka_port()};
   ASSERT_TRUE(c.connected());
@@ -508,6 +538,11 @@ TEST(KafkaCluster, EveryNodeIsABrokerAndKcatFollowsTheLeaders) {
         return false;
     return md.out.find("leader -1") == std::string::npos;
   })) << md_out;
+  // ferryctl cluster describe shows them as well.
+  auto cd = ferryctl_json(c.endpoint(2), {"cluster", "describe"});
+  ASSERT_EQ(cd["nodes"].size(), 3u) << cd.dump();
+  for (auto& n : cd["nodes"])
+    EXPECT_EQ(n["kafka_port"].get<int>(), c.node(n["id"].get<int>()).kafka_port()) << n.dump();
   std::string input;
   for (int i = 0; i < 300; ++i)
     input += "key" + std::to_string(i) + ":v" + std::to_string(i) + "\n";

@@ -505,3 +505,20 @@ TEST(KafkaProtocol, UnsupportedAnswerIsCorrelationIdAndErrorCode) {
   write_unsupported_response(w, 1234);
   EXPECT_EQ(hex(w.buffer()), "00000006000004d20023");
 }
+
+TEST(KafkaProtocol, InitProducerIdV0AndV1) {
+  writer w;
+  w.nullable_string(std::nullopt);
+  w.i32(60000);
+  reader r{w.buffer()};
+  auto req = read_init_producer_id_request(r, 1);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(req.transactional_id, std::nullopt);
+  EXPECT_EQ(req.transaction_timeout_ms, 60000);
+  writer out;
+  write_init_producer_id_response(out, 0, error_code::none, 1234, 0);
+  EXPECT_EQ(hex(out.buffer()), "00000000" "0000" "00000000000004d2" "0000");
+  EXPECT_TRUE(supported(22));
+  EXPECT_FALSE(flexible_request(22, 1));
+  EXPECT_TRUE(flexible_request(22, 2));
+}
