@@ -219,7 +219,7 @@ got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume f
 if [[ -z $tls && -z $auth ]]; then
   step "Kafka clients: kcat reads what ferryctl wrote through node $nodes's Kafka port"
   command -v kcat >/dev/null || fail "no kcat (deploy/install-deps.sh installs it)"
-  kgot=$(timeout 60 kcat -b "127.0.0.1:$((base + 300 + nodes))" -t t -C -e -f '%s\n' 2>&1) ||
+  kgot=$(timeout 60 kcat -q -b "127.0.0.1:$((base + 300 + nodes))" -t t -C -e -f '%s\n' 2>&1) ||
     fail "kcat -C failed: $kgot"
   [[ $(sort <<<"$kgot") == "$(sort <<<"$sent")" ]] || fail "kcat consumed '$kgot', produced '$sent'"
 fi
@@ -340,7 +340,7 @@ if ((nodes == 3)); then
   grep -E '^4 +[0-9]+ +up .* broker ' <<<"$out" >/dev/null || fail "add did not show node 4 up as a broker"
   [[ $(wc -l <"$FERRY_CLUSTER_DIR/brokers") == 4 ]] || fail "brokers file has not 4 lines after add"
   deadline=$((SECONDS + 30))
-  until ctl cluster describe 2>/dev/null | grep -E "^4 +broker +127\.0\.0\.1:$((base + 4)) +[0-9]+ +[0-9]+ +yes" >/dev/null; do
+  until ctl cluster describe 2>/dev/null | grep -E "^4 +broker +127\.0\.0\.1:$((base + 4)) +[0-9]+ +[0-9]+ +([0-9]+|-) +yes" >/dev/null; do
     ((SECONDS < deadline)) || fail "cluster describe does not show node 4 as an alive broker after 30 s"
     sleep 0.5
   done
