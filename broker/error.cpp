@@ -55,6 +55,7 @@ const char* to_string(ec x) {
     case ec::lease_not_found: return "lease_not_found";
     case ec::lease_expired: return "lease_expired";
     case ec::not_lease_owner: return "not_lease_owner";
+    case ec::inconsistent_group_protocol: return "inconsistent_group_protocol";
     case ec::authentication_failed: return "authentication_failed";
     case ec::authorization_failed: return "authorization_failed";
     case ec::login_throttled: return "login_throttled";

@@ -117,6 +117,9 @@ enum class ec : uint8_t {
   lease_expired,
   /// Queue mode: the record is leased to another member.
   not_lease_owner,
+  /// A join names no assignor (protocol) every member supports, or a
+  /// protocol type other than the group's (Kafka's INCONSISTENT_GROUP_PROTOCOL).
+  inconsistent_group_protocol,
 
   // -- security (issue 16) --------------------------------------------------
   /// No credentials, an unknown user or a wrong password (which of them is

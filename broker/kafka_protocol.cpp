@@ -74,6 +74,20 @@ error_code to_kafka(const caf::error& err) {
       return error_code::topic_authorization_failed;
     case ec::coordinator_not_available:
       return error_code::coordinator_not_available;
+    case ec::unknown_member:
+      return error_code::unknown_member_id;
+    case ec::illegal_generation:
+      return error_code::illegal_generation;
+    case ec::rebalance_in_progress:
+      return error_code::rebalance_in_progress;
+    case ec::group_not_empty:
+      return error_code::non_empty_group;
+    case ec::unknown_group:
+      return error_code::group_id_not_found;
+    case ec::fenced_instance_id:
+      return error_code::fenced_instance_id;
+    case ec::inconsistent_group_protocol:
+      return error_code::inconsistent_group_protocol;
     default:
       return error_code::unknown_server_error;
   }
@@ -89,6 +103,15 @@ const std::vector<api_range>& supported_apis() {
     {api::fetch, 4, 11},
     {api::list_offsets, 1, 5},
     {api::metadata, 0, 8},
+    {api::offset_commit, 0, 7},
+    {api::offset_fetch, 0, 5},
+    {api::find_coordinator, 0, 2},
+    {api::join_group, 0, 5},
+    {api::heartbeat, 0, 3},
+    {api::leave_group, 0, 3},
+    {api::sync_group, 0, 3},
+    {api::describe_groups, 0, 4},
+    {api::list_groups, 0, 2},
     {api::api_versions, 0, 3},
     {api::init_producer_id, 0, 1},
   };
@@ -116,6 +139,22 @@ bool flexible_request(int16_t key, int16_t version) {
       return version >= 9;
     case api::init_producer_id:
       return version >= 2;
+    case api::offset_commit:
+      return version >= 8;
+    case api::offset_fetch:
+      return version >= 6;
+    case api::find_coordinator:
+      return version >= 3;
+    case api::join_group:
+      return version >= 6;
+    case api::heartbeat:
+    case api::leave_group:
+    case api::sync_group:
+      return version >= 4;
+    case api::describe_groups:
+      return version >= 5;
+    case api::list_groups:
+      return version >= 3;
   }
   return false;
 }

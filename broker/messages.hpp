@@ -411,26 +411,64 @@ struct join_group_request {
   std::vector<std::string> assignors;    ///< preferred first: range, roundrobin, cooperative-sticky
   std::vector<std::string> topics;       ///< subscription
   std::vector<topic_partition> owned;    ///< for cooperative rebalancing
+  /// "" (Ferry's clients): the coordinator assigns partitions with one of
+  /// `assignors`. Any other value (Kafka clients send "consumer"): the
+  /// client-side protocol: `assignors` are the member's protocol names,
+  /// `protocol_metadata` their opaque metadata (one per name), the leader
+  /// member gets every member's metadata and hands out the assignments in
+  /// its sync. A group has one protocol type.
+  std::string protocol_type;
+  std::vector<std::string> protocol_metadata;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_group_request& x) {
   return f(caf::meta::type_name("ferry::join_group_request"), x.group,
            x.member_id, x.group_instance_id, x.client_id, x.session_timeout_ms,
-           x.rebalance_timeout_ms, x.assignors, x.topics, x.owned);
+           x.rebalance_timeout_ms, x.assignors, x.topics, x.owned,
+           x.protocol_type, x.protocol_metadata);
+}
+
+/// A member as the leader of a client-side group sees it.
+struct join_group_member {
+  std::string member_id;
+  std::string group_instance_id;
+  std::string metadata; ///< for the chosen protocol
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_group_member& x) {
+  return f(caf::meta::type_name("ferry::join_group_member"), x.member_id,
+           x.group_instance_id, x.metadata);
 }
 
 struct join_group_response {
   int32_t generation = 0;
   std::string member_id;
   std::string leader_id;
-  std::string assignor;
+  std::string assignor; ///< the chosen protocol
+  /// Client-side groups, the leader only: every member and its metadata.
+  std::vector<join_group_member> members;
+  std::string protocol_type;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_group_response& x) {
   return f(caf::meta::type_name("ferry::join_group_response"), x.generation,
-           x.member_id, x.leader_id, x.assignor);
+           x.member_id, x.leader_id, x.assignor, x.members, x.protocol_type);
+}
+
+/// One member's assignment as the leader of a client-side group hands it out
+/// (opaque bytes; Kafka's ConsumerProtocol assignment for "consumer").
+struct member_assignment {
+  std::string member_id;
+  std::string assignment;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_assignment& x) {
+  return f(caf::meta::type_name("ferry::member_assignment"), x.member_id,
+           x.assignment);
 }
 
 /// Sync (after join): the coordinator computes the assignment (server-side
@@ -440,23 +478,27 @@ struct sync_group_request {
   std::string member_id;
   std::string group_instance_id;
   int32_t generation = 0;
+  /// Client-side groups: the leader's assignments (others send none).
+  std::vector<member_assignment> assignments;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sync_group_request& x) {
   return f(caf::meta::type_name("ferry::sync_group_request"), x.group,
-           x.member_id, x.group_instance_id, x.generation);
+           x.member_id, x.group_instance_id, x.generation, x.assignments);
 }
 
 struct sync_group_response {
   int32_t generation = 0;
   std::vector<topic_partition> assignment;
+  /// Client-side groups: this member's assignment as the leader sent it.
+  std::string assignment_bytes;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sync_group_response& x) {
   return f(caf::meta::type_name("ferry::sync_group_response"), x.generation,
-           x.assignment);
+           x.assignment, x.assignment_bytes);
 }
 
 /// Heartbeat: keeps the session; answers rebalance_in_progress when the
@@ -549,12 +591,17 @@ struct member_description {
   std::string group_instance_id;
   std::string client_id;
   std::vector<topic_partition> assignment;
+  /// Client-side groups: the member's metadata for the chosen protocol and
+  /// its assignment, as sent (Kafka's DescribeGroups returns both).
+  std::string metadata;
+  std::string assignment_bytes;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_description& x) {
   return f(caf::meta::type_name("ferry::member_description"), x.member_id,
-           x.group_instance_id, x.client_id, x.assignment);
+           x.group_instance_id, x.client_id, x.assignment, x.metadata,
+           x.assignment_bytes);
 }
 
 /// Per partition: committed offset, log end and lag.
@@ -582,12 +629,16 @@ struct group_description {
   int32_t generation = 0;
   std::vector<member_description> members;
   std::vector<partition_lag> partitions;
+  /// "" for Ferry's clients (server-side assignment), else the client-side
+  /// protocol type ("consumer" for Kafka consumers).
+  std::string protocol_type;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, group_description& x) {
   return f(caf::meta::type_name("ferry::group_description"), x.group, x.mode,
-           x.state, x.assignor, x.generation, x.members, x.partitions);
+           x.state, x.assignor, x.generation, x.members, x.partitions,
+           x.protocol_type);
 }
 
 
@@ -1051,6 +1102,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::topic_partition>))
   CAF_ADD_TYPE_ID(ferry, (ferry::join_group_request))
   CAF_ADD_TYPE_ID(ferry, (ferry::join_group_response))
+  CAF_ADD_TYPE_ID(ferry, (ferry::join_group_member))
+  CAF_ADD_TYPE_ID(ferry, (ferry::member_assignment))
   CAF_ADD_TYPE_ID(ferry, (ferry::sync_group_request))
   CAF_ADD_TYPE_ID(ferry, (ferry::sync_group_response))
   CAF_ADD_TYPE_ID(ferry, (ferry::heartbeat_request))

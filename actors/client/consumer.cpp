@@ -688,7 +688,7 @@ void start_sync(consumer_pointer self) {
   st.ph = phase::syncing;
   auto gen = st.group_gen;
   sync_group_request req{st.cfg.group_id, st.member_id, st.cfg.group_instance_id,
-                         st.generation};
+                         st.generation, {}};
   self->request(st.broker, st.cfg.max_poll_interval + st.cfg.request_timeout, sync_atom_v,
                 std::move(req))
     .then(

@@ -359,6 +359,7 @@ unsigned status_of(ec code) {
     case ec::illegal_generation:
     case ec::fenced_instance_id:
     case ec::not_lease_owner:
+    case ec::inconsistent_group_protocol:
     case ec::out_of_order_sequence:
     case ec::invalid_producer_epoch:
     case ec::unknown_producer_id:

@@ -7,11 +7,14 @@
 //
 // APIs and versions: broker/kafka_protocol.hpp `supported_apis()` (today
 // ApiVersions 0-3, Metadata 0-8, Produce 3-8, Fetch 4-11, ListOffsets 1-5,
-// InitProducerId 0-1).
+// InitProducerId 0-1; and the group APIs FindCoordinator 0-2, JoinGroup
+// 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3, OffsetCommit 0-7,
+// OffsetFetch 0-5, ListGroups 0-2, DescribeGroups 0-4, served in
+// kafka_groups.cpp on the same groups as every other client).
 // A request of another key or version is answered with UNSUPPORTED_VERSION
 // (ApiVersions with its v0 answer listing what Ferry speaks), and the
-// connection stays open. Groups, offsets, transactions and admin APIs
-// are not served yet (see actors/kafka/README.md).
+// connection stays open. Transactions and admin APIs are not served yet
+// (see actors/kafka/README.md).
 //
 // How a request is served: each frame is decoded on an io thread; what needs
 // the broker is asked of the node's front door (the broker_actor, in this
@@ -78,6 +81,11 @@ struct kafka_listener_config {
   std::chrono::milliseconds request_timeout{30000};
   std::chrono::milliseconds max_wait{60000};
   std::chrono::milliseconds long_poll_margin{10000};
+  /// What FindCoordinator answers: this node (its id, the host clients
+  /// reach it at, empty = `host`, and the bound port). The node relays a
+  /// group's requests to the node that coordinates it, so any node will do.
+  int32_t node_id = 0;
+  std::string advertised_host;
 };
 
 /// The Kafka port of one node. Not copyable.

@@ -287,7 +287,7 @@ json to_json(const group_description& g) {
   return json{{"group", g.group},         {"mode", g.mode},
               {"state", g.state},         {"assignor", g.assignor},
               {"generation", g.generation}, {"members", members},
-              {"partitions", parts}};
+              {"partitions", parts}, {"protocol_type", g.protocol_type}};
 }
 
 json to_json(const std::vector<partition_offset>& offsets) {
@@ -755,8 +755,10 @@ int group_describe(context& ctx) {
   }
   std::cout << "Group: " << g.group << "  Mode: " << g.mode << "  State: " << g.state
             << "  Assignor: " << (g.assignor.empty() ? "-" : g.assignor)
-            << "  Generation: " << g.generation << "  Members: " << g.members.size()
-            << '\n';
+            << "  Generation: " << g.generation << "  Members: " << g.members.size();
+  if (!g.protocol_type.empty())
+    std::cout << "  Protocol: " << g.protocol_type << " (client-side assignment)";
+  std::cout << '\n';
   if (g.mode == "queue") {
     // The queue group's settings and record counts (leases, retries, DLQ).
     auto q = call<queue_group_description>(ctx, describe_atom_v, queue_atom_v,

@@ -870,6 +870,10 @@ int main(int argc, char** argv) {
     ferry::kafka_listener_config kc;
     kc.host = opt.host;
     kc.port = static_cast<uint16_t>(opt.kafka_port);
+    kc.node_id = opt.node_id;
+    kc.advertised_host = opt.kafka_advertised_host.empty()
+                           ? advertised
+                           : opt.kafka_advertised_host;
     auto kl = ferry::kafka_listener::listen(std::move(kc));
     if (!kl) {
       auto msg = ferry::describe(kl.error());

@@ -2,6 +2,7 @@
 
 #include "broker/error.hpp"
 #include "broker/consumer_state.hpp"
+#include "broker/kafka_group_protocol.hpp"
 #include "broker/logging.hpp"
 #include "broker/record_batch.hpp"
 #include "metrics/group_probe.hpp"
@@ -108,11 +109,82 @@ caf::expected<group_member*> find_member(self_ptr self,
   return &i->second;
 }
 
+bool client_side(const group_state& st) {
+  return !st.protocol_type.empty();
+}
+
+/// The member's metadata for the group's protocol ("" if it has none).
+std::string metadata_for(const group_member& m, const std::string& protocol) {
+  for (size_t i = 0; i < m.assignors.size() && i < m.protocol_metadata.size();
+       ++i)
+    if (m.assignors[i] == protocol)
+      return m.protocol_metadata[i];
+  return {};
+}
+
 join_group_response current_join_response(self_ptr self,
                                           const group_member& m) {
   auto& st = self->state;
-  return join_group_response{st.generation, m.member_id, st.leader,
-                             st.assignor};
+  join_group_response res{st.generation, m.member_id, st.leader, st.assignor,
+                          {}, st.protocol_type};
+  if (client_side(st) && m.member_id == st.leader)
+    for (const auto& [id, x] : st.members)
+      res.members.push_back(join_group_member{id, x.group_instance_id,
+                                              metadata_for(x, st.assignor)});
+  return res;
+}
+
+// Client-side groups: the protocol every member supports that most members
+// list first among those (ties: the leader's, else the first member's order).
+std::string choose_protocol(self_ptr self) {
+  auto& st = self->state;
+  std::set<std::string> common;
+  bool first = true;
+  for (const auto& [id, m] : st.members) {
+    std::set<std::string> theirs(m.assignors.begin(), m.assignors.end());
+    if (first)
+      common = std::move(theirs);
+    else
+      std::erase_if(common,
+                    [&](const std::string& x) { return theirs.count(x) == 0; });
+    first = false;
+  }
+  std::map<std::string, int> votes;
+  for (const auto& [id, m] : st.members)
+    for (const auto& x : m.assignors)
+      if (common.count(x) > 0) {
+        ++votes[x];
+        break;
+      }
+  const group_member* order = nullptr;
+  if (auto i = st.members.find(st.leader); i != st.members.end())
+    order = &i->second;
+  else if (!st.members.empty())
+    order = &st.members.begin()->second;
+  std::string best;
+  int most = 0;
+  if (order)
+    for (const auto& x : order->assignors)
+      if (common.count(x) > 0 && votes[x] > most) {
+        best = x;
+        most = votes[x];
+      }
+  return best;
+}
+
+// Client-side: reads a "consumer" assignment for describe and the metrics.
+std::vector<topic_partition> read_assignment(const std::string& type,
+                                             const std::string& bytes) {
+  std::vector<topic_partition> out;
+  if (type != "consumer")
+    return out;
+  auto a = kafka::read_consumer_assignment(bytes);
+  if (!a)
+    return out;
+  for (const auto& tp : a->partitions)
+    for (auto p : tp.partitions)
+      out.push_back(topic_partition{tp.topic, partition_id{p}});
+  return out;
 }
 
 std::vector<assignor_member> assignor_input(self_ptr self) {
@@ -131,16 +203,19 @@ std::vector<assignor_member> assignor_input(self_ptr self) {
 }
 
 // Can a member with `prefs` join, given every other member? Kafka's
-// inconsistent-group-protocol check: one assignor must be common to all.
-bool compatible(self_ptr self, const std::vector<std::string>& prefs,
+// inconsistent-group-protocol check: the same protocol type, and one
+// assignor common to all.
+bool compatible(self_ptr self, const join_group_request& req,
                 const std::string& except) {
   std::set<std::string> common;
-  for (const auto& x : prefs)
-    if (is_known_assignor(x))
+  for (const auto& x : req.assignors)
+    if (!req.protocol_type.empty() || is_known_assignor(x))
       common.insert(x);
   for (const auto& [id, m] : self->state.members) {
     if (id == except)
       continue;
+    if (m.protocol_type != req.protocol_type)
+      return false;
     std::set<std::string> theirs(m.assignors.begin(), m.assignors.end());
     std::erase_if(common,
                   [&](const std::string& x) { return theirs.count(x) == 0; });
@@ -169,9 +244,37 @@ void complete_join(self_ptr self) {
     st.phase = group_phase::empty;
     st.assignor.clear();
     st.leader.clear();
+    st.protocol_type.clear();
     st.revocation_pending = false;
     persist_group(self);
     log::info("group {}: generation {} is empty", st.cfg.group, st.generation);
+    return;
+  }
+  st.protocol_type = st.members.begin()->second.protocol_type;
+  if (client_side(st)) {
+    // The leader stays while it is a member (Kafka's rule), else the first.
+    if (st.members.count(st.leader) == 0)
+      st.leader = st.members.begin()->first;
+    st.assignor = choose_protocol(self);
+    st.revocation_pending = false;
+    st.phase = group_phase::completing_rebalance;
+    for (auto& [id, m] : st.members) {
+      m.assignment.clear();
+      m.assignment_bytes.clear();
+      m.synced = false;
+    }
+    persist_group(self);
+    log::info("group {}: generation {} with {} members, protocol {} {}, "
+              "leader {}",
+              st.cfg.group, st.generation, st.members.size(),
+              st.protocol_type, st.assignor, st.leader);
+    for (auto& [id, m] : st.members) {
+      m.awaiting_join = false;
+      if (m.join_promise.pending())
+        m.join_promise.deliver(current_join_response(self, m));
+      m.join_promise = join_promise{};
+      touch_session(self, m);
+    }
     return;
   }
   auto input = assignor_input(self);
@@ -219,6 +322,12 @@ void prepare_rebalance(self_ptr self) {
   auto& st = self->state;
   bool was_empty = st.phase == group_phase::empty;
   st.phase = group_phase::preparing_rebalance;
+  for (auto& [id, m] : st.members)
+    if (m.sync_promise.pending()) {
+      m.sync_promise.deliver(
+        make_error(ec::rebalance_in_progress, "rejoin the group"));
+      m.sync_promise = {};
+    }
   st.revocation_pending = false;
   caf::timespan timeout{0};
   for (const auto& [id, m] : st.members)
@@ -243,6 +352,8 @@ void remove_member(self_ptr self, const std::string& id, caf::error why) {
   if (i == st.members.end())
     return;
   auto& m = i->second;
+  if (m.sync_promise.pending())
+    m.sync_promise.deliver(why);
   if (m.join_promise.pending())
     m.join_promise.deliver(std::move(why));
   if (!m.group_instance_id.empty()) {
@@ -289,6 +400,19 @@ void fill_member(group_member& m, const join_group_request& req,
   m.assignors = req.assignors;
   m.topics = req.topics;
   m.owned = req.owned;
+  m.protocol_type = req.protocol_type;
+  m.protocol_metadata = req.protocol_metadata;
+}
+
+// Does a rejoin of `m` with `req` need a rebalance (beyond one under way)?
+bool rejoin_changes(const group_state& st, const group_member& m,
+                    const join_group_request& req) {
+  if (m.topics != req.topics || m.assignors != req.assignors)
+    return true;
+  if (!req.protocol_type.empty())
+    return m.protocol_metadata != req.protocol_metadata
+           || m.member_id == st.leader;
+  return false;
 }
 
 caf::result<join_group_response> handle_join(self_ptr self,
@@ -304,18 +428,25 @@ caf::result<join_group_response> handle_join(self_ptr self,
                         + " ms is outside the allowed range");
   auto rebalance = req.rebalance_timeout_ms > 0 ? ms(req.rebalance_timeout_ms)
                                                 : session;
-  if (std::none_of(req.assignors.begin(), req.assignors.end(),
-                   [](const std::string& x) { return is_known_assignor(x); }))
+  if (req.protocol_type.empty()) {
+    if (std::none_of(req.assignors.begin(), req.assignors.end(),
+                     [](const std::string& x) { return is_known_assignor(x); }))
+      return make_error(ec::inconsistent_group_protocol,
+                        "no supported assignor (range, roundrobin, "
+                        "cooperative-sticky) in the join request");
+  } else if (req.assignors.empty()
+             || req.protocol_metadata.size() != req.assignors.size()) {
     return make_error(ec::invalid_request,
-                      "no supported assignor (range, roundrobin, "
-                      "cooperative-sticky) in the join request");
+                      "a client-side join needs protocols, each with its "
+                      "metadata");
+  }
   // -- a static member coming back under a new member id -----------------
   if (req.member_id.empty() && !req.group_instance_id.empty()) {
     auto s = st.static_members.find(req.group_instance_id);
     if (s != st.static_members.end()) {
       auto old_id = s->second;
-      if (!compatible(self, req.assignors, old_id))
-        return make_error(ec::invalid_request,
+      if (!compatible(self, req, old_id))
+        return make_error(ec::inconsistent_group_protocol,
                           "inconsistent group protocol: no assignor in "
                           "common with the group");
       auto node = st.members.extract(old_id);
@@ -325,7 +456,7 @@ caf::result<join_group_response> handle_join(self_ptr self,
           ec::fenced_instance_id, "group instance id '" + req.group_instance_id
                                     + "' rejoined under a new member id"));
       m.join_promise = join_promise{};
-      bool changed = m.topics != req.topics || m.assignors != req.assignors;
+      bool changed = rejoin_changes(st, m, req);
       m.member_id = new_member_id(self, req.client_id);
       fill_member(m, req, session, rebalance);
       auto id = m.member_id;
@@ -355,8 +486,8 @@ caf::result<join_group_response> handle_join(self_ptr self,
   }
   // -- a new member ------------------------------------------------------
   if (req.member_id.empty()) {
-    if (!compatible(self, req.assignors, {}))
-      return make_error(ec::invalid_request,
+    if (!compatible(self, req, {}))
+      return make_error(ec::inconsistent_group_protocol,
                         "inconsistent group protocol: no assignor in common "
                         "with the group");
     group_member m;
@@ -380,11 +511,11 @@ caf::result<join_group_response> handle_join(self_ptr self,
   if (!found)
     return std::move(found.error());
   auto& m = **found;
-  if (!compatible(self, req.assignors, m.member_id))
-    return make_error(ec::invalid_request,
+  if (!compatible(self, req, m.member_id))
+    return make_error(ec::inconsistent_group_protocol,
                       "inconsistent group protocol: no assignor in common "
                       "with the group");
-  bool changed = m.topics != req.topics || m.assignors != req.assignors;
+  bool changed = rejoin_changes(st, m, req);
   fill_member(m, req, session, rebalance);
   if (st.phase != group_phase::preparing_rebalance && !changed) {
     // Nothing new: the member gets the current generation and syncs.
@@ -398,6 +529,10 @@ caf::result<join_group_response> handle_join(self_ptr self,
   try_complete_join(self);
   return rp;
 }
+
+void report_members(self_ptr self);
+void refresh_metrics(self_ptr self);
+void schedule_metrics(self_ptr self);
 
 caf::result<sync_group_response> handle_sync(self_ptr self,
                                              const sync_group_request& req) {
@@ -414,9 +549,43 @@ caf::result<sync_group_response> handle_sync(self_ptr self,
                         + " is not the current " + std::to_string(st.generation));
   if (st.phase == group_phase::preparing_rebalance)
     return make_error(ec::rebalance_in_progress, "rejoin the group");
-  m.synced = true;
   touch_session(self, m);
-  sync_group_response res{st.generation, m.assignment};
+  if (client_side(st)) {
+    if (st.phase != group_phase::completing_rebalance)
+      return sync_group_response{st.generation, m.assignment,
+                                 m.assignment_bytes};
+    if (m.member_id != st.leader) {
+      // Waits for the leader's assignments.
+      if (m.sync_promise.pending())
+        m.sync_promise.deliver(make_error(ec::rebalance_in_progress,
+                                          "superseded by a newer sync"));
+      m.sync_promise = self->make_response_promise<sync_group_response>();
+      return m.sync_promise;
+    }
+    for (const auto& a : req.assignments) {
+      auto i = st.members.find(a.member_id);
+      if (i == st.members.end())
+        continue; // Kafka ignores assignments of members that are gone
+      i->second.assignment_bytes = a.assignment;
+      i->second.assignment = read_assignment(st.protocol_type, a.assignment);
+    }
+    st.phase = group_phase::stable;
+    for (auto& [id, x] : st.members) {
+      x.synced = true;
+      if (x.sync_promise.pending()) {
+        x.sync_promise.deliver(sync_group_response{
+          st.generation, x.assignment, x.assignment_bytes});
+        x.sync_promise = {};
+      }
+    }
+    log::info("group {}: generation {} is stable (assignments from {})",
+              st.cfg.group, st.generation, st.leader);
+    report_members(self);
+    return sync_group_response{st.generation, m.assignment,
+                               m.assignment_bytes};
+  }
+  m.synced = true;
+  sync_group_response res{st.generation, m.assignment, {}};
   if (st.phase == group_phase::completing_rebalance
       && std::all_of(st.members.begin(), st.members.end(),
                      [](const auto& kv) { return kv.second.synced; })) {
@@ -431,9 +600,6 @@ caf::result<sync_group_response> handle_sync(self_ptr self,
   return res;
 }
 
-void report_members(self_ptr self);
-void refresh_metrics(self_ptr self);
-void schedule_metrics(self_ptr self);
 
 caf::result<void> handle_heartbeat(self_ptr self,
                                    const heartbeat_request& req) {
@@ -741,10 +907,12 @@ caf::result<group_description> handle_describe(self_ptr self) {
   desc->state = to_string(st.phase);
   desc->assignor = st.assignor;
   desc->generation = st.generation;
+  desc->protocol_type = st.protocol_type;
   std::map<partition_ref, partition_lag> rows;
   for (const auto& [id, m] : st.members) {
-    desc->members.push_back(member_description{id, m.group_instance_id,
-                                               m.client_id, m.assignment});
+    desc->members.push_back(member_description{
+      id, m.group_instance_id, m.client_id, m.assignment,
+      metadata_for(m, st.assignor), m.assignment_bytes});
     for (const auto& p : m.assignment) {
       auto& row = rows[to_ref(p)];
       row.member_id = id;

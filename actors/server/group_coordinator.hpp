@@ -32,6 +32,20 @@
 // the follow-up rebalance itself (members see rebalance_in_progress on their
 // next heartbeat and rejoin without the revoked partitions).
 //
+// Client-side groups (Kafka clients; join_group_request::protocol_type not
+// empty, "consumer" for Kafka consumers): the protocol names and metadata
+// are opaque; the protocol is the one every member supports that most
+// members prefer (Kafka's vote); the leader (kept across generations while
+// it stays) gets every member's metadata in its join answer and hands out
+// the assignments in its sync. Other members' syncs wait for the leader's
+// (a rebalance starting first answers them rebalance_in_progress); the
+// leader's sync makes the group Stable. For "consumer" groups the
+// assignment bytes are read (ConsumerProtocol) to show each member's
+// partitions in describe and the lag metrics. A known member's rejoin
+// rebalances when its metadata changed or it is the leader (Kafka's rule).
+// A group has one protocol type: a join with another gets
+// inconsistent_group_protocol.
+//
 // Offsets: commit is durable in the offset_store before the reply. Describe
 // and reset ask the broker handle for log start (-2) and end (-1) offsets.
 //
@@ -137,6 +151,12 @@ struct group_member {
   std::vector<topic_partition> owned;
   /// Its partitions in the current generation.
   std::vector<topic_partition> assignment;
+  /// Client-side groups: the type, one metadata per name in `assignors`,
+  /// the assignment bytes from the leader's sync, and a sync waiting for it.
+  std::string protocol_type;
+  std::vector<std::string> protocol_metadata;
+  std::string assignment_bytes;
+  caf::typed_response_promise<sync_group_response> sync_promise;
   /// Pending while the member waits for the rebalance to complete.
   caf::typed_response_promise<join_group_response> join_promise;
   bool awaiting_join = false;
@@ -150,8 +170,11 @@ struct group_state {
   group_config cfg;
   group_phase phase = group_phase::empty;
   int32_t generation = 0;
-  /// Assignor of the current generation.
+  /// Assignor (protocol) of the current generation.
   std::string assignor;
+  /// "" (server-side assignment) or the client-side protocol type of the
+  /// current generation.
+  std::string protocol_type;
   std::string leader;
   /// By member id.
   std::map<std::string, group_member> members;

@@ -5,6 +5,7 @@
 #include "actors/server/group_coordinator.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "broker/error.hpp"
+#include "broker/kafka_group_protocol.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/offset_store.hpp"
 #include "tests/temp_dir.hpp"
@@ -637,11 +638,11 @@ TEST_F(GroupCoordinatorTest, AssignorIsChosenByMemberPreferences) {
                                       join_req("b", {"t"}, {"roundrobin"}));
   sched->run();
   ASSERT_TRUE(bad->done);
-  EXPECT_TRUE(is(bad->err, ec::invalid_request));
+  EXPECT_TRUE(is(bad->err, ec::inconsistent_group_protocol));
   auto none = ask<join_group_response>(join_atom_v,
                                        join_req("c", {"t"}, {"sticky"}));
   sched->run();
-  EXPECT_TRUE(is(none->err, ec::invalid_request));
+  EXPECT_TRUE(is(none->err, ec::inconsistent_group_protocol));
   EXPECT_EQ(describe_group().members.size(), 1u);
 }
 
@@ -1090,6 +1091,156 @@ TEST_F(GroupCoordinatorTest, OffsetStoreKeepsGroupsApartAndReportsCorruption) {
   auto g3 = offsets->fetch("g3");
   ASSERT_TRUE(g3);
   EXPECT_TRUE(g3->empty());
+}
+
+// -- client-side groups (Kafka clients) ----------------------------------------
+
+/// A Kafka consumer's join: protocol type "consumer", one subscription per
+/// protocol name (what librdkafka sends).
+join_group_request kafka_join(std::string client,
+                              std::vector<std::string> protocols,
+                              std::vector<std::string> subs = {"t"}) {
+  join_group_request r;
+  r.group = "g";
+  r.client_id = std::move(client);
+  r.session_timeout_ms = 10000;
+  r.rebalance_timeout_ms = 30000;
+  r.protocol_type = "consumer";
+  r.topics = subs;
+  kafka::consumer_subscription s;
+  s.topics = subs;
+  for (auto& p : protocols) {
+    s.user_data = p; // distinguishes the metadata per protocol
+    r.assignors.push_back(p);
+    r.protocol_metadata.push_back(kafka::write_consumer_subscription(s));
+  }
+  return r;
+}
+
+std::string kafka_assignment(std::vector<int32_t> parts) {
+  kafka::consumer_assignment a;
+  a.partitions.push_back(kafka::topic_partitions{"t", std::move(parts)});
+  return kafka::write_consumer_assignment(a);
+}
+
+TEST_F(GroupCoordinatorTest, KafkaGroupsAssignOnTheLeaderAndFollowersWaitForItsSync) {
+  auto ra = kafka_join("a", {"range", "roundrobin"});
+  auto ja = join_now(ra);
+  EXPECT_EQ(ja.generation, 1);
+  EXPECT_EQ(ja.leader_id, ja.member_id);
+  EXPECT_EQ(ja.assignor, "range");
+  EXPECT_EQ(ja.protocol_type, "consumer");
+  ASSERT_EQ(ja.members.size(), 1u);
+  EXPECT_EQ(ja.members[0].metadata, ra.protocol_metadata[0]);
+  // The leader's sync hands out its own assignment; the group is Stable.
+  auto s1 = ask<sync_group_response>(
+    sync_atom_v, sync_group_request{"g", ja.member_id, {}, 1,
+                                    {member_assignment{ja.member_id,
+                                                       kafka_assignment({0, 1, 2, 3})}}});
+  sched->run();
+  ASSERT_TRUE(s1->done && s1->value) << describe(s1->err);
+  EXPECT_EQ(s1->value->assignment_bytes, kafka_assignment({0, 1, 2, 3}));
+  auto d1 = describe_group();
+  EXPECT_EQ(d1.state, "Stable");
+  EXPECT_EQ(d1.protocol_type, "consumer");
+  ASSERT_EQ(d1.members.size(), 1u);
+  EXPECT_EQ(d1.members[0].assignment, (std::vector<topic_partition>{tp("t", 0), tp("t", 1),
+                                                                    tp("t", 2), tp("t", 3)}));
+  // B supports only roundrobin: the next generation uses it; A stays leader
+  // and sees both members' roundrobin metadata, B sees none.
+  auto rb = kafka_join("b", {"roundrobin"});
+  auto jb = ask<join_group_response>(join_atom_v, rb);
+  sched->run();
+  EXPECT_FALSE(jb->done);
+  auto ja2 = rejoin(ra, ja.member_id);
+  ASSERT_TRUE(ja2->done && ja2->value && jb->done && jb->value);
+  EXPECT_EQ(ja2->value->generation, 2);
+  EXPECT_EQ(ja2->value->assignor, "roundrobin");
+  EXPECT_EQ(ja2->value->leader_id, ja.member_id);
+  ASSERT_EQ(ja2->value->members.size(), 2u);
+  for (auto& m : ja2->value->members)
+    EXPECT_EQ(m.metadata, m.member_id == ja.member_id ? ra.protocol_metadata[1]
+                                                      : rb.protocol_metadata[0]);
+  EXPECT_TRUE(jb->value->members.empty());
+  auto b = jb->value->member_id;
+  // B's sync waits for the leader's.
+  auto sb = ask<sync_group_response>(sync_atom_v, sync_group_request{"g", b, {}, 2, {}});
+  sched->run();
+  EXPECT_FALSE(sb->done);
+  EXPECT_EQ(describe_group().state, "CompletingRebalance");
+  auto sa = ask<sync_group_response>(
+    sync_atom_v,
+    sync_group_request{"g", ja.member_id, {}, 2,
+                       {member_assignment{ja.member_id, kafka_assignment({0, 2})},
+                        member_assignment{b, kafka_assignment({1, 3})}}});
+  sched->run();
+  ASSERT_TRUE(sa->done && sa->value && sb->done && sb->value) << describe(sb->err);
+  EXPECT_EQ(sa->value->assignment_bytes, kafka_assignment({0, 2}));
+  EXPECT_EQ(sb->value->assignment_bytes, kafka_assignment({1, 3}));
+  EXPECT_EQ(sb->value->assignment, (std::vector<topic_partition>{tp("t", 1), tp("t", 3)}));
+  EXPECT_EQ(describe_group().state, "Stable");
+  EXPECT_FALSE(heartbeat(ja.member_id, 2));
+  EXPECT_FALSE(heartbeat(b, 2));
+  // A follower's rejoin with the same metadata changes nothing; the
+  // leader's rejoin starts a rebalance (Kafka's rule: it may have seen new
+  // partitions).
+  auto again = rejoin(rb, b);
+  ASSERT_TRUE(again->done && again->value);
+  EXPECT_EQ(again->value->generation, 2);
+  EXPECT_EQ(describe_group().state, "Stable");
+  auto lead = rejoin(ra, ja.member_id);
+  EXPECT_FALSE(lead->done);
+  EXPECT_EQ(describe_group().state, "PreparingRebalance");
+  EXPECT_TRUE(is(heartbeat(b, 2), ec::rebalance_in_progress));
+}
+
+TEST_F(GroupCoordinatorTest, AKafkaFollowerWaitingForTheLeaderHearsOfARebalance) {
+  auto ra = kafka_join("a", {"range"});
+  auto ja = join_now(ra);
+  auto s1 = ask<sync_group_response>(
+    sync_atom_v, sync_group_request{"g", ja.member_id, {}, 1,
+                                    {member_assignment{ja.member_id,
+                                                       kafka_assignment({0, 1, 2, 3})}}});
+  sched->run();
+  ASSERT_TRUE(s1->done && s1->value);
+  auto rb = kafka_join("b", {"range"});
+  auto jb = ask<join_group_response>(join_atom_v, rb);
+  sched->run();
+  auto ja2 = rejoin(ra, ja.member_id);
+  ASSERT_TRUE(jb->done && jb->value);
+  auto b = jb->value->member_id;
+  auto sb = ask<sync_group_response>(sync_atom_v, sync_group_request{"g", b, {}, 2, {}});
+  sched->run();
+  EXPECT_FALSE(sb->done);
+  // The leader leaves before it synced: B's sync is answered, it rejoins.
+  EXPECT_FALSE(leave(ja.member_id));
+  ASSERT_TRUE(sb->done);
+  EXPECT_TRUE(is(sb->err, ec::rebalance_in_progress)) << describe(sb->err);
+  auto jb2 = rejoin(rb, b);
+  ASSERT_TRUE(jb2->done && jb2->value);
+  EXPECT_EQ(jb2->value->generation, 3);
+  EXPECT_EQ(jb2->value->leader_id, b);
+}
+
+TEST_F(GroupCoordinatorTest, KafkaAndFerryMembersCannotShareAGroup) {
+  auto ja = join_now(kafka_join("a", {"range"}));
+  (void) ja;
+  auto native = ask<join_group_response>(join_atom_v, join_req("n"));
+  sched->run();
+  ASSERT_TRUE(native->done);
+  EXPECT_TRUE(is(native->err, ec::inconsistent_group_protocol)) << describe(native->err);
+  // No protocol in common with the group.
+  auto other = ask<join_group_response>(join_atom_v, kafka_join("c", {"my-own"}));
+  sched->run();
+  ASSERT_TRUE(other->done);
+  EXPECT_TRUE(is(other->err, ec::inconsistent_group_protocol)) << describe(other->err);
+  // A client-side join needs one metadata per protocol.
+  auto bad = kafka_join("d", {"range"});
+  bad.protocol_metadata.clear();
+  auto r = ask<join_group_response>(join_atom_v, bad);
+  sched->run();
+  ASSERT_TRUE(r->done);
+  EXPECT_TRUE(is(r->err, ec::invalid_request)) << describe(r->err);
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 //   - every answer Ferry would write for it encodes (the response writers
 //     run on what was decoded, at the asked version).
 
+#include "broker/kafka_group_protocol.hpp"
 #include "broker/kafka_protocol.hpp"
 
 #include <cstddef>
@@ -100,6 +101,85 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         r.push_back(std::move(tr));
       }
       write_list_offsets_response(w, v, r);
+      break;
+    }
+    case api::find_coordinator: {
+      auto req = read_find_coordinator_request(in, v);
+      check_end();
+      write_find_coordinator_response(w, v, find_coordinator_response{
+                                              error_code::none, std::nullopt, 0, req.key, 1});
+      break;
+    }
+    case api::join_group: {
+      auto req = read_join_group_request(in, v);
+      check_end();
+      join_group_response_v r;
+      r.member_id = req.member_id;
+      for (auto& p : req.protocols) {
+        // What the coordinator reads from a Kafka consumer's metadata.
+        if (auto sub = read_consumer_subscription(p.metadata))
+          (void) write_consumer_subscription(*sub);
+        r.members.push_back(join_member_v{req.member_id, req.group_instance_id, p.metadata});
+      }
+      write_join_group_response(w, v, r);
+      break;
+    }
+    case api::sync_group: {
+      auto req = read_sync_group_request(in, v);
+      check_end();
+      std::string mine;
+      for (auto& [id, bytes] : req.assignments) {
+        if (auto a = read_consumer_assignment(bytes))
+          (void) write_consumer_assignment(*a);
+        if (id == req.member_id)
+          mine = bytes;
+      }
+      write_sync_group_response(w, v, error_code::none, mine);
+      break;
+    }
+    case api::heartbeat:
+      read_heartbeat_request(in, v);
+      check_end();
+      write_heartbeat_response(w, v, error_code::none);
+      break;
+    case api::leave_group: {
+      auto req = read_leave_group_request(in, v);
+      check_end();
+      write_leave_group_response(w, v, error_code::none, req.members);
+      break;
+    }
+    case api::offset_commit: {
+      auto req = read_offset_commit_request(in, v);
+      check_end();
+      write_offset_commit_response(w, v, req.topics);
+      break;
+    }
+    case api::offset_fetch: {
+      auto req = read_offset_fetch_request(in, v);
+      check_end();
+      std::vector<offset_fetch_topic_v> r;
+      if (req.topics)
+        for (auto& t : *req.topics) {
+          offset_fetch_topic_v tr{t.topic, {}};
+          for (auto p : t.partitions)
+            tr.partitions.push_back({p, -1, -1, std::nullopt, error_code::none});
+          r.push_back(std::move(tr));
+        }
+      write_offset_fetch_response(w, v, r, error_code::none);
+      break;
+    }
+    case api::list_groups:
+      read_list_groups_request(in, v);
+      check_end();
+      write_list_groups_response(w, v, error_code::none, {});
+      break;
+    case api::describe_groups: {
+      auto req = read_describe_groups_request(in, v);
+      check_end();
+      std::vector<described_group> r;
+      for (auto& g : req.groups)
+        r.push_back(described_group{error_code::none, g, "Dead", "", "", {}});
+      write_describe_groups_response(w, v, r);
       break;
     }
   }

@@ -142,7 +142,26 @@ def main():
     put("kafka_requests", "list-offsets-v5", header(2, 5) + i32(-1) + b"\x00" + i32(1)
         + kstr(b"events") + i32(1) + i32(0) + i32(-1) + i64(-2))
     put("kafka_requests", "init-producer-id-v1", header(22, 1) + i16(-1) + i32(60000))
-    put("kafka_requests", "join-group-unsupported", header(11, 5) + b"\x00" * 8)
+    put("kafka_requests", "join-group-unsupported", header(11, 6) + b"\x00" * 8)
+
+    def kbytes(b):
+        return i32(len(b)) + b
+
+    # Group APIs: a consumer subscription / assignment inside.
+    subscription = i16(1) + i32(1) + kstr(b"events") + i32(-1) + i32(1) + kstr(b"events") + i32(1) + i32(0)
+    assignment = i16(0) + i32(1) + kstr(b"events") + i32(2) + i32(0) + i32(1) + i32(-1)
+    put("kafka_requests", "find-coordinator-v2", header(10, 2) + kstr(b"grp") + b"\x00")
+    put("kafka_requests", "join-group-v5", header(11, 5) + kstr(b"grp") + i32(10000) + i32(300000)
+        + kstr(b"") + i16(-1) + kstr(b"consumer") + i32(1) + kstr(b"range") + kbytes(subscription))
+    put("kafka_requests", "sync-group-v3", header(14, 3) + kstr(b"grp") + i32(1) + kstr(b"m-1")
+        + i16(-1) + i32(1) + kstr(b"m-1") + kbytes(assignment))
+    put("kafka_requests", "heartbeat-v3", header(12, 3) + kstr(b"grp") + i32(1) + kstr(b"m-1") + i16(-1))
+    put("kafka_requests", "leave-group-v3", header(13, 3) + kstr(b"grp") + i32(1) + kstr(b"m-1") + i16(-1))
+    put("kafka_requests", "offset-commit-v7", header(8, 7) + kstr(b"grp") + i32(1) + kstr(b"m-1")
+        + i16(-1) + i32(1) + kstr(b"events") + i32(1) + i32(0) + i64(5) + i32(-1) + i16(-1))
+    put("kafka_requests", "offset-fetch-v5-all", header(9, 5) + kstr(b"grp") + i32(-1))
+    put("kafka_requests", "list-groups-v2", header(16, 2))
+    put("kafka_requests", "describe-groups-v4", header(15, 4) + i32(1) + kstr(b"grp") + b"\x00")
 
 
 if __name__ == "__main__":

@@ -363,7 +363,7 @@ TEST_F(KafkaListener, AnIdempotentKcatProducerGetsAProducerIdItsBatchesCarry) {
 TEST_F(KafkaListener, AnUnknownApiGetsUnsupportedVersionAndTheConnectionStaysOpen) {
   raw_client c{node.kafka_port()};
   ASSERT_TRUE(c.connected());
-  ASSERT_TRUE(c.send(11, 5, 77, "")); // JoinGroup: not served yet
+  ASSERT_TRUE(c.send(11, 6, 77, "")); // JoinGroup v6 (flexible): not served
   auto a = c.receive();
   ASSERT_TRUE(a);
   kafka::reader r{*a};
@@ -384,6 +384,14 @@ TEST_F(KafkaListener, AnUnknownApiGetsUnsupportedVersionAndTheConnectionStaysOpe
   kafka::reader rv{*v};
   EXPECT_EQ(rv.i32("correlation"), 79);
   EXPECT_EQ(rv.i16("error"), 0);
+  // A served API whose body does not decode (a JoinGroup v5 cut short)
+  // closes the connection, as Kafka does; the node serves on.
+  ASSERT_TRUE(c.send(11, 5, 80, std::string{"\x00\x03grp\x00\x00", 7}));
+  EXPECT_FALSE(c.receive());
+  raw_client again{node.kafka_port()};
+  ASSERT_TRUE(again.connected());
+  ASSERT_TRUE(again.send(18, 0, 81, ""));
+  EXPECT_TRUE(again.receive());
 }
 
 TEST_F(KafkaListener, FramesTooLargeTooShortOrTruncatedCloseTheConnection) {
@@ -564,4 +572,164 @@ TEST(KafkaCluster, EveryNodeIsABrokerAndKcatFollowsTheLeaders) {
     if (!line.empty())
       keys.insert(line);
   EXPECT_EQ(keys.size(), 300u) << cons.out.substr(0, 500);
+}
+
+// -- groups ------------------------------------------------------------------------
+
+namespace {
+
+/// "%p %k" lines a kcat group consumer printed: partition -> keys.
+std::map<int, std::set<std::string>> read_by_partition(const std::string& out) {
+  std::map<int, std::set<std::string>> by;
+  std::istringstream lines{out};
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0)
+      continue;
+    by[std::stoi(line.substr(0, sp))].insert(line.substr(sp + 1));
+  }
+  return by;
+}
+
+size_t count_keys(const std::map<int, std::set<std::string>>& by) {
+  size_t n = 0;
+  for (auto& [p, keys] : by)
+    n += keys.size();
+  return n;
+}
+
+std::unique_ptr<child_process> kcat_group_member(const std::string& kafka,
+                                                 const std::string& group,
+                                                 const std::string& strategy) {
+  return child_process::start(
+    kcat_path(), {"-u", "-q", "-b", kafka, "-G", group, "events", "-f", "%p %k\n", "-X",
+                  "auto.offset.reset=earliest", "-X",
+                  "partition.assignment.strategy=" + strategy, "-X",
+                  "session.timeout.ms=10000", "-X", "heartbeat.interval.ms=500"});
+}
+
+std::string keyed_lines(const std::string& prefix, int n) {
+  std::string input;
+  for (int i = 0; i < n; ++i)
+    input += prefix + std::to_string(i) + ":v\n";
+  return input;
+}
+
+} // namespace
+
+TEST_F(KafkaListener, KcatGroupsSplitThePartitionsAndSurviveAMemberLeaving) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  // Both strategies: eager (range) and incremental (cooperative-sticky).
+  for (std::string strategy : {"range", "cooperative-sticky"}) {
+    SCOPED_TRACE(strategy);
+    std::string group = "kg-" + strategy;
+    auto p = run_command(kcat_path(),
+                         {"-b", kafka, "-t", "events", "-P", "-K:", "-X",
+                          "partitioner=murmur2_random"},
+                         30s, keyed_lines(strategy + "-a", 60));
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    auto a = kcat_group_member(kafka, group, strategy);
+    auto b = kcat_group_member(kafka, group, strategy);
+    ASSERT_TRUE(a && b);
+    // Between them they read the 60 new records (and whatever the other
+    // strategy's round wrote before: this group starts at the beginning).
+    auto ours = [&](const std::map<int, std::set<std::string>>& by) {
+      size_t n = 0;
+      for (auto& [part, keys] : by)
+        for (auto& k : keys)
+          n += k.rfind(strategy + "-a", 0) == 0 ? 1 : 0;
+      return n;
+    };
+    std::map<int, std::set<std::string>> ra, rb;
+    // Balanced: each member holds partitions, none holds one the other has.
+    auto balanced = [&] {
+      auto d = ferryctl_json(node.endpoint(), {"group", "describe", group});
+      if (d["state"] != "Stable" || d["members"].size() != 2)
+        return false;
+      std::set<std::string> seen;
+      for (auto& m : d["members"]) {
+        if (m["assignment"].empty())
+          return false;
+        for (auto& tp : m["assignment"])
+          if (!seen.insert(tp.dump()).second)
+            return false;
+      }
+      return seen.size() == 3;
+    };
+    ASSERT_TRUE(wait_until(60s, [&] {
+      ra = read_by_partition(a->out());
+      rb = read_by_partition(b->out());
+      return ours(ra) + ours(rb) == 60 && balanced();
+    })) << "a: " << a->out() << "\nb: " << b->out() << "\n" << a->err() << b->err()
+        << node.output();
+    for (auto& [part, keys] : ra)
+      EXPECT_EQ(rb.count(part), 0u) << "partition " << part << " read by both";
+    EXPECT_FALSE(ra.empty());
+    EXPECT_FALSE(rb.empty());
+    // A leaves (SIGTERM: kcat closes its consumer, which leaves the group);
+    // B takes every partition and reads what is written next.
+    a->signal(SIGTERM);
+    ASSERT_TRUE(a->wait_exit(30s)) << a->err();
+    auto p2 = run_command(kcat_path(),
+                          {"-b", kafka, "-t", "events", "-P", "-K:", "-X",
+                           "partitioner=murmur2_random"},
+                          30s, keyed_lines(strategy + "-b", 30));
+    ASSERT_EQ(p2.exit_code, 0) << p2.err;
+    ASSERT_TRUE(wait_until(60s, [&] {
+      size_t n = 0;
+      for (auto& [part, keys] : read_by_partition(b->out()))
+        for (auto& k : keys)
+          n += k.rfind(strategy + "-b", 0) == 0 ? 1 : 0;
+      return n == 30;
+    })) << "b: " << b->out() << "\n" << b->err() << node.output();
+    auto d = ferryctl_json(node.endpoint(), {"group", "describe", group});
+    ASSERT_EQ(d["members"].size(), 1u) << d.dump();
+    EXPECT_EQ(d["members"][0]["assignment"].size(), 3u) << d.dump();
+    EXPECT_EQ(d["assignor"], strategy) << d.dump();
+    b->signal(SIGTERM);
+    b->wait_exit(30s);
+  }
+}
+
+TEST_F(KafkaListener, KafkaPythonGroupCommitsSurviveARestartAndAdminSeesTheGroup) {
+  auto script = std::filesystem::path{FERRY_SOURCE_DIR} / "tests/kafka/kafka_python_group.py";
+  auto p = run_command(kcat_path(),
+                       {"-b", kafka, "-t", "events", "-P", "-K:", "-X",
+                        "partitioner=murmur2_random"},
+                       30s, keyed_lines("first", 40));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto c1 = run_command("/usr/bin/python3",
+                        {script.string(), "consume", kafka, "events", "pyg", "40"}, 120s);
+  ASSERT_EQ(c1.exit_code, 0) << c1.out << c1.err << node.output();
+  EXPECT_NE(c1.out.find("consumed 40"), std::string::npos) << c1.out;
+  // The commits are the group's offsets everywhere: ferryctl shows no lag.
+  auto d = ferryctl_json(node.endpoint(), {"group", "describe", "pyg"});
+  int64_t committed = 0;
+  for (auto& row : d["partitions"]) {
+    EXPECT_EQ(row["lag"].get<int64_t>(), 0) << d.dump();
+    committed += row["committed_offset"].get<int64_t>();
+  }
+  EXPECT_EQ(committed, 40) << d.dump();
+  // SIGKILL and restart: the committed offsets are durable.
+  node.kill9();
+  ASSERT_TRUE(node.restart()) << node.output();
+  kafka = "127.0.0.1:" + std::to_string(node.kafka_port());
+  auto p2 = run_command(kcat_path(),
+                        {"-b", kafka, "-t", "events", "-P", "-K:", "-X",
+                         "partitioner=murmur2_random"},
+                        30s, keyed_lines("second", 10));
+  ASSERT_EQ(p2.exit_code, 0) << p2.err;
+  auto c2 = run_command("/usr/bin/python3",
+                        {script.string(), "consume", kafka, "events", "pyg", "10"}, 120s);
+  ASSERT_EQ(c2.exit_code, 0) << c2.out << c2.err << node.output();
+  EXPECT_NE(c2.out.find("consumed 10"), std::string::npos) << c2.out;
+  EXPECT_EQ(c2.out.find("record first"), std::string::npos)
+    << "records committed before the restart came again:\n" << c2.out;
+  // KafkaAdminClient lists and describes the group.
+  auto adm = run_command("/usr/bin/python3",
+                         {script.string(), "admin", kafka, "events", "pyg"}, 120s);
+  ASSERT_EQ(adm.exit_code, 0) << adm.out << adm.err;
+  EXPECT_NE(adm.out.find("listed pyg"), std::string::npos) << adm.out;
+  EXPECT_NE(adm.out.find("group pyg Empty"), std::string::npos) << adm.out;
 }

@@ -125,12 +125,12 @@ TEST(KafkaProtocol, HeaderOfAFlexibleApiVersionsRequestSkipsItsTags) {
 }
 
 TEST(KafkaProtocol, AnUnknownApiOrVersionReadsOnlyTheFixedHeader) {
-  auto w = request(11, 5, 9); // JoinGroup: not served
+  auto w = request(17, 1, 9); // SaslHandshake: not served
   reader r{w.buffer()};
   auto h = read_request_header(r);
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(h.correlation_id, 9);
-  EXPECT_FALSE(supported(11));
+  EXPECT_FALSE(supported(17));
   EXPECT_EQ(r.position(), 8u);
   auto newer = request(0, 9, 10); // Produce v9: flexible, not served
   reader rn{newer.buffer()};

@@ -1,0 +1,307 @@
+#pragma once
+// Internal to actors/kafka: what the API handlers share (one file per API
+// family: kafka_listener.cpp has the connection, Metadata, Produce, Fetch,
+// ListOffsets and InitProducerId; kafka_groups.cpp the group APIs).
+//
+// listener_core  the io_context, the node's front door, the config.
+// connection     one client socket on a strand: framing, in-order answers,
+//                and the bridge actor that asks the node for it.
+// respond()      a finished response frame.
+
+#include "actors/kafka/kafka_listener.hpp"
+
+#include "broker/kafka_protocol.hpp"
+#include "broker/logging.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::kafka_detail {
+
+/// A step of serving a request, run inside the connection's bridge actor
+/// (in-process only: never serialized).
+struct bridge_job {
+  std::function<void(caf::event_based_actor*)> run;
+};
+
+} // namespace ferry::kafka_detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ferry::kafka_detail::bridge_job)
+
+namespace ferry::kafka_detail {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+class connection;
+
+/// The actor that asks the front door for one connection: one actor per
+/// connection, so its requests reach the node in the order the client sent
+/// them (CAF keeps the order between two actors), as Kafka clients expect of
+/// one connection (several produce requests in flight to one partition).
+inline caf::behavior bridge_actor(caf::event_based_actor* self) {
+  return {[self](bridge_job& job) { job.run(self); }};
+}
+
+struct listener_core {
+  explicit listener_core(kafka_listener_config c) : cfg(std::move(c)) {
+  }
+
+  kafka_listener_config cfg;
+  /// The port actually bound (FindCoordinator answers it).
+  uint16_t bound_port = 0;
+  net::io_context ioc;
+  caf::actor_system* sys = nullptr;
+  broker_actor broker;
+  std::mutex stop_mtx;
+  bool stopped = false;
+  std::mutex conns_mtx;
+  std::vector<std::weak_ptr<connection>> conns;
+  std::mutex warn_mtx;
+  steady::time_point last_warning{};
+  uint64_t warnings_since = 0;
+
+  void track(const std::shared_ptr<connection>& c) {
+    std::lock_guard<std::mutex> guard{conns_mtx};
+    conns.erase(std::remove_if(conns.begin(), conns.end(),
+                               [](auto& w) { return w.expired(); }),
+                conns.end());
+    conns.push_back(c);
+  }
+
+  /// Bad input from clients is logged at most every 10 s (with a count).
+  void warn_bad_input(const std::string& peer, const std::string& what) {
+    std::lock_guard<std::mutex> guard{warn_mtx};
+    auto now = steady::now();
+    if (now - last_warning < std::chrono::seconds{10}) {
+      ++warnings_since;
+      return;
+    }
+    log::warn("kafka: closed the connection from {}: {}{}", peer, what,
+              warnings_since > 0
+                ? " (" + std::to_string(warnings_since)
+                    + " more since the last report)"
+                : std::string{});
+    last_warning = now;
+    warnings_since = 0;
+  }
+};
+
+/// One client connection. Every handler runs on the socket's strand.
+class connection : public std::enable_shared_from_this<connection> {
+public:
+  connection(tcp::socket s, listener_core& core)
+    : sock_(std::move(s)), core_(core) {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    peer_ = ec ? std::string{"?"}
+               : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  void start() {
+    read_size();
+  }
+
+  /// The client's address and port.
+  const std::string& peer() const {
+    return peer_;
+  }
+
+  /// From any thread: request `seq` is answered with `frame` (nullopt: a
+  /// request without an answer, acks=0).
+  void complete(uint64_t seq, std::optional<std::string> frame) {
+    {
+      std::lock_guard<std::mutex> guard{core_.stop_mtx};
+      if (core_.stopped)
+        return;
+    }
+    net::post(sock_.get_executor(),
+              [self = shared_from_this(), seq, f = std::move(frame)]() mutable {
+                self->on_complete(seq, std::move(f));
+              });
+  }
+
+  ~connection() {
+    if (bridge_)
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+  }
+
+  /// Only once no io thread runs (stop()).
+  void close_now() {
+    boost::system::error_code ec;
+    sock_.close(ec);
+    if (bridge_)
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+  }
+
+  /// Runs `f` in this connection's bridge actor (on the strand: in the
+  /// order requests were read).
+  template <class F>
+  void run(F f) {
+    if (!bridge_)
+      bridge_ = core_.sys->spawn(bridge_actor);
+    caf::anon_send(bridge_, bridge_job{std::move(f)});
+  }
+
+private:
+  void close(const std::string& why) {
+    if (closed_)
+      return;
+    closed_ = true;
+    if (!why.empty())
+      core_.warn_bad_input(peer_, why);
+    boost::system::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+  }
+
+  void read_size() {
+    if (closed_)
+      return;
+    if (in_flight_ >= core_.cfg.max_in_flight) {
+      paused_ = true; // resumed by on_complete
+      return;
+    }
+    net::async_read(sock_, net::buffer(size_buf_),
+                    [self = shared_from_this()](boost::system::error_code ec,
+                                                size_t) {
+                      if (ec) {
+                        self->close({}); // the client went away
+                        return;
+                      }
+                      self->on_size();
+                    });
+  }
+
+  void on_size() {
+    auto b = [this](int i) { return static_cast<uint32_t>(size_buf_[i]); };
+    auto size = static_cast<int32_t>((b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3));
+    // The smallest request header: api key, version, correlation id,
+    // client id length.
+    if (size < 10) {
+      close("a request frame of " + std::to_string(size)
+            + " bytes, shorter than a request header");
+      return;
+    }
+    if (static_cast<size_t>(size) > core_.cfg.max_request_bytes) {
+      close("a request frame of " + std::to_string(size)
+            + " bytes, over the limit of "
+            + std::to_string(core_.cfg.max_request_bytes));
+      return;
+    }
+    frame_ = std::make_shared<std::string>(static_cast<size_t>(size), '\0');
+    net::async_read(sock_, net::buffer(frame_->data(), frame_->size()),
+                    [self = shared_from_this()](boost::system::error_code ec,
+                                                size_t) {
+                      if (ec) {
+                        self->close(ec == net::error::eof
+                                      ? "the connection ended inside a request frame"
+                                      : std::string{});
+                        return;
+                      }
+                      auto seq = self->next_seq_++;
+                      ++self->in_flight_;
+                      self->handle(std::move(self->frame_), seq);
+                      self->read_size();
+                    });
+  }
+
+  void on_complete(uint64_t seq, std::optional<std::string> frame) {
+    --in_flight_;
+    ready_.emplace(seq, std::move(frame));
+    for (auto i = ready_.find(next_write_); i != ready_.end();
+         i = ready_.find(next_write_)) {
+      if (i->second)
+        out_.push_back(std::move(*i->second));
+      ready_.erase(i);
+      ++next_write_;
+    }
+    write_next();
+    if (paused_ && in_flight_ < core_.cfg.max_in_flight) {
+      paused_ = false;
+      read_size();
+    }
+  }
+
+  void write_next() {
+    if (writing_ || out_.empty() || closed_)
+      return;
+    writing_ = true;
+    net::async_write(sock_, net::buffer(out_.front()),
+                     [self = shared_from_this()](boost::system::error_code ec,
+                                                 size_t) {
+                       self->writing_ = false;
+                       if (ec) {
+                         self->close({});
+                         return;
+                       }
+                       self->out_.pop_front();
+                       self->write_next();
+                     });
+  }
+
+  void handle(std::shared_ptr<std::string> frame, uint64_t seq);
+
+  tcp::socket sock_;
+  listener_core& core_;
+  std::string peer_;
+  std::array<uint8_t, 4> size_buf_{};
+  std::shared_ptr<std::string> frame_;
+  uint64_t next_seq_ = 0;
+  uint64_t next_write_ = 0;
+  size_t in_flight_ = 0;
+  bool paused_ = false;
+  bool writing_ = false;
+  bool closed_ = false;
+  std::map<uint64_t, std::optional<std::string>> ready_;
+  std::deque<std::string> out_;
+  caf::actor bridge_;
+};
+
+using conn_ptr = std::shared_ptr<connection>;
+
+/// A finished response frame for `h` with the body `write(w)`.
+template <class F>
+std::string respond(const kafka::request_header& h, F write) {
+  kafka::writer w;
+  // Only ApiVersions among the served APIs is flexible (v3), and its
+  // response header is always v0.
+  kafka::begin_response(w, h.correlation_id, false);
+  write(w);
+  kafka::finish_response(w);
+  return std::move(w.buffer());
+}
+
+// -- the API families (each in its file) ----------------------------------------
+
+/// The group APIs (kafka_groups.cpp): FindCoordinator, JoinGroup, SyncGroup,
+/// Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+/// DescribeGroups. Decodes the body from `in` and answers request `seq`;
+/// false (nothing answered) if the body does not decode: in.error() says
+/// why and the caller closes the connection.
+bool serve_group_api(listener_core& core, conn_ptr conn, uint64_t seq,
+                     const kafka::request_header& h, kafka::reader& in);
+
+} // namespace ferry::kafka_detail
