@@ -48,6 +48,8 @@ error_code to_kafka(const caf::error& err) {
       return error_code::unknown_topic_or_partition;
     case ec::invalid_topic_name:
       return error_code::invalid_topic_exception;
+    case ec::topic_exists:
+      return error_code::topic_already_exists;
     case ec::message_too_large:
       return error_code::message_too_large;
     case ec::invalid_config:
@@ -113,7 +115,13 @@ const std::vector<api_range>& supported_apis() {
     {api::describe_groups, 0, 4},
     {api::list_groups, 0, 2},
     {api::api_versions, 0, 3},
+    {api::create_topics, 0, 4},
+    {api::delete_topics, 0, 3},
+    {api::delete_records, 0, 1},
     {api::init_producer_id, 0, 1},
+    {api::describe_configs, 0, 2},
+    {api::alter_configs, 0, 1},
+    {api::create_partitions, 0, 1},
   };
   return xs;
 }
@@ -155,6 +163,16 @@ bool flexible_request(int16_t key, int16_t version) {
       return version >= 5;
     case api::list_groups:
       return version >= 3;
+    case api::create_topics:
+      return version >= 5;
+    case api::delete_topics:
+      return version >= 4;
+    case api::delete_records:
+    case api::alter_configs:
+    case api::create_partitions:
+      return version >= 2;
+    case api::describe_configs:
+      return version >= 4;
   }
   return false;
 }

@@ -49,7 +49,13 @@ enum class api : int16_t {
   describe_groups = 15,
   list_groups = 16,
   api_versions = 18,
+  create_topics = 19,
+  delete_topics = 20,
+  delete_records = 21,
   init_producer_id = 22,
+  describe_configs = 32,
+  alter_configs = 33,
+  create_partitions = 37,
 };
 
 /// Kafka error codes (Kafka's Errors), the ones Ferry answers.
@@ -82,7 +88,10 @@ enum class error_code : int16_t {
   group_authorization_failed = 30,
   cluster_authorization_failed = 31,
   unsupported_version = 35,
+  topic_already_exists = 36,
   invalid_partitions = 37,
+  invalid_replication_factor = 38,
+  invalid_replica_assignment = 39,
   invalid_config = 40,
   invalid_request = 42,
   unsupported_for_message_format = 43,

@@ -304,4 +304,10 @@ std::string respond(const kafka::request_header& h, F write) {
 bool serve_group_api(listener_core& core, conn_ptr conn, uint64_t seq,
                      const kafka::request_header& h, kafka::reader& in);
 
+/// The admin APIs (kafka_admin.cpp): CreateTopics, DeleteTopics,
+/// CreatePartitions, DescribeConfigs, AlterConfigs, DeleteRecords. As
+/// serve_group_api.
+bool serve_admin_api(listener_core& core, conn_ptr conn, uint64_t seq,
+                     const kafka::request_header& h, kafka::reader& in);
+
 } // namespace ferry::kafka_detail

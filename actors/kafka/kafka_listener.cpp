@@ -585,6 +585,16 @@ void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
         close("api " + std::to_string(h.api_key) + " v" + std::to_string(v)
               + ": " + in.error());
       return;
+    case kafka::api::create_topics:
+    case kafka::api::delete_topics:
+    case kafka::api::create_partitions:
+    case kafka::api::describe_configs:
+    case kafka::api::alter_configs:
+    case kafka::api::delete_records:
+      if (!serve_admin_api(core_, self, seq, h, in))
+        close("api " + std::to_string(h.api_key) + " v" + std::to_string(v)
+              + ": " + in.error());
+      return;
   }
 }
 

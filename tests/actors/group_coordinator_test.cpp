@@ -229,7 +229,7 @@ protected:
                                   int32_t generation,
                                   const std::string& instance = {}) {
     auto r = ask<sync_group_response>(
-      sync_atom_v, sync_group_request{"g", member_id, instance, generation});
+      sync_atom_v, sync_group_request{"g", member_id, instance, generation, {}});
     sched->run();
     EXPECT_TRUE(r->done);
     return *r;
@@ -556,7 +556,7 @@ TEST_F(GroupCoordinatorTest, StaticMemberRestartKeepsAssignmentWithoutRebalance)
   // The old incarnation is fenced.
   EXPECT_TRUE(is(heartbeat(js.member_id, 2, "inst-1"), ec::fenced_instance_id));
   auto zombie = ask<sync_group_response>(
-    sync_atom_v, sync_group_request{"g", js.member_id, "inst-1", 2});
+    sync_atom_v, sync_group_request{"g", js.member_id, "inst-1", 2, {}});
   sched->run();
   EXPECT_TRUE(is(zombie->err, ec::fenced_instance_id));
   auto zombie_join = rejoin(rs, js.member_id);
@@ -714,7 +714,7 @@ TEST_F(GroupCoordinatorTest, ReorderedJoinsProduceTheSameAssignment) {
         EXPECT_EQ(r->value->generation, 1);
         auto s = ask_to<sync_group_response>(
           gc, sync_atom_v,
-          sync_group_request{group, r->value->member_id, {}, 1});
+          sync_group_request{group, r->value->member_id, {}, 1, {}});
         sched->run();
         ASSERT_TRUE(s->done && s->value);
         results[k][client] = s->value->assignment;

@@ -7,6 +7,7 @@
 //   - every answer Ferry would write for it encodes (the response writers
 //     run on what was decoded, at the asked version).
 
+#include "broker/kafka_admin_protocol.hpp"
 #include "broker/kafka_group_protocol.hpp"
 #include "broker/kafka_protocol.hpp"
 
@@ -180,6 +181,58 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (auto& g : req.groups)
         r.push_back(described_group{error_code::none, g, "Dead", "", "", {}});
       write_describe_groups_response(w, v, r);
+      break;
+    }
+    case api::create_topics: {
+      auto req = read_create_topics_request(in, v);
+      check_end();
+      std::vector<named_result> r;
+      for (auto& t : req.topics)
+        r.push_back(named_result{t.name, error_code::none, std::nullopt});
+      write_create_topics_response(w, v, r);
+      break;
+    }
+    case api::delete_topics: {
+      auto req = read_delete_topics_request(in, v);
+      check_end();
+      std::vector<named_result> r;
+      for (auto& n : req.names)
+        r.push_back(named_result{n, error_code::unknown_topic_or_partition, std::nullopt});
+      write_delete_topics_response(w, v, r);
+      break;
+    }
+    case api::create_partitions: {
+      auto req = read_create_partitions_request(in, v);
+      check_end();
+      std::vector<named_result> r;
+      for (auto& t : req.topics)
+        r.push_back(named_result{t.name, error_code::none, std::nullopt});
+      write_create_partitions_response(w, v, r);
+      break;
+    }
+    case api::describe_configs: {
+      auto req = read_describe_configs_request(in, v);
+      check_end();
+      std::vector<describe_configs_result_v> r;
+      for (auto& res : req.resources)
+        r.push_back(describe_configs_result_v{error_code::none, std::nullopt, res.type,
+                                              res.name, {config_entry_v{"k", "v"}}});
+      write_describe_configs_response(w, v, r);
+      break;
+    }
+    case api::alter_configs: {
+      auto req = read_alter_configs_request(in, v);
+      check_end();
+      std::vector<alter_configs_result_v> r;
+      for (auto& res : req.resources)
+        r.push_back(alter_configs_result_v{error_code::none, std::nullopt, res.type, res.name});
+      write_alter_configs_response(w, v, r);
+      break;
+    }
+    case api::delete_records: {
+      auto req = read_delete_records_request(in, v);
+      check_end();
+      write_delete_records_response(w, v, req.topics);
       break;
     }
   }

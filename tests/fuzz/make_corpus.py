@@ -161,6 +161,17 @@ def main():
         + i16(-1) + i32(1) + kstr(b"events") + i32(1) + i32(0) + i64(5) + i32(-1) + i16(-1))
     put("kafka_requests", "offset-fetch-v5-all", header(9, 5) + kstr(b"grp") + i32(-1))
     put("kafka_requests", "list-groups-v2", header(16, 2))
+    put("kafka_requests", "create-topics-v4", header(19, 4) + i32(1) + kstr(b"new") + i32(3) + i16(1)
+        + i32(0) + i32(1) + kstr(b"retention.ms") + kstr(b"60000") + i32(30000) + b"\x00")
+    put("kafka_requests", "delete-topics-v3", header(20, 3) + i32(1) + kstr(b"new") + i32(30000))
+    put("kafka_requests", "create-partitions-v1", header(37, 1) + i32(1) + kstr(b"new") + i32(6)
+        + i32(-1) + i32(30000) + b"\x00")
+    put("kafka_requests", "describe-configs-v2", header(32, 2) + i32(1) + b"\x02" + kstr(b"new")
+        + i32(-1) + b"\x00")
+    put("kafka_requests", "alter-configs-v1", header(33, 1) + i32(1) + b"\x02" + kstr(b"new")
+        + i32(1) + kstr(b"retention.ms") + kstr(b"1000") + b"\x00")
+    put("kafka_requests", "delete-records-v1", header(21, 1) + i32(1) + kstr(b"new") + i32(1)
+        + i32(0) + i64(-1) + i32(30000))
     put("kafka_requests", "describe-groups-v4", header(15, 4) + i32(1) + kstr(b"grp") + b"\x00")
 
 

@@ -592,13 +592,6 @@ std::map<int, std::set<std::string>> read_by_partition(const std::string& out) {
   return by;
 }
 
-size_t count_keys(const std::map<int, std::set<std::string>>& by) {
-  size_t n = 0;
-  for (auto& [p, keys] : by)
-    n += keys.size();
-  return n;
-}
-
 std::unique_ptr<child_process> kcat_group_member(const std::string& kafka,
                                                  const std::string& group,
                                                  const std::string& strategy) {
@@ -727,9 +720,122 @@ TEST_F(KafkaListener, KafkaPythonGroupCommitsSurviveARestartAndAdminSeesTheGroup
   EXPECT_EQ(c2.out.find("record first"), std::string::npos)
     << "records committed before the restart came again:\n" << c2.out;
   // KafkaAdminClient lists and describes the group.
+  // ... and creates, configures, grows and deletes a topic, which ferryctl
+  // sees on the CAF port.
   auto adm = run_command("/usr/bin/python3",
-                         {script.string(), "admin", kafka, "events", "pyg"}, 120s);
-  ASSERT_EQ(adm.exit_code, 0) << adm.out << adm.err;
+                         {script.string(), "admin", kafka, "made-by-kafka", "pyg"}, 120s);
+  ASSERT_EQ(adm.exit_code, 0) << adm.out << adm.err << node.output();
   EXPECT_NE(adm.out.find("listed pyg"), std::string::npos) << adm.out;
   EXPECT_NE(adm.out.find("group pyg Empty"), std::string::npos) << adm.out;
+  for (auto line : {"created made-by-kafka", "exists made-by-kafka", "retention.ms 3600000",
+                    "altered retention.ms 7200000", "partitions 4", "deleted made-by-kafka"})
+    EXPECT_NE(adm.out.find(line), std::string::npos) << line << " in\n" << adm.out;
+  auto topics = ferryctl(node.endpoint(), {"topic", "list"});
+  EXPECT_EQ(topics.out.find("made-by-kafka"), std::string::npos) << topics.out;
+}
+
+TEST_F(KafkaListener, AdminRequestsWithBadInputGetKafkaErrorCodes) {
+  raw_client c{node.kafka_port()};
+  ASSERT_TRUE(c.connected());
+  // CreateTopics v4: a bad name, too many partitions, a manual assignment,
+  // an unknown config key, a topic that exists; validate_only creates
+  // nothing.
+  kafka::writer w;
+  auto topic = [&](const std::string& name, int32_t parts, bool assign,
+                   std::vector<std::pair<std::string, std::string>> cfgs) {
+    w.string(name);
+    w.i32(parts);
+    w.i16(1);
+    w.array(assign ? 1 : 0);
+    if (assign) {
+      w.i32(0);
+      w.array(1);
+      w.i32(0);
+    }
+    w.array(static_cast<int32_t>(cfgs.size()));
+    for (auto& [k, v] : cfgs) {
+      w.string(k);
+      w.nullable_string(v);
+    }
+  };
+  w.array(6);
+  topic("bad/name", 1, false, {});
+  topic("too-many", 20000, false, {});
+  topic("assigned", 1, true, {});
+  topic("odd-config", 1, false, {{"no.such.key", "1"}});
+  topic("events", 1, false, {});
+  topic("only-validated", 2, false, {{"retention.ms", "1000"}});
+  w.i32(30000);
+  w.boolean(true); // validate only
+  ASSERT_TRUE(c.send(19, 4, 5, w.buffer()));
+  auto a = c.receive();
+  ASSERT_TRUE(a);
+  kafka::reader r{*a};
+  EXPECT_EQ(r.i32("correlation"), 5);
+  r.i32("throttle");
+  ASSERT_EQ(r.array("topics"), 6);
+  std::map<std::string, int16_t> codes;
+  for (int i = 0; i < 6; ++i) {
+    auto name = r.string("name");
+    codes[name] = r.i16("error");
+    r.nullable_string("message");
+  }
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(codes["bad/name"], 17);   // INVALID_TOPIC_EXCEPTION
+  EXPECT_EQ(codes["too-many"], 37);   // INVALID_PARTITIONS
+  EXPECT_EQ(codes["assigned"], 39);   // INVALID_REPLICA_ASSIGNMENT
+  EXPECT_EQ(codes["odd-config"], 40); // INVALID_CONFIG
+  // validate_only does not look the name up (Kafka's does; the real create
+  // below does).
+  EXPECT_EQ(codes["only-validated"], 0);
+  auto topics = ferryctl(node.endpoint(), {"topic", "list"});
+  EXPECT_EQ(topics.out.find("only-validated"), std::string::npos) << topics.out;
+  // A real create of an existing topic: TOPIC_ALREADY_EXISTS.
+  kafka::writer w2;
+  w2.array(1);
+  w2.string("events");
+  w2.i32(1);
+  w2.i16(1);
+  w2.array(0);
+  w2.array(0);
+  w2.i32(30000);
+  w2.boolean(false);
+  ASSERT_TRUE(c.send(19, 4, 6, w2.buffer()));
+  auto b = c.receive();
+  ASSERT_TRUE(b);
+  kafka::reader rb{*b};
+  rb.i32("correlation");
+  rb.i32("throttle");
+  ASSERT_EQ(rb.array("topics"), 1);
+  rb.string("name");
+  EXPECT_EQ(rb.i16("error"), 36);
+  // DeleteRecords below offset 2 of a partition holding 3 records: its log
+  // start (Kafka's low watermark) moves to 2, and a read from the start
+  // gets the last record only.
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  auto p = run_command(kcat_path(), {"-b", kafka, "-t", "events", "-p", "0", "-P"}, 30s,
+                       "r0\nr1\nr2\n");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  kafka::writer w3;
+  w3.array(1);
+  w3.string("events");
+  w3.array(1);
+  w3.i32(0);
+  w3.i64(2);
+  w3.i32(30000);
+  ASSERT_TRUE(c.send(21, 1, 7, w3.buffer()));
+  auto d = c.receive();
+  ASSERT_TRUE(d);
+  kafka::reader rd{*d};
+  rd.i32("correlation");
+  rd.i32("throttle");
+  ASSERT_EQ(rd.array("topics"), 1);
+  rd.string("name");
+  ASSERT_EQ(rd.array("partitions"), 1);
+  EXPECT_EQ(rd.i32("partition"), 0);
+  EXPECT_EQ(rd.i64("low watermark"), 2);
+  EXPECT_EQ(rd.i16("error"), 0);
+  auto rest = run_command(kcat_path(), {"-b", kafka, "-t", "events", "-p", "0", "-C", "-e",
+                                        "-o", "beginning", "-f", "%o %s\n"}, 30s);
+  EXPECT_EQ(rest.out, "2 r2\n") << rest.err;
 }

@@ -9,8 +9,10 @@ Usage:
       fewer than N came.
   kafka_python_group.py admin HOST:PORT TOPIC GROUP
       KafkaAdminClient: lists and describes the consumer groups and prints
-      "group GROUP STATE PROTOCOL_TYPE" for GROUP; then creates and deletes
-      a topic named TOPIC (see the test for which of these Ferry answers).
+      "group GROUP STATE PROTOCOL_TYPE" for GROUP; then creates a topic
+      named TOPIC with retention.ms=3600000, creates it again (expecting
+      TopicAlreadyExists), describes and alters its retention.ms, grows it
+      to 4 partitions and deletes it, printing a line for each step.
 
 Run by tests/kafka/kafka_listener_test.cpp.
 """
@@ -19,6 +21,8 @@ import sys
 import time
 
 from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+from kafka.errors import TopicAlreadyExistsError
 
 
 def consume(bootstrap, topic, group, n):
@@ -40,12 +44,43 @@ def consume(bootstrap, topic, group, n):
     return 0 if len(got) >= n else 1
 
 
+def topic_config(client, topic, key):
+    for r in client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]):
+        for res in r.resources:
+            if res[0] != 0:
+                return "error-%d" % res[0]
+            for entry in res[4]:
+                if entry[0] == key:
+                    return entry[1]
+    return None
+
+
 def admin(bootstrap, topic, group):
     client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
     groups = client.list_consumer_groups()
     print("listed", " ".join(sorted(g for g, _ in groups)), flush=True)
     for d in client.describe_consumer_groups([group]):
         print("group", d.group, d.state, d.protocol_type or "-", flush=True)
+    # Topics: create (with a config), describe and alter its config, grow it,
+    # refuse a second create, delete.
+    client.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1,
+                                   topic_configs={"retention.ms": "3600000"})])
+    print("created", topic, flush=True)
+    try:
+        client.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+        print("created twice", flush=True)
+    except TopicAlreadyExistsError:
+        print("exists", topic, flush=True)
+    print("retention.ms", topic_config(client, topic, "retention.ms"), flush=True)
+    client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                         configs={"retention.ms": "7200000"})])
+    print("altered retention.ms", topic_config(client, topic, "retention.ms"), flush=True)
+    client.create_partitions({topic: NewPartitions(4)})
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    print("partitions", len(consumer.partitions_for_topic(topic) or []), flush=True)
+    client.delete_topics([topic])
+    print("deleted", topic, flush=True)
+    consumer.close()
     client.close()
     return 0
 
