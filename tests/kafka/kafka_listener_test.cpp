@@ -839,3 +839,61 @@ TEST_F(KafkaListener, AdminRequestsWithBadInputGetKafkaErrorCodes) {
                                         "-o", "beginning", "-f", "%o %s\n"}, 30s);
   EXPECT_EQ(rest.out, "2 r2\n") << rest.err;
 }
+
+TEST(KafkaCluster, AnIdempotentKafkaProducerKeepsEveryRecordOnceWhileTheLeaderIsKilled) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  cluster c;
+  c.add_node_args({"--kafka-port", "0"});
+  ASSERT_CLUSTER_STARTED(c);
+  auto r = ferryctl(c.endpoint(1), {"topic", "create", "pay", "--partitions", "1",
+                                    "--replication-factor", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  int32_t leader = -1;
+  ASSERT_TRUE(wait_until(30s, [&] { return (leader = c.leader_of("pay", 0)) > 0; }));
+  // Bootstrap through a node that is not the leader, so the producer
+  // survives the kill on its metadata.
+  int bootstrap = leader == 1 ? 2 : 1;
+  std::string brokers;
+  for (int id = 1; id <= 3; ++id)
+    if (id != leader)
+      brokers += (brokers.empty() ? "" : ",") + std::string{"127.0.0.1:"}
+                 + std::to_string(c.node(id).kafka_port());
+  // 600 records, written 20 ms apart by a shell loop into an idempotent
+  // acks=all kcat (librdkafka retries through the leader change; kcat exits
+  // 0 only once every record was acknowledged).
+  auto producer = child_process::start(
+    "/bin/bash",
+    {"-c", std::string{"for i in $(seq 1 600); do echo \"r$i\"; sleep 0.02; done | "}
+             + kcat_path() + " -b " + brokers
+             + " -t pay -P -X enable.idempotence=true -X acks=all"
+               " -X message.timeout.ms=120000 -X linger.ms=5"});
+  ASSERT_TRUE(producer);
+  // Kill the leader once a third is acknowledged... as far as the followers
+  // know: wait until the topic's log end passed 150.
+  ASSERT_TRUE(wait_until(60s, [&] {
+    auto d = ferryctl_json(c.endpoint(bootstrap), {"topic", "describe", "pay"});
+    auto& ps = d["partition_status"];
+    return ps.is_array() && !ps.empty() && ps[0].value("high_watermark", int64_t{0}) >= 150;
+  })) << producer->err();
+  c.kill(leader);
+  auto status = producer->wait_exit(180s);
+  ASSERT_TRUE(status) << "the producer did not finish\n" << producer->err();
+  EXPECT_EQ(*status, 0) << producer->err();
+  // Every record once, in order, read through a surviving node.
+  std::string read_from = "127.0.0.1:" + std::to_string(c.node(bootstrap).kafka_port());
+  std::vector<std::string> got;
+  ASSERT_TRUE(wait_until(60s, [&] {
+    auto cons = run_command(kcat_path(), {"-b", read_from, "-t", "pay", "-C", "-e", "-q",
+                                          "-f", "%s\n"}, 30s);
+    got.clear();
+    std::istringstream lines{cons.out};
+    std::string line;
+    while (std::getline(lines, line))
+      if (!line.empty())
+        got.push_back(line);
+    return got.size() >= 600;
+  })) << got.size() << " records";
+  ASSERT_EQ(got.size(), 600u) << "duplicates";
+  for (int i = 0; i < 600; ++i)
+    ASSERT_EQ(got[i], "r" + std::to_string(i + 1)) << "at " << i;
+}
