@@ -309,6 +309,7 @@ void serve_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
         f.topic = t.name;
         f.partition = partition_id{p.partition};
         f.from = offset{p.fetch_offset};
+        f.leader_epoch = p.current_leader_epoch;
         f.max_bytes = std::max(p.partition_max_bytes, 1);
         f.min_bytes = 1;
         f.max_wait_ms = 0;

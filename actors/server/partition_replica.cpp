@@ -1193,6 +1193,23 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
                         + std::to_string(req.max_bytes));
   if (!st.leader)
     return not_leader_error(st);
+  if (req.replica_id < 0 && req.leader_epoch >= 0
+      && req.leader_epoch != st.assignment.epoch.value) {
+    // A consumer that names the leader epoch it knows (Kafka's
+    // current_leader_epoch, KIP-320): an older one is fenced, a newer one
+    // is news to this replica; either way the client refreshes metadata.
+    if (req.leader_epoch < st.assignment.epoch.value)
+      return make_error(ec::fenced_leader_epoch,
+                        "a consumer fetches " + name_of(st) + " in leader epoch "
+                          + std::to_string(req.leader_epoch)
+                          + ", the leader is in epoch "
+                          + std::to_string(st.assignment.epoch.value));
+    return make_error(ec::not_leader,
+                      "a consumer knows leader epoch "
+                        + std::to_string(req.leader_epoch) + " of " + name_of(st)
+                        + ", which is still in epoch "
+                        + std::to_string(st.assignment.epoch.value));
+  }
   if (req.replica_id >= 0) {
     if (req.leader_epoch >= 0 && req.leader_epoch != st.assignment.epoch.value)
       return make_error(ec::fenced_leader_epoch,

@@ -401,6 +401,27 @@ TEST_F(partition_replica_test, fetch_at_log_end_is_empty) {
   EXPECT_EQ(f->next_offset, offset{2});
 }
 
+TEST_F(partition_replica_test, a_consumer_naming_another_leader_epoch_is_told_to_refresh) {
+  cfg_.epoch = leader_epoch{3};
+  spawn();
+  ASSERT_OK(produce(make_batch({.records = 2})));
+  auto req = fetch_req(0);
+  req.leader_epoch = 2; // older: FENCED_LEADER_EPOCH for a Kafka client
+  auto old = call<fetch_response>(fetch_atom_v, req);
+  ASSERT_FALSE(old);
+  EXPECT_TRUE(is(old.error(), ec::fenced_leader_epoch)) << describe(old.error());
+  req.leader_epoch = 4; // newer than the replica knows
+  auto newer = call<fetch_response>(fetch_atom_v, req);
+  ASSERT_FALSE(newer);
+  EXPECT_TRUE(is(newer.error(), ec::not_leader)) << describe(newer.error());
+  req.leader_epoch = 3;
+  auto same = call<fetch_response>(fetch_atom_v, req);
+  ASSERT_OK(same);
+  EXPECT_EQ(same->high_watermark, offset{2});
+  req.leader_epoch = -1; // Ferry's consumers: no check
+  ASSERT_OK(call<fetch_response>(fetch_atom_v, req));
+}
+
 TEST_F(partition_replica_test, fetch_beyond_log_end_is_out_of_range) {
   spawn();
   ASSERT_OK(produce(make_batch({.records = 2})));

@@ -744,7 +744,7 @@ TEST_F(group_metrics, members_and_deletion) {
   EXPECT_EQ(value(*reg, "ferry_consumergroup_members", {{"group", "g"}}), 1);
   auto synced = ask<sync_group_response>(
     c, sync_atom_v,
-    sync_group_request{"g", joined->member_id, "", joined->generation});
+    sync_group_request{"g", joined->member_id, "", joined->generation, {}});
   ASSERT_TRUE(synced) << describe(synced.error());
   commit_offsets_request cr;
   cr.group = "g";
