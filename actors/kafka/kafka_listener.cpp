@@ -443,16 +443,36 @@ void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
         if (--job->pending == 0)
           conn->complete(seq, answer());
       };
-      self->request(broker, timeout, offsets_atom_v, asks[i])
+      auto fail = [=](caf::error& err) {
+        slot().error = kafka::to_kafka(err);
+        done();
+      };
+      if (asks[i].timestamp < 0) {
+        self->request(broker, timeout, offsets_atom_v, asks[i])
+          .then(
+            [=](offset o) {
+              slot().offset = o.value;
+              done();
+            },
+            fail);
+        continue;
+      }
+      // By timestamp: Ferry answers the high watermark when no record is
+      // that late; Kafka answers -1, so ask for the high watermark too.
+      auto latest = asks[i];
+      latest.timestamp = -1;
+      self->request(broker, timeout, offsets_atom_v, latest)
         .then(
-          [=](offset o) {
-            slot().offset = o.value;
-            done();
+          [=](offset hw) {
+            self->request(broker, timeout, offsets_atom_v, asks[i])
+              .then(
+                [=](offset o) {
+                  slot().offset = o < hw ? o.value : -1;
+                  done();
+                },
+                fail);
           },
-          [=](caf::error& err) {
-            slot().error = kafka::to_kafka(err);
-            done();
-          });
+          fail);
     }
   });
 }

@@ -38,8 +38,8 @@
 //              wait ends). Partitions beyond the request's max_bytes are
 //              answered empty (the first non-empty one is always whole).
 //   ListOffsets earliest (-2), latest (-1, the high watermark) or the first
-//              offset at or after a timestamp (Ferry answers the high
-//              watermark where Kafka answers -1: no record that late).
+//              offset at or after a timestamp (-1 if no record is that
+//              late, as Kafka answers).
 //
 // Bad input: a frame size below 8 or above max_request_bytes closes the
 // connection (logged, at most every 10 s); a request whose body does not

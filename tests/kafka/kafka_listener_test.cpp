@@ -897,3 +897,43 @@ TEST(KafkaCluster, AnIdempotentKafkaProducerKeepsEveryRecordOnceWhileTheLeaderIs
   for (int i = 0; i < 600; ++i)
     ASSERT_EQ(got[i], "r" + std::to_string(i + 1)) << "at " << i;
 }
+
+TEST_F(KafkaListener, ListOffsetsByTimestampAnswersMinusOneWhenNoRecordIsThatLate) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  auto p = run_command(kcat_path(), {"-b", kafka, "-t", "events", "-p", "1", "-P"}, 30s,
+                       "a\nb\n");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  raw_client c{node.kafka_port()};
+  ASSERT_TRUE(c.connected());
+  auto ask = [&](int64_t ts) -> int64_t {
+    kafka::writer w;
+    w.i32(-1);
+    w.i8(0);
+    w.array(1);
+    w.string("events");
+    w.array(1);
+    w.i32(1);
+    w.i32(-1);
+    w.i64(ts);
+    EXPECT_TRUE(c.send(2, 5, 9, w.buffer()));
+    auto a = c.receive();
+    if (!a)
+      return -100;
+    kafka::reader r{*a};
+    r.i32("correlation");
+    r.i32("throttle");
+    r.array("topics");
+    r.string("name");
+    r.array("partitions");
+    r.i32("partition");
+    EXPECT_EQ(r.i16("error"), 0);
+    r.i64("timestamp");
+    auto off = r.i64("offset");
+    EXPECT_TRUE(r.ok()) << r.error();
+    return off;
+  };
+  EXPECT_EQ(ask(-2), 0);            // earliest
+  EXPECT_EQ(ask(-1), 2);            // latest: the high watermark
+  EXPECT_EQ(ask(0), 0);             // every record is later than 1970
+  EXPECT_EQ(ask(4102444800000), -1); // none as late as 2100
+}
