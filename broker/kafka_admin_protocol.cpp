@@ -7,19 +7,10 @@ namespace ferry::kafka {
 
 namespace {
 
-int32_t count(reader& in, const char* what, size_t min_element_bytes) {
-  auto n = in.array(what, min_element_bytes);
-  if (n == -1) {
-    in.fail(std::string{what} + ": null where an array is required");
-    return 0;
-  }
-  return n;
-}
-
 std::vector<std::pair<std::string, std::optional<std::string>>>
 read_config_pairs(reader& in, const char* what) {
   std::vector<std::pair<std::string, std::optional<std::string>>> out;
-  auto n = count(in, what, 4);
+  auto n = in.required_array(what, 4);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     auto name = in.string("config name");
     auto value = in.nullable_string("config value");
@@ -34,17 +25,17 @@ read_config_pairs(reader& in, const char* what) {
 
 create_topics_request_v read_create_topics_request(reader& in, int16_t version) {
   create_topics_request_v x;
-  auto n = count(in, "create_topics topics", 14);
+  auto n = in.required_array("create_topics topics", 14);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     create_topic_v t;
     t.name = in.string("create_topics name");
     t.partitions = in.i32("create_topics num_partitions");
     t.replication_factor = in.i16("create_topics replication_factor");
-    auto m = count(in, "create_topics assignments", 8);
+    auto m = in.required_array("create_topics assignments", 8);
     for (int32_t j = 0; j < m && in.ok(); ++j) {
       auto part = in.i32("create_topics assignment partition");
       std::vector<int32_t> brokers;
-      auto b = count(in, "create_topics assignment broker_ids", 4);
+      auto b = in.required_array("create_topics assignment broker_ids", 4);
       for (int32_t k = 0; k < b && in.ok(); ++k)
         brokers.push_back(in.i32("create_topics broker_id"));
       t.assignments.emplace_back(part, std::move(brokers));
@@ -77,7 +68,7 @@ void write_create_topics_response(writer& out, int16_t version,
 delete_topics_request_v read_delete_topics_request(reader& in, int16_t version) {
   (void) version;
   delete_topics_request_v x;
-  auto n = count(in, "delete_topics names", 2);
+  auto n = in.required_array("delete_topics names", 2);
   for (int32_t i = 0; i < n && in.ok(); ++i)
     x.names.push_back(in.string("delete_topics name"));
   x.timeout_ms = in.i32("delete_topics timeout_ms");
@@ -102,7 +93,7 @@ create_partitions_request_v read_create_partitions_request(reader& in,
                                                            int16_t version) {
   (void) version;
   create_partitions_request_v x;
-  auto n = count(in, "create_partitions topics", 10);
+  auto n = in.required_array("create_partitions topics", 10);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     create_partitions_topic_v t;
     t.name = in.string("create_partitions name");
@@ -111,7 +102,7 @@ create_partitions_request_v read_create_partitions_request(reader& in,
     if (m > 0)
       t.has_assignments = true;
     for (int32_t j = 0; j < m && in.ok(); ++j) {
-      auto b = count(in, "create_partitions broker_ids", 4);
+      auto b = in.required_array("create_partitions broker_ids", 4);
       for (int32_t k = 0; k < b && in.ok(); ++k)
         in.i32("create_partitions broker_id");
     }
@@ -140,7 +131,7 @@ void write_create_partitions_response(writer& out, int16_t version,
 describe_configs_request_v read_describe_configs_request(reader& in,
                                                          int16_t version) {
   describe_configs_request_v x;
-  auto n = count(in, "describe_configs resources", 7);
+  auto n = in.required_array("describe_configs resources", 7);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     describe_configs_resource_v r;
     r.type = in.i8("describe_configs resource_type");
@@ -190,7 +181,7 @@ void write_describe_configs_response(
 alter_configs_request_v read_alter_configs_request(reader& in, int16_t version) {
   (void) version;
   alter_configs_request_v x;
-  auto n = count(in, "alter_configs resources", 7);
+  auto n = in.required_array("alter_configs resources", 7);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     alter_configs_resource_v r;
     r.type = in.i8("alter_configs resource_type");
@@ -223,11 +214,11 @@ delete_records_request_v read_delete_records_request(reader& in,
                                                      int16_t version) {
   (void) version;
   delete_records_request_v x;
-  auto n = count(in, "delete_records topics", 6);
+  auto n = in.required_array("delete_records topics", 6);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     delete_records_topic_v t;
     t.name = in.string("delete_records name");
-    auto m = count(in, "delete_records partitions", 12);
+    auto m = in.required_array("delete_records partitions", 12);
     for (int32_t j = 0; j < m && in.ok(); ++j) {
       delete_records_partition_v p;
       p.partition = in.i32("delete_records partition_index");

@@ -15,24 +15,14 @@ std::string bytes_field(reader& in, const char* what) {
   return b ? std::string{*b} : std::string{};
 }
 
-/// An array count that must not be null.
-int32_t count(reader& in, const char* what, size_t min_element_bytes) {
-  auto n = in.array(what, min_element_bytes);
-  if (n == -1) {
-    in.fail(std::string{what} + ": null where an array is required");
-    return 0;
-  }
-  return n;
-}
-
 std::vector<topic_partitions> read_topic_partitions(reader& in,
                                                     const char* what) {
   std::vector<topic_partitions> out;
-  auto n = count(in, what, 6);
+  auto n = in.required_array(what, 6);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     topic_partitions tp;
     tp.topic = in.string("topic");
-    auto m = count(in, "partitions", 4);
+    auto m = in.required_array("partitions", 4);
     for (int32_t j = 0; j < m && in.ok(); ++j)
       tp.partitions.push_back(in.i32("partition"));
     out.push_back(std::move(tp));
@@ -68,7 +58,7 @@ read_consumer_subscription(std::string_view bytes) {
   x.version = in.i16("subscription version");
   if (in.ok() && x.version < 0)
     return std::nullopt;
-  auto n = count(in, "subscription topics", 2);
+  auto n = in.required_array("subscription topics", 2);
   for (int32_t i = 0; i < n && in.ok(); ++i)
     x.topics.push_back(in.string("subscription topic"));
   auto ud = in.nullable_bytes("subscription user data");
@@ -163,7 +153,7 @@ join_group_request_v read_join_group_request(reader& in, int16_t version) {
   if (version >= 5)
     x.group_instance_id = in.nullable_string("join_group group_instance_id");
   x.protocol_type = in.string("join_group protocol_type");
-  auto n = count(in, "join_group protocols", 6);
+  auto n = in.required_array("join_group protocols", 6);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     join_protocol p;
     p.name = in.string("join_group protocol name");
@@ -201,7 +191,7 @@ sync_group_request_v read_sync_group_request(reader& in, int16_t version) {
   x.member_id = in.string("sync_group member_id");
   if (version >= 3)
     x.group_instance_id = in.nullable_string("sync_group group_instance_id");
-  auto n = count(in, "sync_group assignments", 6);
+  auto n = in.required_array("sync_group assignments", 6);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     auto id = in.string("sync_group assignment member_id");
     auto a = bytes_field(in, "sync_group assignment");
@@ -248,7 +238,7 @@ leave_group_request_v read_leave_group_request(reader& in, int16_t version) {
     m.member_id = in.string("leave_group member_id");
     x.members.push_back(std::move(m));
   } else {
-    auto n = count(in, "leave_group members", 4);
+    auto n = in.required_array("leave_group members", 4);
     for (int32_t i = 0; i < n && in.ok(); ++i) {
       leave_member_v m;
       m.member_id = in.string("leave_group member_id");
@@ -289,11 +279,11 @@ offset_commit_request_v read_offset_commit_request(reader& in,
     x.group_instance_id = in.nullable_string("offset_commit group_instance_id");
   if (version >= 2 && version <= 4)
     x.retention_time_ms = in.i64("offset_commit retention_time_ms");
-  auto n = count(in, "offset_commit topics", 6);
+  auto n = in.required_array("offset_commit topics", 6);
   for (int32_t i = 0; i < n && in.ok(); ++i) {
     offset_commit_topic_v t;
     t.name = in.string("offset_commit topic name");
-    auto m = count(in, "offset_commit partitions", 14);
+    auto m = in.required_array("offset_commit partitions", 14);
     for (int32_t j = 0; j < m && in.ok(); ++j) {
       offset_commit_partition_v p;
       p.partition = in.i32("offset_commit partition_index");
@@ -341,7 +331,7 @@ offset_fetch_request_v read_offset_fetch_request(reader& in, int16_t version) {
     for (int32_t i = 0; i < n && in.ok(); ++i) {
       topic_partitions tp;
       tp.topic = in.string("offset_fetch topic name");
-      auto m = count(in, "offset_fetch partition_indexes", 4);
+      auto m = in.required_array("offset_fetch partition_indexes", 4);
       for (int32_t j = 0; j < m && in.ok(); ++j)
         tp.partitions.push_back(in.i32("offset_fetch partition_index"));
       x.topics->push_back(std::move(tp));
@@ -397,7 +387,7 @@ void write_list_groups_response(writer& out, int16_t version, error_code err,
 describe_groups_request_v read_describe_groups_request(reader& in,
                                                        int16_t version) {
   describe_groups_request_v x;
-  auto n = count(in, "describe_groups groups", 2);
+  auto n = in.required_array("describe_groups groups", 2);
   for (int32_t i = 0; i < n && in.ok(); ++i)
     x.groups.push_back(in.string("describe_groups group"));
   if (version >= 3)

@@ -337,6 +337,15 @@ int32_t reader::array(const char* what, size_t min_element_bytes) {
   return n;
 }
 
+int32_t reader::required_array(const char* what, size_t min_element_bytes) {
+  auto n = array(what, min_element_bytes);
+  if (n == -1) {
+    fail(std::string{what} + ": null where an array is required");
+    return 0;
+  }
+  return n;
+}
+
 int32_t reader::compact_array(const char* what, size_t min_element_bytes) {
   auto n = uvarint(what);
   if (!ok())

@@ -159,6 +159,8 @@ public:
   /// An int32 array count (-1: null, returned as -1) checked against the
   /// bytes left at `min_element_bytes` per element.
   int32_t array(const char* what, size_t min_element_bytes = 1);
+  /// As array(), but a null array fails the read (0 is returned then).
+  int32_t required_array(const char* what, size_t min_element_bytes = 1);
   /// A compact array count (uvarint N+1; 0 = null, returned as -1).
   int32_t compact_array(const char* what, size_t min_element_bytes = 1);
   /// Skips a tagged-fields section (Ferry knows no tags it must read).
