@@ -19,6 +19,7 @@ PACKAGES=(
   curl fio xvfb python3 prometheus openssl
   python3-kafka python3-lz4 python3-zstandard  # make_kafka_vectors.py; tests/kafka
   kcat  # tests/kafka: a librdkafka client against the Kafka listener
+  python3-confluent-kafka  # tests/kafka: librdkafka's Python binding (idempotence, cooperative-sticky)
 )
 
 missing=()

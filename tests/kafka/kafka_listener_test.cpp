@@ -21,9 +21,11 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -936,4 +938,110 @@ TEST_F(KafkaListener, ListOffsetsByTimestampAnswersMinusOneWhenNoRecordIsThatLat
   EXPECT_EQ(ask(-1), 2);            // latest: the high watermark
   EXPECT_EQ(ask(0), 0);             // every record is later than 1970
   EXPECT_EQ(ask(4102444800000), -1); // none as late as 2100
+}
+
+// -- python3-confluent-kafka (librdkafka's Python binding) ------------------------
+
+namespace {
+
+std::filesystem::path confluent_script() {
+  return std::filesystem::path{FERRY_SOURCE_DIR} / "tests/kafka/confluent_check.py";
+}
+
+std::vector<std::string> lines_of(const std::string& out, const std::string& prefix) {
+  std::vector<std::string> xs;
+  std::istringstream in{out};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0)
+      xs.push_back(line.substr(prefix.size()));
+  return xs;
+}
+
+} // namespace
+
+TEST(KafkaConfluent, AnIdempotentProducerAcrossANodeSigkillWritesEveryRecordOnce) {
+  // A fixed Kafka port, so the producer finds the node again after its
+  // restart.
+  auto kport = free_port();
+  ferryd_process node{{"--kafka-port", std::to_string(kport), "--http-port", "-1"}};
+  ASSERT_TRUE(node.start()) << node.output();
+  auto kafka = "127.0.0.1:" + std::to_string(kport);
+  auto r = ferryctl(node.endpoint(), {"topic", "create", "idem", "--partitions", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto producer = child_process::start(
+    "/usr/bin/python3", {"-u", confluent_script().string(), "produce", kafka, "idem", "600", "5"});
+  ASSERT_TRUE(producer);
+  // SIGKILL once 150 are acknowledged; the producer's retries wait for the
+  // restart (same data dir, same ports).
+  ASSERT_TRUE(wait_until(60s, [&] { return producer->out().find("acked 150") != std::string::npos; }))
+    << producer->out() << producer->err();
+  node.kill9();
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(node.restart()) << node.output();
+  auto status = producer->wait_exit(180s);
+  ASSERT_TRUE(status) << "the producer did not finish\n" << producer->out() << producer->err();
+  EXPECT_EQ(*status, 0) << producer->out() << producer->err();
+  EXPECT_NE(producer->out().find("delivered 600 failed 0"), std::string::npos) << producer->out();
+  // v1..v600, each once, in order: no duplicates from the retries, no gaps.
+  auto cons = run_command(kcat_path(), {"-b", kafka, "-t", "idem", "-C", "-e", "-q", "-f", "%s\n"},
+                          60s);
+  ASSERT_EQ(cons.exit_code, 0) << cons.err;
+  auto got = lines_of(cons.out, "v");
+  ASSERT_EQ(got.size(), 600u) << cons.out.substr(0, 300);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], std::to_string(i + 1)) << "at " << i;
+}
+
+TEST_F(KafkaListener, ACooperativeStickyGroupMovesOnlyThePartitionsItMustMove) {
+  // A holds all three partitions; B joins: A gives up only what B gets
+  // (incremental revocation), never everything at once.
+  auto a = child_process::start("/usr/bin/python3", {"-u", confluent_script().string(), "member",
+                                                     kafka, "events", "coop", "40"});
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(wait_until(60s, [&] { return a->out().find("assigned 0,1,2") != std::string::npos; }))
+    << a->out() << a->err() << node.output();
+  auto b = child_process::start("/usr/bin/python3", {"-u", confluent_script().string(), "member",
+                                                     kafka, "events", "coop", "40"});
+  ASSERT_TRUE(b);
+  std::vector<std::string> b_assigned;
+  ASSERT_TRUE(wait_until(60s, [&] {
+    b_assigned.clear();
+    for (auto& x : lines_of(b->out(), "assigned "))
+      if (!x.empty())
+        b_assigned.push_back(x);
+    return !b_assigned.empty();
+  })) << "a:\n" << a->out() << "\nb:\n" << b->out() << b->err();
+  auto revoked = lines_of(a->out(), "revoked ");
+  ASSERT_FALSE(revoked.empty()) << a->out();
+  for (auto& x : revoked)
+    EXPECT_NE(x, "0,1,2") << "A gave up every partition (an eager rebalance)\n" << a->out();
+  // B has exactly what A gave up.
+  std::set<std::string> given, taken;
+  for (auto& x : revoked)
+    for (auto& p : lines_of(std::regex_replace(x, std::regex{","}, "\n"), ""))
+      given.insert(p);
+  for (auto& x : b_assigned)
+    for (auto& p : lines_of(std::regex_replace(x, std::regex{","}, "\n"), ""))
+      taken.insert(p);
+  EXPECT_EQ(given, taken) << "a:\n" << a->out() << "\nb:\n" << b->out();
+  // What is written next is read once, by one of them.
+  auto d = ferryctl_json(node.endpoint(), {"group", "describe", "coop"});
+  EXPECT_EQ(d["assignor"], "cooperative-sticky") << d.dump();
+  std::string values_in;
+  for (int i = 1; i <= 30; ++i)
+    values_in += "w" + std::to_string(i) + "\n";
+  auto p = run_command(kcat_path(), {"-b", kafka, "-t", "events", "-P"}, 30s, values_in);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  ASSERT_TRUE(wait_until(60s, [&] {
+    return lines_of(a->out(), "record ").size() + lines_of(b->out(), "record ").size() >= 30;
+  })) << "a:\n" << a->out() << "\nb:\n" << b->out();
+  std::multiset<std::string> values;
+  for (auto* m : {a.get(), b.get()})
+    for (auto& x : lines_of(m->out(), "record "))
+      values.insert(x.substr(x.find(' ') + 1));
+  EXPECT_EQ(values.size(), 30u);
+  EXPECT_EQ(std::set<std::string>(values.begin(), values.end()).size(), 30u) << "a record read twice";
+  a->signal(SIGTERM);
+  b->signal(SIGTERM);
 }
