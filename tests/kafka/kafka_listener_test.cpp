@@ -1045,3 +1045,49 @@ TEST_F(KafkaListener, ACooperativeStickyGroupMovesOnlyThePartitionsItMustMove) {
   a->signal(SIGTERM);
   b->signal(SIGTERM);
 }
+
+TEST_F(KafkaListener, AStaticKcatMemberBackUnderItsInstanceIdKeepsItsPartitionsWithoutARebalance) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  auto member = [&](const std::string& instance) {
+    return child_process::start(kcat_path(), {"-u", "-q", "-b", kafka, "-G", "static", "events",
+                                              "-X", "group.instance.id=" + instance, "-X",
+                                              "session.timeout.ms=10000", "-f", "%p %s\n"});
+  };
+  auto describe = [&] { return ferryctl_json(node.endpoint(), {"group", "describe", "static"}); };
+  auto a = member("i1");
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(wait_until(60s, [&] { return describe()["state"] == "Stable"; })) << a->err();
+  auto b = member("i2"); // i1 stays the leader; i2 is a follower
+  ASSERT_TRUE(b);
+  nlohmann::json before;
+  ASSERT_TRUE(wait_until(60s, [&] {
+    before = describe();
+    return before["state"] == "Stable" && before["members"].size() == 2
+           && !before["members"][0]["assignment"].empty()
+           && !before["members"][1]["assignment"].empty();
+  })) << before.dump() << node.output();
+  auto partitions_of = [](const nlohmann::json& d, const std::string& instance) {
+    for (auto& m : d["members"])
+      if (m["group_instance_id"] == instance)
+        return m["assignment"].dump();
+    return std::string{"none"};
+  };
+  // i2 dies without leaving (SIGKILL) and comes back under its instance id
+  // within the session timeout: same generation, same partitions.
+  b->kill_and_reap();
+  auto b2 = member("i2");
+  ASSERT_TRUE(b2);
+  nlohmann::json after;
+  ASSERT_TRUE(wait_until(30s, [&] {
+    after = describe();
+    for (auto& m : after["members"])
+      if (m["group_instance_id"] == "i2" && m["member_id"] != "" )
+        for (auto& old : before["members"])
+          if (old["group_instance_id"] == "i2" && old["member_id"] != m["member_id"])
+            return true;
+    return false;
+  })) << after.dump() << node.output();
+  EXPECT_EQ(after["generation"], before["generation"]) << before.dump() << "\n" << after.dump();
+  EXPECT_EQ(partitions_of(after, "i2"), partitions_of(before, "i2"));
+  EXPECT_EQ(partitions_of(after, "i1"), partitions_of(before, "i1"));
+}
