@@ -26,25 +26,6 @@ caf::timespan admin_timeout(const listener_core& core, int32_t timeout_ms) {
   return caf::timespan{core.cfg.request_timeout};
 }
 
-/// Runs `n` requests in the bridge actor; `ask(self, i, done)` sends the
-/// i-th and calls done() when it is answered; `answer()` is written once
-/// all are.
-template <class Ask, class Answer>
-void fan_out(conn_ptr conn, uint64_t seq, size_t n, Ask ask, Answer answer) {
-  if (n == 0) {
-    conn->complete(seq, answer());
-    return;
-  }
-  auto pending = std::make_shared<size_t>(n);
-  conn->run([=](caf::event_based_actor* self) {
-    for (size_t i = 0; i < n; ++i)
-      ask(self, i, [=] {
-        if (--*pending == 0)
-          conn->complete(seq, answer());
-      });
-  });
-}
-
 kafka::named_result failed(std::string name, const caf::error& err,
                            error_code code) {
   return kafka::named_result{std::move(name), code, describe(err)};

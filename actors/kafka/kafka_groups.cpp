@@ -208,43 +208,32 @@ void leave_group(listener_core& core, conn_ptr conn, uint64_t seq,
                  const kafka::request_header& h,
                  kafka::leave_group_request_v req) {
   auto v = h.api_version;
-  struct job_t {
-    std::vector<kafka::leave_member_v> members;
-    size_t pending = 0;
-  };
-  auto job = std::make_shared<job_t>();
-  job->members = std::move(req.members);
-  auto answer = [h, v, job] {
-    return respond(h, [&](kafka::writer& w) {
-      // v0-2 carry the one member's outcome at the top; v3+ per member.
-      auto top = v < 3 && !job->members.empty() ? job->members.front().error
-                                                : error_code::none;
-      kafka::write_leave_group_response(w, v, top, job->members);
-    });
-  };
-  if (job->members.empty()) {
-    conn->complete(seq, answer());
-    return;
-  }
-  job->pending = job->members.size();
+  auto members = std::make_shared<std::vector<kafka::leave_member_v>>(
+    std::move(req.members));
   auto broker = core.broker;
   auto timeout = request_timeout(core);
   auto group = req.group;
-  conn->run([=](caf::event_based_actor* self) {
-    for (size_t i = 0; i < job->members.size(); ++i) {
-      auto& m = job->members[i];
+  fan_out(
+    conn, seq, members->size(),
+    [=](caf::event_based_actor* self, size_t i, auto done) {
+      auto& m = (*members)[i];
       leave_group_request q{group, m.member_id,
                             m.group_instance_id.value_or("")};
-      auto done = [=](error_code err) {
-        job->members[i].error = err;
-        if (--job->pending == 0)
-          conn->complete(seq, answer());
-      };
       self->request(broker, timeout, leave_atom_v, q)
-        .then([=]() { done(error_code::none); },
-              [=](caf::error& err) { done(kafka::to_kafka(err)); });
-    }
-  });
+        .then([=]() { done(); },
+              [=](caf::error& err) {
+                (*members)[i].error = kafka::to_kafka(err);
+                done();
+              });
+    },
+    [h, v, members] {
+      return respond(h, [&](kafka::writer& w) {
+        // v0-2 carry the one member's outcome at the top; v3+ per member.
+        auto top = v < 3 && !members->empty() ? members->front().error
+                                              : error_code::none;
+        kafka::write_leave_group_response(w, v, top, *members);
+      });
+    });
 }
 
 // -- OffsetCommit ---------------------------------------------------------------
@@ -418,39 +407,22 @@ void describe_groups(listener_core& core, conn_ptr conn, uint64_t seq,
                      const kafka::request_header& h,
                      kafka::describe_groups_request_v req) {
   auto v = h.api_version;
-  struct job_t {
-    std::vector<kafka::described_group> groups;
-    size_t pending = 0;
-  };
-  auto job = std::make_shared<job_t>();
+  auto groups = std::make_shared<std::vector<kafka::described_group>>();
   for (auto& g : req.groups) {
     kafka::described_group d;
     d.group = g;
-    job->groups.push_back(std::move(d));
+    groups->push_back(std::move(d));
   }
-  auto answer = [h, v, job] {
-    return respond(h, [&](kafka::writer& w) {
-      kafka::write_describe_groups_response(w, v, job->groups);
-    });
-  };
-  if (job->groups.empty()) {
-    conn->complete(seq, answer());
-    return;
-  }
-  job->pending = job->groups.size();
   auto broker = core.broker;
   auto timeout = request_timeout(core);
-  conn->run([=](caf::event_based_actor* self) {
-    for (size_t i = 0; i < job->groups.size(); ++i) {
-      auto done = [=] {
-        if (--job->pending == 0)
-          conn->complete(seq, answer());
-      };
+  fan_out(
+    conn, seq, groups->size(),
+    [=](caf::event_based_actor* self, size_t i, auto done) {
       self->request(broker, timeout, describe_atom_v, group_atom_v,
-                    job->groups[i].group)
+                    (*groups)[i].group)
         .then(
           [=](const group_description& g) {
-            auto& d = job->groups[i];
+            auto& d = (*groups)[i];
             d.state = g.state;
             d.protocol_type = kafka_protocol_type(g);
             d.protocol = g.assignor;
@@ -476,7 +448,7 @@ void describe_groups(listener_core& core, conn_ptr conn, uint64_t seq,
             done();
           },
           [=](caf::error& err) {
-            auto& d = job->groups[i];
+            auto& d = (*groups)[i];
             if (is(err, ec::unknown_group)) {
               // Kafka's answer for a group it does not know.
               d.state = "Dead";
@@ -485,8 +457,12 @@ void describe_groups(listener_core& core, conn_ptr conn, uint64_t seq,
             }
             done();
           });
-    }
-  });
+    },
+    [h, v, groups] {
+      return respond(h, [&](kafka::writer& w) {
+        kafka::write_describe_groups_response(w, v, *groups);
+      });
+    });
 }
 
 } // namespace

@@ -294,6 +294,25 @@ std::string respond(const kafka::request_header& h, F write) {
   return std::move(w.buffer());
 }
 
+/// Serves a request that asks the node `n` things: runs them in the bridge actor; `ask(self, i, done)` sends the
+/// i-th and calls done() when it is answered; `answer()` is written once
+/// all are.
+template <class Ask, class Answer>
+void fan_out(conn_ptr conn, uint64_t seq, size_t n, Ask ask, Answer answer) {
+  if (n == 0) {
+    conn->complete(seq, answer());
+    return;
+  }
+  auto pending = std::make_shared<size_t>(n);
+  conn->run([=](caf::event_based_actor* self) {
+    for (size_t i = 0; i < n; ++i)
+      ask(self, i, [=] {
+        if (--*pending == 0)
+          conn->complete(seq, answer());
+      });
+  });
+}
+
 // -- the API families (each in its file) ----------------------------------------
 
 /// The group APIs (kafka_groups.cpp): FindCoordinator, JoinGroup, SyncGroup,
