@@ -114,6 +114,7 @@ const std::vector<api_range>& supported_apis() {
     {api::sync_group, 0, 3},
     {api::describe_groups, 0, 4},
     {api::list_groups, 0, 2},
+    {api::sasl_handshake, 0, 1},
     {api::api_versions, 0, 3},
     {api::create_topics, 0, 4},
     {api::delete_topics, 0, 3},
@@ -121,6 +122,7 @@ const std::vector<api_range>& supported_apis() {
     {api::init_producer_id, 0, 1},
     {api::describe_configs, 0, 2},
     {api::alter_configs, 0, 1},
+    {api::sasl_authenticate, 0, 1},
     {api::create_partitions, 0, 1},
   };
   return xs;
@@ -173,6 +175,10 @@ bool flexible_request(int16_t key, int16_t version) {
       return version >= 2;
     case api::describe_configs:
       return version >= 4;
+    case api::sasl_handshake:
+      return false;
+    case api::sasl_authenticate:
+      return version >= 2;
   }
   return false;
 }
@@ -756,6 +762,44 @@ void write_init_producer_id_response(writer& out, int16_t version,
   out.i16(static_cast<int16_t>(err));
   out.i64(producer_id);
   out.i16(producer_epoch);
+}
+
+// -- SaslHandshake, SaslAuthenticate -----------------------------------------------
+
+std::string read_sasl_handshake_request(reader& in, int16_t version) {
+  (void) version; // v0-1 share the layout
+  auto mechanism = in.string("sasl_handshake mechanism");
+  in.expect_end("sasl_handshake request");
+  return mechanism;
+}
+
+void write_sasl_handshake_response(writer& out, int16_t version, error_code err,
+                                   const std::vector<std::string>& mechanisms) {
+  (void) version;
+  out.i16(static_cast<int16_t>(err));
+  out.array(static_cast<int32_t>(mechanisms.size()));
+  for (auto& m : mechanisms)
+    out.string(m);
+}
+
+std::string read_sasl_authenticate_request(reader& in, int16_t version) {
+  (void) version; // v0-1 share the layout
+  auto bytes = in.nullable_bytes("sasl_authenticate auth_bytes");
+  if (in.ok() && !bytes)
+    in.fail("sasl_authenticate auth_bytes: null");
+  in.expect_end("sasl_authenticate request");
+  return bytes ? std::string{*bytes} : std::string{};
+}
+
+void write_sasl_authenticate_response(writer& out, int16_t version, error_code err,
+                                      const std::optional<std::string>& message,
+                                      std::string_view auth_bytes,
+                                      int64_t session_lifetime_ms) {
+  out.i16(static_cast<int16_t>(err));
+  out.nullable_string(message);
+  out.bytes(auth_bytes);
+  if (version >= 1)
+    out.i64(session_lifetime_ms);
 }
 
 // -- other --------------------------------------------------------------------

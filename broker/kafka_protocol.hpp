@@ -48,6 +48,7 @@ enum class api : int16_t {
   sync_group = 14,
   describe_groups = 15,
   list_groups = 16,
+  sasl_handshake = 17,
   api_versions = 18,
   create_topics = 19,
   delete_topics = 20,
@@ -55,6 +56,7 @@ enum class api : int16_t {
   init_producer_id = 22,
   describe_configs = 32,
   alter_configs = 33,
+  sasl_authenticate = 36,
   create_partitions = 37,
 };
 
@@ -88,6 +90,8 @@ enum class error_code : int16_t {
   group_authorization_failed = 30,
   cluster_authorization_failed = 31,
   unsupported_version = 35,
+  unsupported_sasl_mechanism = 33,
+  illegal_sasl_state = 34,
   topic_already_exists = 36,
   invalid_partitions = 37,
   invalid_replication_factor = 38,
@@ -448,6 +452,30 @@ init_producer_id_request read_init_producer_id_request(reader& in,
 void write_init_producer_id_response(writer& out, int16_t version,
                                      error_code err, int64_t producer_id,
                                      int16_t producer_epoch);
+
+// -- SaslHandshake (key 17), v0-1, and SaslAuthenticate (key 36), v0-1 ----------
+//
+// A SASL login on a Kafka connection: SaslHandshake names the mechanism
+// (the answer lists the ones the listener offers); then the mechanism's
+// tokens are exchanged. After a v1 handshake each token travels in a
+// SaslAuthenticate request and response; after a v0 handshake (kafka-python
+// 2.0 sends only v0) they travel as raw frames, a 4-byte size and the
+// token, with no request header, until the login ends.
+
+/// The mechanism a SaslHandshake request names.
+std::string read_sasl_handshake_request(reader& in, int16_t version);
+
+void write_sasl_handshake_response(writer& out, int16_t version, error_code err,
+                                   const std::vector<std::string>& mechanisms);
+
+/// The token a SaslAuthenticate request carries.
+std::string read_sasl_authenticate_request(reader& in, int16_t version);
+
+/// `session_lifetime_ms` (v1+): 0 asks for no re-authentication.
+void write_sasl_authenticate_response(writer& out, int16_t version, error_code err,
+                                      const std::optional<std::string>& message,
+                                      std::string_view auth_bytes,
+                                      int64_t session_lifetime_ms);
 
 // -- any other request -----------------------------------------------------------
 

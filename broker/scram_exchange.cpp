@@ -357,10 +357,105 @@ struct scram_server::impl {
   session_ptr session;
   std::string candidate; ///< the user client-first named
   std::string user;      ///< set once final() succeeded
+  // For accept_doubled_client_nonce (kept only then):
+  bool doubled_nonce_ok = false;
+  std::string gs2_header;        ///< "n,," or "y,,"
+  std::string client_first_bare; ///< client-first without the gs2 header
+  std::string client_nonce;
+  std::string server_first;
+  std::string server_nonce;      ///< the whole r= of server-first
+  std::string stored_key;
+  std::string server_key;
+
+  ~impl() {
+    OPENSSL_cleanse(stored_key.data(), stored_key.size());
+    OPENSSL_cleanse(server_key.data(), server_key.size());
+  }
 };
+
+namespace {
+
+std::optional<std::string> hmac_sha256(std::string_view key, std::string_view msg) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned len = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), md.data(), &len)
+      == nullptr)
+    return std::nullopt;
+  return std::string{reinterpret_cast<const char*>(md.data()), len};
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+  char* out = nullptr;
+  size_t len = 0;
+  if (gsasl_base64_from(text.data(), text.size(), &out, &len) != GSASL_OK)
+    return std::nullopt;
+  std::string result{out, len};
+  gsasl_free(out);
+  return result;
+}
+
+/// What verify_by_hand needs of the conversation.
+struct conversation_view {
+  const std::string& gs2_header;
+  const std::string& client_first_bare;
+  const std::string& server_first;
+  const std::string& stored_key;
+  const std::string& server_key;
+};
+
+/// Checks a client-final message whose nonce is librdkafka's doubled one
+/// (see scram_server's constructor) against the conversation `st`; the
+/// server-final message or the error.
+caf::expected<std::string> verify_by_hand(const conversation_view& st,
+                                          std::string_view client_final) {
+  constexpr std::string_view what = "client-final message";
+  auto at = client_final.rfind(",p=");
+  if (at == std::string_view::npos)
+    return malformed(what, "no proof (p=) at the end");
+  auto without_proof = client_final.substr(0, at);
+  auto fields = split(without_proof);
+  auto binding = base64(st.gs2_header);
+  if (fields.size() < 2 || !binding || fields[0] != "c=" + *binding)
+    return login_failed(); // channel binding that does not match client-first
+  auto proof = base64_decode(client_final.substr(at + 3));
+  if (!proof || proof->size() != key_size)
+    return malformed(what, "the proof is not base64 of 32 bytes");
+  std::string auth_message = st.client_first_bare;
+  auth_message += ',';
+  auth_message += st.server_first;
+  auth_message += ',';
+  auth_message += without_proof;
+  auto client_signature = hmac_sha256(st.stored_key, auth_message);
+  auto server_signature = hmac_sha256(st.server_key, auth_message);
+  if (!client_signature || !server_signature)
+    return make_error(ec::io_error, "HMAC-SHA256 failed");
+  std::string client_key(key_size, '\0');
+  for (size_t i = 0; i < key_size; ++i)
+    client_key[i] = static_cast<char>((*proof)[i] ^ (*client_signature)[i]);
+  std::array<unsigned char, EVP_MAX_MD_SIZE> stored{};
+  unsigned len = 0;
+  auto hashed = EVP_Digest(client_key.data(), client_key.size(), stored.data(), &len,
+                           EVP_sha256(), nullptr);
+  OPENSSL_cleanse(client_key.data(), client_key.size());
+  if (hashed != 1 || len != key_size || st.stored_key.size() != key_size
+      || CRYPTO_memcmp(stored.data(), st.stored_key.data(), key_size) != 0)
+    return login_failed();
+  auto v = base64(*server_signature);
+  if (!v)
+    return make_error(ec::io_error, "base64 failed");
+  return "v=" + *v;
+}
+
+} // namespace
 
 scram_server::scram_server() : impl_(std::make_unique<impl>()) {
   // nop
+}
+
+scram_server::scram_server(bool accept_doubled_client_nonce)
+  : impl_(std::make_unique<impl>()) {
+  impl_->doubled_nonce_ok = accept_doubled_client_nonce;
 }
 
 scram_server::~scram_server() = default;
@@ -396,6 +491,10 @@ caf::expected<std::string> scram_server::first(std::string_view client_first,
   if (!session)
     return session.error();
   auto err = set_credential(session->get(), *cred);
+  if (st.doubled_nonce_ok) {
+    st.stored_key = cred->stored_key;
+    st.server_key = cred->server_key;
+  }
   OPENSSL_cleanse(cred->stored_key.data(), cred->stored_key.size());
   OPENSSL_cleanse(cred->server_key.data(), cred->server_key.size());
   if (err)
@@ -403,6 +502,13 @@ caf::expected<std::string> scram_server::first(std::string_view client_first,
   auto r = step(session->get(), client_first);
   if (r.rc != GSASL_NEEDS_MORE || r.out.empty())
     return server_step_error(r.rc, "client-first message");
+  if (st.doubled_nonce_ok) {
+    st.gs2_header = std::string{client_first.substr(0, 3)};
+    st.client_first_bare = std::string{client_first.substr(3)};
+    st.client_nonce = std::string{split(client_first.substr(3))[1].substr(2)};
+    st.server_first = r.out;
+    st.server_nonce = std::string{split(r.out)[0].substr(2)};
+  }
   st.session = std::move(*session);
   st.candidate = std::move(*name);
   st.at = impl::phase::first_sent;
@@ -423,6 +529,21 @@ caf::expected<std::string> scram_server::final(std::string_view client_final) {
   constexpr std::string_view what = "client-final message";
   if (auto problem = shape_problem(client_final))
     return malformed(what, *problem);
+  if (st.doubled_nonce_ok) {
+    auto fields = split(client_final);
+    if (fields.size() >= 2 && has_key(fields[1], 'r')
+        && fields[1].substr(2) == st.client_nonce + st.server_nonce) {
+      auto out = verify_by_hand(conversation_view{st.gs2_header, st.client_first_bare,
+                                                  st.server_first, st.stored_key,
+                                                  st.server_key},
+                                client_final);
+      if (!out)
+        return out.error();
+      st.user = std::move(st.candidate);
+      st.at = impl::phase::done;
+      return out;
+    }
+  }
   auto r = step(session.get(), client_final);
   if (r.rc != GSASL_OK || r.out.empty())
     return server_step_error(r.rc, what);

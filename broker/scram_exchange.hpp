@@ -55,6 +55,16 @@ public:
     = std::function<std::optional<scram_credential>(const std::string& user)>;
 
   scram_server();
+  /// `accept_doubled_client_nonce`: also take the client-final message of
+  /// librdkafka before 2.6.1 (Debian 12 ships 2.0.2), whose nonce is its
+  /// client nonce followed by the whole server nonce (which already starts
+  /// with the client nonce), and whose proof is computed over that message.
+  /// Kafka 3.x brokers accept it (they compare with endsWith); the Kafka
+  /// listener does too, for exactly that form. The proof is then checked
+  /// here (RFC 5802 section 3) instead of by GNU SASL, which only takes the
+  /// correct nonce. Still one try per conversation, still bound to this
+  /// conversation's server nonce.
+  explicit scram_server(bool accept_doubled_client_nonce);
   ~scram_server();
   scram_server(scram_server&&) noexcept;
   scram_server& operator=(scram_server&&) noexcept;

@@ -279,6 +279,24 @@ bool security_registry::authorize(std::string_view user,
                           operation);
 }
 
+bool security_registry::allows_somewhere(std::string_view user,
+                                         std::string_view resource_type,
+                                         std::string_view operation) const {
+  std::shared_lock guard{mtx_};
+  if (user.empty())
+    return false;
+  if (superusers_.count(std::string{user}) > 0)
+    return true;
+  // Each allow entry names (or starts) a resource: probe that name, so a
+  // deny of it (or of everything) still wins.
+  for (auto& x : acls_)
+    if (x.permission == "allow" && acl_matches(x, user, resource_type, x.resource_name, operation)
+        && ferry::authorize(acls_, superusers_, user, resource_type, x.resource_name,
+                            operation))
+      return true;
+  return false;
+}
+
 uint64_t security_registry::version() const {
   std::shared_lock guard{mtx_};
   return version_;

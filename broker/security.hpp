@@ -183,6 +183,13 @@ public:
   bool authorize(std::string_view user, std::string_view resource_type,
                  std::string_view name, std::string_view operation) const;
 
+  /// True when the user may do `operation` on at least one resource of
+  /// `resource_type` (a superuser, or an allow entry for it that no deny
+  /// overrides at the name it names). Kafka's InitProducerId asks this of
+  /// "write" on topics: an idempotent producer needs no ACL of its own.
+  bool allows_somewhere(std::string_view user, std::string_view resource_type,
+                        std::string_view operation) const;
+
   /// Bumped by every set(): caches of verified passwords compare it.
   uint64_t version() const;
 

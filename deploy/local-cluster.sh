@@ -25,9 +25,10 @@
 #                              of this repository, as in the README)
 #   FERRY_CLUSTER_DIR          state folder (default ./ferry-cluster)
 #   FERRY_CLUSTER_BASE_PORT    B (default 19090): node i listens on CAF port B+i,
-#                              HTTP port B+100+i, metrics port B+200+i and,
-#                              without --tls/--auth, Kafka port B+300+i (kcat -b
-#                              127.0.0.1:19391)
+#                              HTTP port B+100+i, metrics port B+200+i and
+#                              Kafka port B+300+i (kcat -b 127.0.0.1:19391; with
+#                              --tls, kcat -X security.protocol=SSL and the
+#                              client certificate; with --auth, SASL_SSL as a user)
 #   FERRY_CLUSTER_START_TIMEOUT  seconds to wait for "listening on" (default 60)
 #   FERRY_CLUSTER_STOP_TIMEOUT   seconds a node may take to stop on SIGTERM
 #                                before it gets SIGKILL (default 30)
@@ -173,9 +174,8 @@ is_removed() { [[ ,$removed, == *,$1,* ]]; }
 caf_port() { echo $((base_port + $1)); }
 http_port() { echo $((base_port + 100 + $1)); }
 metrics_port() { echo $((base_port + 200 + $1)); }
-# The Kafka listener: plaintext without SASL so far, so only in a cluster
-# started without --tls and --auth (ferryd refuses the combination).
-kafka_on() { ((tls == 0 && auth == 0)); }
+# The Kafka listener, on every node: TLS with --tls, SASL logins with --auth.
+kafka_on() { true; }
 kafka_port() { echo $((base_port + 300 + $1)); }
 node_kafka_args() {
   kafka_on || return 0

@@ -22,12 +22,15 @@
 #include "actors/http/http_gateway.hpp"
 
 #include "actors/http/http_json.hpp"
+
 #include "broker/audit_log.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
+#include "broker/login_throttle.hpp"
 #include "broker/partitioner.hpp"
 #include "broker/record_batch.hpp"
 #include "broker/security.hpp"
+#include "broker/tls_server.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/sha.h>
@@ -296,13 +299,9 @@ struct gateway_core : std::enable_shared_from_this<gateway_core> {
 
   // -- authentication (cfg.security set) ----------------------------------------
 
-  /// Failed logins of one client address.
-  struct login_record {
-    int failures = 0;
-    steady::time_point locked_until{};
-  };
-  std::mutex login_mtx;
-  std::map<std::string, login_record> logins;
+  /// Failed logins of each client address.
+  login_throttle logins{cfg.login_failures_allowed, cfg.login_lockout_base,
+                        cfg.login_lockout_max};
 
   /// Verified Basic credentials: SHA-256 of "user NUL password" -> the user
   /// and the registry version they were checked against.
@@ -665,37 +664,6 @@ private:
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
 };
-
-/// A server context for `t` (TLS 1.2 or newer), or the error naming the
-/// file that did not load.
-caf::expected<std::shared_ptr<ssl::context>> make_tls_context(const http_tls_config& t) {
-  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
-  beast::error_code ec;
-  auto fail = [&](const std::string& what, const std::string& file) {
-    return make_error(ec::invalid_config, "http TLS: cannot load the " + what + " "
-                                            + file + ": " + ec.message());
-  };
-  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2
-                     | ssl::context::no_sslv3 | ssl::context::no_tlsv1
-                     | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use,
-                   ec);
-  ctx->use_certificate_chain_file(t.certificate, ec);
-  if (ec)
-    return fail("certificate", t.certificate);
-  ctx->use_private_key_file(t.key, ssl::context::pem, ec);
-  if (ec)
-    return fail("key", t.key);
-  ctx->load_verify_file(t.ca, ec);
-  if (ec)
-    return fail("CA file", t.ca);
-  auto mode = ssl::verify_peer;
-  if (t.require_client_certificate)
-    mode |= ssl::verify_fail_if_no_peer_cert;
-  ctx->set_verify_mode(mode, ec);
-  if (ec)
-    return fail("verify mode for", t.ca);
-  return ctx;
-}
 
 // -- reply_sink: from the CAF side to a session's strand -----------------------------
 
@@ -1975,20 +1943,7 @@ api_response token_refused(const std::string& message) {
 /// login_failures_allowed), logs and audits it.
 void login_failed(gateway_core& core, const api_request& ar,
                   const std::string& user, const std::string& why) {
-  auto ip = address_of(ar.peer);
-  int failures = 0;
-  {
-    std::lock_guard<std::mutex> guard{core.login_mtx};
-    if (core.logins.size() >= 65536)
-      core.logins.clear();
-    auto& rec = core.logins[ip];
-    failures = ++rec.failures;
-    auto over = failures - core.cfg.login_failures_allowed;
-    if (over >= 0) {
-      auto wait = core.cfg.login_lockout_base * (int64_t{1} << std::min(over, 20));
-      rec.locked_until = steady::now() + std::min(wait, core.cfg.login_lockout_max);
-    }
-  }
+  auto failures = core.logins.failed(address_of(ar.peer));
   log::warn("{}: login failed for user '{}' from {} ({} failed since the last "
             "success from there): {}",
             core.cfg.name, user, ar.peer, failures, why);
@@ -2043,10 +1998,7 @@ std::optional<api_response> authenticate_token(gateway_core& core, api_request& 
     login_failed(core, ar, *user, why);
     return token_refused(why);
   }
-  {
-    std::lock_guard<std::mutex> guard{core.login_mtx};
-    core.logins.erase(address_of(ar.peer));
-  }
+  core.logins.succeeded(address_of(ar.peer));
   ar.user = claims->user;
   ar.by_token = true;
   return std::nullopt;
@@ -2058,21 +2010,13 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
                                          std::string_view authorization) {
   auto& sec = *core.cfg.security;
   auto ip = address_of(ar.peer);
-  auto now = steady::now();
-  {
-    std::lock_guard<std::mutex> guard{core.login_mtx};
-    auto i = core.logins.find(ip);
-    if (i != core.logins.end() && now < i->second.locked_until) {
-      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    i->second.locked_until - now)
-                    .count();
-      auto secs = std::to_string((wait + 999) / 1000);
-      auto r = reply_error(429, to_string(ec::login_throttled),
-                           "too many failed logins from " + ip
-                             + ": try again in " + secs + " s");
-      r.retry_after = secs;
-      return r;
-    }
+  if (auto wait = core.logins.locked_for(ip); wait.count() > 0) {
+    auto secs = std::to_string((wait.count() + 999) / 1000);
+    auto r = reply_error(429, to_string(ec::login_throttled),
+                         "too many failed logins from " + ip
+                           + ": try again in " + secs + " s");
+    r.retry_after = secs;
+    return r;
   }
   if (auto bearer = credentials_of(authorization, "bearer"))
     return authenticate_token(core, ar, *bearer);
@@ -2117,10 +2061,7 @@ std::optional<api_response> authenticate(gateway_core& core, api_request& ar,
         core.verified.clear();
       core.verified[key] = std::make_pair(user, version);
     }
-    {
-      std::lock_guard<std::mutex> guard{core.login_mtx};
-      core.logins.erase(ip);
-    }
+    core.logins.succeeded(ip);
     ar.user = user;
     return std::nullopt;
   }
@@ -2281,7 +2222,7 @@ http_gateway::listen(http_gateway_config cfg) {
   auto wanted = cfg.port;
   auto p = std::make_shared<impl>(std::move(cfg));
   if (p->core->cfg.tls.enabled()) {
-    auto ctx = make_tls_context(p->core->cfg.tls);
+    auto ctx = make_server_tls_context(p->core->cfg.tls, p->core->cfg.name);
     if (!ctx)
       return std::move(ctx.error());
     p->core->tls = std::move(*ctx);
@@ -2354,7 +2295,7 @@ caf::error http_gateway::reload_tls() {
   auto& core = *impl_->core;
   if (!core.cfg.tls.enabled())
     return make_error(ec::invalid_config, "http: TLS is off on this port");
-  auto ctx = make_tls_context(core.cfg.tls);
+  auto ctx = make_server_tls_context(core.cfg.tls, core.cfg.name);
   if (!ctx)
     return std::move(ctx.error());
   std::lock_guard<std::mutex> guard{core.tls_mtx};

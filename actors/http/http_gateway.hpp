@@ -101,6 +101,8 @@
 
 #include "actors/protocol/interfaces.hpp"
 
+#include "broker/tls_server.hpp"
+
 #include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 
@@ -117,17 +119,7 @@ class security_registry;
 class audit_log;
 
 /// The TLS files of an https port (PEM).
-struct http_tls_config {
-  std::string certificate; ///< the server's certificate (chain)
-  std::string key;         ///< its private key, unencrypted
-  std::string ca;          ///< CAs a client certificate must chain to
-  /// true: a client without a valid certificate from `ca` is refused
-  /// (Kafka's ssl.client.auth=required). false: one is asked for, and a
-  /// presented one must be valid, but a client may come without (requested).
-  bool require_client_certificate = true;
-
-  bool enabled() const { return !certificate.empty(); }
-};
+using http_tls_config = tls_server_config;
 
 struct http_gateway_config {
   /// What the log calls this port ("http", "metrics").

@@ -53,7 +53,10 @@ void create_topics(listener_core& core, conn_ptr conn, uint64_t seq,
     for (auto& [k, val] : t.configs)
       if (val)
         changes[k] = *val;
-    if (seen[t.name] > 1) {
+    if (!may(core, *conn, "topic", t.name, "create")) {
+      r.error = error_code::topic_authorization_failed;
+      r.message = describe_denial(conn->user(), "topic", t.name, "create");
+    } else if (seen[t.name] > 1) {
       r.error = error_code::invalid_request;
       r.message = "topic " + t.name + " is named more than once";
     } else if (!t.assignments.empty()) {
@@ -111,13 +114,23 @@ void delete_topics(listener_core& core, conn_ptr conn, uint64_t seq,
                    kafka::delete_topics_request_v req) {
   auto v = h.api_version;
   auto results = std::make_shared<std::vector<kafka::named_result>>();
-  for (auto& name : req.names)
-    results->push_back(kafka::named_result{name, error_code::none, std::nullopt});
+  std::vector<size_t> allowed;
+  for (auto& name : req.names) {
+    kafka::named_result r{name, error_code::none, std::nullopt};
+    if (may(core, *conn, "topic", name, "delete")) {
+      allowed.push_back(results->size());
+    } else {
+      r.error = error_code::topic_authorization_failed;
+      r.message = describe_denial(conn->user(), "topic", name, "delete");
+    }
+    results->push_back(std::move(r));
+  }
   auto broker = core.broker;
   auto timeout = admin_timeout(core, req.timeout_ms);
   fan_out(
-    conn, seq, results->size(),
-    [=](caf::event_based_actor* self, size_t i, auto done) {
+    conn, seq, allowed.size(),
+    [=](caf::event_based_actor* self, size_t k, auto done) {
+      auto i = allowed[k];
       auto name = (*results)[i].name;
       self->request(broker, timeout, delete_atom_v, topic_atom_v, name)
         .then([=](const topic_metadata&) { done(); },
@@ -143,7 +156,10 @@ void create_partitions(listener_core& core, conn_ptr conn, uint64_t seq,
   std::vector<std::pair<size_t, int32_t>> grow;
   for (auto& t : req.topics) {
     kafka::named_result r{t.name, error_code::none, std::nullopt};
-    if (t.has_assignments) {
+    if (!may(core, *conn, "topic", t.name, "alter")) {
+      r.error = error_code::topic_authorization_failed;
+      r.message = describe_denial(conn->user(), "topic", t.name, "alter");
+    } else if (t.has_assignments) {
       r.error = error_code::invalid_replica_assignment;
       r.message = "Ferry places replicas itself";
     } else if (auto err = validate_partition_count(t.count)) {
@@ -223,9 +239,19 @@ void describe_configs(listener_core& core, conn_ptr conn, uint64_t seq,
     kafka::describe_configs_result_v x;
     x.type = r.type;
     x.name = r.name;
-    if (r.type == topic_resource)
-      topics.push_back(results->size());
-    else if (r.type != broker_resource) {
+    if (r.type == topic_resource) {
+      if (may(core, *conn, "topic", r.name, "describe")) {
+        topics.push_back(results->size());
+      } else {
+        x.error = error_code::topic_authorization_failed;
+        x.message = describe_denial(conn->user(), "topic", r.name, "describe");
+      }
+    } else if (r.type == broker_resource) {
+      if (!may(core, *conn, "cluster", "cluster", "describe")) {
+        x.error = error_code::cluster_authorization_failed;
+        x.message = describe_denial(conn->user(), "cluster", "cluster", "describe");
+      }
+    } else {
       // Brokers have no configs Ferry exposes here: an empty list.
       x.error = error_code::invalid_request;
       x.message = "resource type " + std::to_string(r.type)
@@ -292,6 +318,9 @@ void alter_configs(listener_core& core, conn_ptr conn, uint64_t seq,
     if (r.type != topic_resource) {
       x.error = error_code::invalid_request;
       x.message = "only topic configs can be altered";
+    } else if (!may(core, *conn, "topic", r.name, "alter")) {
+      x.error = error_code::topic_authorization_failed;
+      x.message = describe_denial(conn->user(), "topic", r.name, "alter");
     } else if (null_value) {
       x.error = error_code::invalid_config;
       x.message = "a null value (Ferry keeps every key set)";
@@ -339,9 +368,16 @@ void delete_records(listener_core& core, conn_ptr conn, uint64_t seq,
   auto topics = std::make_shared<std::vector<kafka::delete_records_topic_v>>(
     std::move(req.topics));
   std::vector<std::pair<size_t, size_t>> where;
-  for (size_t t = 0; t < topics->size(); ++t)
-    for (size_t p = 0; p < (*topics)[t].partitions.size(); ++p)
-      where.emplace_back(t, p);
+  for (size_t t = 0; t < topics->size(); ++t) {
+    auto& topic = (*topics)[t];
+    bool deletable = may(core, *conn, "topic", topic.name, "delete");
+    for (size_t p = 0; p < topic.partitions.size(); ++p) {
+      if (deletable)
+        where.emplace_back(t, p);
+      else
+        topic.partitions[p].error = error_code::topic_authorization_failed;
+    }
+  }
   auto broker = core.broker;
   auto timeout = admin_timeout(core, req.timeout_ms);
   fan_out(

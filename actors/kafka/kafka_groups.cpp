@@ -50,6 +50,9 @@ void find_coordinator(listener_core& core, conn_ptr conn, uint64_t seq,
   } else if (req.key.empty()) {
     r.error = error_code::invalid_group_id;
     r.error_message = "empty group id";
+  } else if (!may(core, *conn, "group", req.key, "describe")) {
+    r.error = error_code::group_authorization_failed;
+    r.error_message = describe_denial(conn->user(), "group", req.key, "describe");
   } else {
     // This node: it relays the group's requests to the node coordinating
     // the group (in a cluster), so a client needs no other connection.
@@ -79,6 +82,10 @@ void join_group(listener_core& core, conn_ptr conn, uint64_t seq,
   };
   if (req.group.empty()) {
     conn->complete(seq, fail(error_code::invalid_group_id));
+    return;
+  }
+  if (!may(core, *conn, "group", req.group, "read")) {
+    conn->complete(seq, fail(error_code::group_authorization_failed));
     return;
   }
   if (req.protocol_type.empty() || req.protocols.empty()) {
@@ -150,6 +157,13 @@ void sync_group(listener_core& core, conn_ptr conn, uint64_t seq,
                 const kafka::request_header& h,
                 kafka::sync_group_request_v req) {
   auto v = h.api_version;
+  if (!may(core, *conn, "group", req.group, "read")) {
+    conn->complete(seq, respond(h, [&](kafka::writer& w) {
+                     kafka::write_sync_group_response(
+                       w, v, error_code::group_authorization_failed, {});
+                   }));
+    return;
+  }
   sync_group_request q;
   q.group = req.group;
   q.member_id = req.member_id;
@@ -191,6 +205,10 @@ void heartbeat(listener_core& core, conn_ptr conn, uint64_t seq,
       kafka::write_heartbeat_response(w, v, err);
     });
   };
+  if (!may(core, *conn, "group", req.group, "read")) {
+    conn->complete(seq, answer(error_code::group_authorization_failed));
+    return;
+  }
   auto broker = core.broker;
   auto timeout = request_timeout(core);
   conn->run([=](caf::event_based_actor* self) {
@@ -210,6 +228,15 @@ void leave_group(listener_core& core, conn_ptr conn, uint64_t seq,
   auto v = h.api_version;
   auto members = std::make_shared<std::vector<kafka::leave_member_v>>(
     std::move(req.members));
+  if (!may(core, *conn, "group", req.group, "read")) {
+    for (auto& m : *members)
+      m.error = error_code::group_authorization_failed;
+    conn->complete(seq, respond(h, [&](kafka::writer& w) {
+                     kafka::write_leave_group_response(
+                       w, v, error_code::group_authorization_failed, *members);
+                   }));
+    return;
+  }
   auto broker = core.broker;
   auto timeout = request_timeout(core);
   auto group = req.group;
@@ -265,8 +292,18 @@ void offset_commit(listener_core& core, conn_ptr conn, uint64_t seq,
     conn->complete(seq, answer());
     return;
   }
-  for (auto& t : *topics)
+  if (!may(core, *conn, "group", req.group, "read")) {
+    set_all(error_code::group_authorization_failed);
+    conn->complete(seq, answer());
+    return;
+  }
+  for (auto& t : *topics) {
+    bool readable = may(core, *conn, "topic", t.name, "read");
     for (auto& p : t.partitions) {
+      if (!readable) {
+        p.error = error_code::topic_authorization_failed;
+        continue;
+      }
       if (p.metadata && p.metadata->size() > max_offset_metadata) {
         p.error = error_code::offset_metadata_too_large;
         continue;
@@ -279,6 +316,7 @@ void offset_commit(listener_core& core, conn_ptr conn, uint64_t seq,
                                            offset{p.offset},
                                            p.metadata.value_or("")});
     }
+  }
   if (q.offsets.empty()) {
     conn->complete(seq, answer());
     return;
@@ -304,14 +342,51 @@ void offset_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
   auto v = h.api_version;
   fetch_offsets_request q;
   q.group = req.group;
+  // Topics the caller may not describe: TOPIC_AUTHORIZATION_FAILED when
+  // named, left out of an "all topics" answer.
+  auto denied = std::make_shared<std::vector<kafka::offset_fetch_topic_v>>();
+  if (!may(core, *conn, "group", req.group, "describe")) {
+    std::vector<kafka::offset_fetch_topic_v> topics;
+    if (req.topics)
+      for (auto& tp : *req.topics) {
+        kafka::offset_fetch_topic_v t{tp.topic, {}};
+        for (auto p : tp.partitions) {
+          kafka::offset_commit_partition_v x;
+          x.partition = p;
+          x.offset = -1;
+          x.error = error_code::group_authorization_failed;
+          t.partitions.push_back(std::move(x));
+        }
+        topics.push_back(std::move(t));
+      }
+    conn->complete(seq, respond(h, [&](kafka::writer& w) {
+                     kafka::write_offset_fetch_response(
+                       w, v, topics, error_code::group_authorization_failed);
+                   }));
+    return;
+  }
   if (req.topics) {
-    for (auto& tp : *req.topics)
+    for (auto& tp : *req.topics) {
+      if (!may(core, *conn, "topic", tp.topic, "describe")) {
+        kafka::offset_fetch_topic_v t{tp.topic, {}};
+        for (auto p : tp.partitions) {
+          kafka::offset_commit_partition_v x;
+          x.partition = p;
+          x.offset = -1;
+          x.error = error_code::topic_authorization_failed;
+          t.partitions.push_back(std::move(x));
+        }
+        denied->push_back(std::move(t));
+        continue;
+      }
       for (auto p : tp.partitions)
         q.partitions.push_back(topic_partition{tp.topic, partition_id{p}});
+    }
     if (q.partitions.empty()) {
-      // Named nothing: nothing to answer (an empty list is not "all").
+      // Named nothing (or only denied topics): nothing to ask (an empty
+      // list is not "all").
       conn->complete(seq, respond(h, [&](kafka::writer& w) {
-                       kafka::write_offset_fetch_response(w, v, {},
+                       kafka::write_offset_fetch_response(w, v, *denied,
                                                           error_code::none);
                      }));
       return;
@@ -338,11 +413,20 @@ void offset_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
   auto asked = q.partitions;
   auto broker = core.broker;
   auto timeout = request_timeout(core);
-  conn->run([=](caf::event_based_actor* self) {
+  bool all_topics = !req.topics;
+  conn->run([=, &core](caf::event_based_actor* self) {
     self->request(broker, timeout, offsets_atom_v, q)
       .then(
-        [=](const std::vector<partition_offset>& xs) {
+        [=, &core](const std::vector<partition_offset>& xs) {
           auto topics = build(xs);
+          if (all_topics)
+            topics.erase(std::remove_if(topics.begin(), topics.end(),
+                                        [&](auto& t) {
+                                          return !may(core, *conn, "topic", t.name,
+                                                      "describe");
+                                        }),
+                         topics.end());
+          topics.insert(topics.end(), denied->begin(), denied->end());
           conn->complete(seq, respond(h, [&](kafka::writer& w) {
                            kafka::write_offset_fetch_response(
                              w, v, topics, error_code::none);
@@ -382,13 +466,17 @@ void list_groups(listener_core& core, conn_ptr conn, uint64_t seq,
   auto v = h.api_version;
   auto broker = core.broker;
   auto timeout = request_timeout(core);
-  conn->run([=](caf::event_based_actor* self) {
+  conn->run([=, &core](caf::event_based_actor* self) {
     self->request(broker, timeout, list_atom_v, group_atom_v)
       .then(
-        [=](const std::vector<group_description>& gs) {
+        [=, &core](const std::vector<group_description>& gs) {
+          // Only the groups the caller may describe (as Kafka without
+          // describe on the cluster).
           std::vector<kafka::listed_group> out;
           for (auto& g : gs)
-            out.push_back(kafka::listed_group{g.group, kafka_protocol_type(g)});
+            if (!core.auth() || core.cfg.security->authorize(conn->user(), "group", g.group,
+                                                              "describe"))
+              out.push_back(kafka::listed_group{g.group, kafka_protocol_type(g)});
           conn->complete(seq, respond(h, [&](kafka::writer& w) {
                            kafka::write_list_groups_response(
                              w, v, error_code::none, out);
@@ -408,16 +496,24 @@ void describe_groups(listener_core& core, conn_ptr conn, uint64_t seq,
                      kafka::describe_groups_request_v req) {
   auto v = h.api_version;
   auto groups = std::make_shared<std::vector<kafka::described_group>>();
+  // The groups the caller may describe are asked; the others answer
+  // GROUP_AUTHORIZATION_FAILED.
+  std::vector<size_t> asked;
   for (auto& g : req.groups) {
     kafka::described_group d;
     d.group = g;
+    if (may(core, *conn, "group", g, "describe"))
+      asked.push_back(groups->size());
+    else
+      d.error = error_code::group_authorization_failed;
     groups->push_back(std::move(d));
   }
   auto broker = core.broker;
   auto timeout = request_timeout(core);
   fan_out(
-    conn, seq, groups->size(),
-    [=](caf::event_based_actor* self, size_t i, auto done) {
+    conn, seq, asked.size(),
+    [=](caf::event_based_actor* self, size_t k, auto done) {
+      auto i = asked[k];
       self->request(broker, timeout, describe_atom_v, group_atom_v,
                     (*groups)[i].group)
         .then(

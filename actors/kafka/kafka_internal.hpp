@@ -1,17 +1,25 @@
 #pragma once
 // Internal to actors/kafka: what the API handlers share (one file per API
 // family: kafka_listener.cpp has the connection, Metadata, Produce, Fetch,
-// ListOffsets and InitProducerId; kafka_groups.cpp the group APIs).
+// ListOffsets and InitProducerId; kafka_groups.cpp the group APIs;
+// kafka_admin.cpp the admin APIs; kafka_sasl.cpp the login).
 //
-// listener_core  the io_context, the node's front door, the config.
-// connection     one client socket on a strand: framing, in-order answers,
-//                and the bridge actor that asks the node for it.
+// listener_core  the io_context, the node's front door, the config, the
+//                TLS context, the users and ACLs (with --auth scram).
+// connection     one client socket (plain or TLS) on a strand: framing,
+//                in-order answers, the SASL login (kafka_sasl.cpp) and the
+//                bridge actor that asks the node for it.
+// may()          the ACL check every handler makes where a request enters.
 // respond()      a finished response frame.
 
 #include "actors/kafka/kafka_listener.hpp"
 
+#include "broker/audit_log.hpp"
 #include "broker/kafka_protocol.hpp"
 #include "broker/logging.hpp"
+#include "broker/login_throttle.hpp"
+#include "broker/scram_exchange.hpp"
+#include "broker/security.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -22,6 +30,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
@@ -52,6 +61,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ferry::kafka_detail::bridge_job)
 namespace ferry::kafka_detail {
 
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using steady = std::chrono::steady_clock;
 
@@ -66,10 +76,44 @@ inline caf::behavior bridge_actor(caf::event_based_actor* self) {
 }
 
 struct listener_core {
-  explicit listener_core(kafka_listener_config c) : cfg(std::move(c)) {
+  explicit listener_core(kafka_listener_config c)
+    : cfg(std::move(c)),
+      logins(cfg.login_failures_allowed, cfg.login_lockout_base, cfg.login_lockout_max) {
   }
 
   kafka_listener_config cfg;
+  /// Failed SASL logins of each client address.
+  login_throttle logins;
+  /// The server context new connections use (null: plaintext); replaced by
+  /// reload_tls().
+  std::mutex tls_mtx;
+  std::shared_ptr<ssl::context> tls;
+
+  std::shared_ptr<ssl::context> tls_context() {
+    std::lock_guard<std::mutex> guard{tls_mtx};
+    return tls;
+  }
+
+  /// True when connections must log in (--auth scram).
+  bool auth() const {
+    return cfg.security != nullptr;
+  }
+
+  /// One audit line (no-op without an audit log). `user`: "" before a login.
+  void audit(const std::string& user, const std::string& peer, std::string action,
+             std::string resource, std::string outcome, std::string detail = {}) {
+    if (!cfg.audit)
+      return;
+    audit_event e;
+    e.principal = user.empty() ? "anonymous" : "User:" + user;
+    e.source = peer;
+    e.via = "kafka";
+    e.action = std::move(action);
+    e.resource = std::move(resource);
+    e.outcome = std::move(outcome);
+    e.detail = std::move(detail);
+    cfg.audit->write(e);
+  }
   /// The port actually bound (FindCoordinator answers it).
   uint16_t bound_port = 0;
   net::io_context ioc;
@@ -112,21 +156,32 @@ struct listener_core {
 /// One client connection. Every handler runs on the socket's strand.
 class connection : public std::enable_shared_from_this<connection> {
 public:
-  connection(tcp::socket s, listener_core& core)
-    : sock_(std::move(s)), core_(core) {
+  /// `tls`: the server context of a TLS port (null: plaintext).
+  connection(tcp::socket s, listener_core& core, std::shared_ptr<ssl::context> tls)
+    : core_(core), tls_ctx_(std::move(tls)) {
     boost::system::error_code ec;
-    auto ep = sock_.remote_endpoint(ec);
-    peer_ = ec ? std::string{"?"}
-               : ep.address().to_string() + ":" + std::to_string(ep.port());
+    auto ep = s.remote_endpoint(ec);
+    address_ = ec ? std::string{"?"} : ep.address().to_string();
+    peer_ = ec ? std::string{"?"} : address_ + ":" + std::to_string(ep.port());
+    if (tls_ctx_)
+      tls_ = std::make_unique<ssl::stream<tcp::socket>>(std::move(s), *tls_ctx_);
+    else
+      sock_.emplace(std::move(s));
+    if (core_.auth())
+      stage_ = sasl_stage::handshake;
   }
 
-  void start() {
-    read_size();
-  }
+  /// Starts reading requests (after the TLS handshake on a TLS port).
+  void start();
 
   /// The client's address and port.
   const std::string& peer() const {
     return peer_;
+  }
+
+  /// The logged-in user ("" on a port without --auth).
+  const std::string& user() const {
+    return user_;
   }
 
   /// From any thread: request `seq` is answered with `frame` (nullopt: a
@@ -137,7 +192,7 @@ public:
       if (core_.stopped)
         return;
     }
-    net::post(sock_.get_executor(),
+    net::post(socket().get_executor(),
               [self = shared_from_this(), seq, f = std::move(frame)]() mutable {
                 self->on_complete(seq, std::move(f));
               });
@@ -151,7 +206,7 @@ public:
   /// Only once no io thread runs (stop()).
   void close_now() {
     boost::system::error_code ec;
-    sock_.close(ec);
+    socket().close(ec);
     if (bridge_)
       caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
   }
@@ -166,6 +221,34 @@ public:
   }
 
 private:
+  /// Where a SASL login stands (always `open` on a port without --auth).
+  enum class sasl_stage {
+    open,         ///< no login needed, or logged in
+    handshake,    ///< waiting for SaslHandshake
+    authenticate, ///< mechanism chosen: waiting for its (first) token
+    scram_final,  ///< SCRAM: waiting for the client-final message
+  };
+
+  tcp::socket& socket() {
+    return tls_ ? tls_->next_layer() : *sock_;
+  }
+
+  template <class Buffers, class Handler>
+  void async_read_all(Buffers b, Handler h) {
+    if (tls_)
+      net::async_read(*tls_, b, std::move(h));
+    else
+      net::async_read(*sock_, b, std::move(h));
+  }
+
+  template <class Buffers, class Handler>
+  void async_write_all(Buffers b, Handler h) {
+    if (tls_)
+      net::async_write(*tls_, b, std::move(h));
+    else
+      net::async_write(*sock_, b, std::move(h));
+  }
+
   void close(const std::string& why) {
     if (closed_)
       return;
@@ -173,18 +256,46 @@ private:
     if (!why.empty())
       core_.warn_bad_input(peer_, why);
     boost::system::error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_both, ec);
-    sock_.close(ec);
+    socket().shutdown(tcp::socket::shutdown_both, ec);
+    socket().close(ec);
   }
 
+  /// Answers request `seq` with `frame`, then closes once every earlier
+  /// answer and this one are written, reading nothing more (a failed
+  /// login, as Kafka closes the connection after one).
+  void answer_and_close(uint64_t seq, std::string frame) {
+    closing_ = true;
+    on_complete(seq, std::move(frame));
+  }
+
+  // kafka_sasl.cpp: the login.
+  /// True while the connection has not logged in on a port that needs it.
+  bool needs_login() const {
+    return stage_ != sasl_stage::open;
+  }
+  /// Serves SaslHandshake and SaslAuthenticate requests.
+  void serve_sasl(const kafka::request_header& h, kafka::reader& in, uint64_t seq);
+  /// After a v0 handshake: one raw token frame.
+  void serve_raw_token(const std::string& token, uint64_t seq);
+  /// One token of the chosen mechanism: the answer's token, or an error
+  /// (the caller answers and closes); sets user_ when the login is done.
+  caf::expected<std::string> next_token(const std::string& token);
+  /// A logged-in user whose credential changed or was deleted since the
+  /// login: false (and the connection is closed).
+  bool still_valid();
+  /// Counts, logs and audits a failed login.
+  void login_failed(const std::string& user, const std::string& why);
+  /// The login as `cred.user` succeeded (registry version `version`).
+  void logged_in(const scram_credential& cred, uint64_t version);
+
   void read_size() {
-    if (closed_)
+    if (closed_ || closing_)
       return;
     if (in_flight_ >= core_.cfg.max_in_flight) {
       paused_ = true; // resumed by on_complete
       return;
     }
-    net::async_read(sock_, net::buffer(size_buf_),
+    async_read_all(net::buffer(size_buf_),
                     [self = shared_from_this()](boost::system::error_code ec,
                                                 size_t) {
                       if (ec) {
@@ -198,9 +309,16 @@ private:
   void on_size() {
     auto b = [this](int i) { return static_cast<uint32_t>(size_buf_[i]); };
     auto size = static_cast<int32_t>((b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3));
-    // The smallest request header: api key, version, correlation id,
-    // client id length.
-    if (size < 10) {
+    if (raw_tokens_) {
+      // A SASL token after a v0 handshake: no request header.
+      if (size < 1 || size > max_token_bytes) {
+        close("a SASL token of " + std::to_string(size) + " bytes (1 to "
+              + std::to_string(max_token_bytes) + " allowed)");
+        return;
+      }
+    } else if (size < 10) {
+      // The smallest request header: api key, version, correlation id,
+      // client id length.
       close("a request frame of " + std::to_string(size)
             + " bytes, shorter than a request header");
       return;
@@ -212,7 +330,7 @@ private:
       return;
     }
     frame_ = std::make_shared<std::string>(static_cast<size_t>(size), '\0');
-    net::async_read(sock_, net::buffer(frame_->data(), frame_->size()),
+    async_read_all(net::buffer(frame_->data(), frame_->size()),
                     [self = shared_from_this()](boost::system::error_code ec,
                                                 size_t) {
                       if (ec) {
@@ -223,7 +341,10 @@ private:
                       }
                       auto seq = self->next_seq_++;
                       ++self->in_flight_;
-                      self->handle(std::move(self->frame_), seq);
+                      if (self->raw_tokens_)
+                        self->serve_raw_token(*self->frame_, seq);
+                      else
+                        self->handle(std::move(self->frame_), seq);
                       self->read_size();
                     });
   }
@@ -239,6 +360,10 @@ private:
       ++next_write_;
     }
     write_next();
+    if (closing_ && !writing_ && out_.empty() && in_flight_ == 0) {
+      close({});
+      return;
+    }
     if (paused_ && in_flight_ < core_.cfg.max_in_flight) {
       paused_ = false;
       read_size();
@@ -249,7 +374,7 @@ private:
     if (writing_ || out_.empty() || closed_)
       return;
     writing_ = true;
-    net::async_write(sock_, net::buffer(out_.front()),
+    async_write_all(net::buffer(out_.front()),
                      [self = shared_from_this()](boost::system::error_code ec,
                                                  size_t) {
                        self->writing_ = false;
@@ -259,14 +384,32 @@ private:
                        }
                        self->out_.pop_front();
                        self->write_next();
+                       if (self->closing_ && !self->writing_ && self->out_.empty()
+                           && self->in_flight_ == 0)
+                         self->close({});
                      });
   }
 
   void handle(std::shared_ptr<std::string> frame, uint64_t seq);
 
-  tcp::socket sock_;
+  /// The longest SASL token taken (a SCRAM message is ~200 bytes).
+  static constexpr int32_t max_token_bytes = 64 * 1024;
+
   listener_core& core_;
+  std::shared_ptr<ssl::context> tls_ctx_; ///< before tls_, which uses it
+  std::optional<tcp::socket> sock_;      ///< plaintext
+  std::unique_ptr<ssl::stream<tcp::socket>> tls_;
+  std::string address_; ///< the client's address (what logins are counted by)
   std::string peer_;
+  sasl_stage stage_ = sasl_stage::open;
+  bool raw_tokens_ = false; ///< after a v0 handshake, until the login ends
+  std::string mechanism_;
+  std::unique_ptr<scram_server> scram_;
+  std::string claimed_user_; ///< of the login in progress (for the log)
+  std::string user_;
+  std::string stored_key_;        ///< the user's StoredKey at login
+  uint64_t checked_version_ = 0;  ///< registry version stored_key_ was checked at
+  bool closing_ = false;
   std::array<uint8_t, 4> size_buf_{};
   std::shared_ptr<std::string> frame_;
   uint64_t next_seq_ = 0;
@@ -322,6 +465,13 @@ void fan_out(conn_ptr conn, uint64_t seq, size_t n, Ask ask, Answer answer) {
 /// why and the caller closes the connection.
 bool serve_group_api(listener_core& core, conn_ptr conn, uint64_t seq,
                      const kafka::request_header& h, kafka::reader& in);
+
+/// True when the port runs without --auth, or the connection's user may do
+/// `op` on the resource (broker/security.hpp's rules). A denial is audited
+/// (and logged at debug level); the caller answers the API's
+/// *_AUTHORIZATION_FAILED code.
+bool may(listener_core& core, const connection& c, std::string_view resource_type,
+         const std::string& name, std::string_view op);
 
 /// The admin APIs (kafka_admin.cpp): CreateTopics, DeleteTopics,
 /// CreatePartitions, DescribeConfigs, AlterConfigs, DeleteRecords. As

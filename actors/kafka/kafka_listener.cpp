@@ -43,10 +43,13 @@ namespace kafka_detail {
 
 // -- Metadata -----------------------------------------------------------------
 
+/// `describable(name)`: may the caller see the topic (all topics: those it
+/// may not are left out; named ones get TOPIC_AUTHORIZATION_FAILED).
 kafka::metadata_response
 make_metadata(const std::vector<node_info>& nodes,
               const std::vector<topic_metadata>& topics,
-              const kafka::metadata_request& req) {
+              const kafka::metadata_request& req,
+              const std::function<bool(const std::string&)>& describable) {
   kafka::metadata_response r;
   for (auto& n : nodes) {
     if (n.controller)
@@ -75,13 +78,19 @@ make_metadata(const std::vector<node_info>& nodes,
   };
   if (!req.topics) {
     for (auto& md : topics)
-      r.topics.push_back(describe(md));
+      if (describable(md.name))
+        r.topics.push_back(describe(md));
     return r;
   }
   for (auto& name : *req.topics) {
     auto i = std::find_if(topics.begin(), topics.end(),
                           [&](auto& md) { return md.name == name; });
-    if (i != topics.end()) {
+    if (!describable(name)) {
+      kafka::metadata_topic t;
+      t.name = name;
+      t.error = kafka::error_code::topic_authorization_failed;
+      r.topics.push_back(std::move(t));
+    } else if (i != topics.end()) {
       r.topics.push_back(describe(*i));
     } else {
       kafka::metadata_topic t;
@@ -97,6 +106,7 @@ void serve_metadata(listener_core& core, conn_ptr conn, uint64_t seq,
                     kafka::request_header h, kafka::metadata_request req) {
   auto broker = core.broker;
   auto timeout = caf::timespan{core.cfg.request_timeout};
+  auto* cp = &core; // outlives the connection's requests
   conn->run([=](caf::event_based_actor* self) {
     auto fail = [=](const caf::error& err) {
       // No top-level error in Metadata: every asked topic gets a retriable
@@ -122,7 +132,9 @@ void serve_metadata(listener_core& core, conn_ptr conn, uint64_t seq,
           self->request(broker, timeout, list_atom_v, topic_atom_v)
             .then(
               [=](std::vector<topic_metadata>& topics) {
-                auto r = make_metadata(nodes, topics, req);
+                auto r = make_metadata(nodes, topics, req, [&](const std::string& name) {
+                  return may(*cp, *conn, "topic", name, "describe");
+                });
                 conn->complete(seq, respond(h, [&](kafka::writer& w) {
                                  kafka::write_metadata_response(w, h.api_version, r);
                                }));
@@ -159,10 +171,14 @@ void serve_produce(listener_core& core, conn_ptr conn, uint64_t seq,
   for (auto& t : req.topics) {
     kafka::produce_topic_response tr;
     tr.name = t.name;
+    bool writable = may(core, *conn, "topic", t.name, "write");
     for (auto& p : t.partitions) {
       kafka::produce_partition_response pr;
       pr.partition = p.partition;
-      if (!acks) {
+      if (!writable) {
+        pr.error = kafka::error_code::topic_authorization_failed;
+        pr.error_message = describe_denial(conn->user(), "topic", t.name, "write");
+      } else if (!acks) {
         pr.error = kafka::error_code::invalid_required_acks;
         pr.error_message = "acks must be 0, 1 or -1, not " + std::to_string(req.acks);
       } else if (req.transactional_id) {
@@ -298,10 +314,13 @@ void serve_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
   for (auto& t : req.topics) {
     kafka::fetch_topic_resp tr;
     tr.name = t.name;
+    bool readable = may(core, *conn, "topic", t.name, "read");
     for (auto& p : t.partitions) {
       kafka::fetch_partition_resp pr;
       pr.partition = p.partition;
-      if (req.replica_id >= 0) {
+      if (!readable) {
+        pr.error = kafka::error_code::topic_authorization_failed;
+      } else if (req.replica_id >= 0) {
         // Ferry's followers replicate over the CAF port, never through here.
         pr.error = kafka::error_code::not_leader_or_follower;
       } else {
@@ -409,9 +428,15 @@ void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
   for (auto& t : req.topics) {
     kafka::list_offsets_topic_resp tr;
     tr.name = t.name;
+    bool describable = may(core, *conn, "topic", t.name, "describe");
     for (auto& p : t.partitions) {
       kafka::list_offsets_partition_resp pr;
       pr.partition = p.partition;
+      if (!describable) {
+        pr.error = kafka::error_code::topic_authorization_failed;
+        tr.partitions.push_back(pr);
+        continue;
+      }
       list_offsets_request q;
       q.topic = t.name;
       q.partition = partition_id{p.partition};
@@ -492,6 +517,14 @@ void serve_init_producer_id(listener_core& core, conn_ptr conn, uint64_t seq,
     conn->complete(seq, answer(kafka::error_code::invalid_request, -1, -1));
     return;
   }
+  // Kafka (3.0+) gives an idempotent producer its id when it may write to
+  // some topic; each batch is then checked against its topic.
+  if (core.auth() && !core.cfg.security->allows_somewhere(conn->user(), "topic", "write")) {
+    core.audit(conn->user(), conn->peer(), "write", "cluster", "denied",
+               "User:" + conn->user() + " may write to no topic (InitProducerId)");
+    conn->complete(seq, answer(kafka::error_code::cluster_authorization_failed, -1, -1));
+    return;
+  }
   auto broker = core.broker;
   auto timeout = caf::timespan{core.cfg.request_timeout};
   conn->run([=](caf::event_based_actor* self) {
@@ -510,6 +543,22 @@ void serve_init_producer_id(listener_core& core, conn_ptr conn, uint64_t seq,
           conn->complete(seq, answer(code, -1, -1));
         });
   });
+}
+
+void connection::start() {
+  if (!tls_) {
+    read_size();
+    return;
+  }
+  tls_->async_handshake(ssl::stream_base::server,
+                        [self = shared_from_this()](boost::system::error_code ec) {
+                          if (ec) {
+                            // A plaintext client, no or a bad certificate.
+                            self->close("TLS handshake failed: " + ec.message());
+                            return;
+                          }
+                          self->read_size();
+                        });
 }
 
 void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
@@ -543,7 +592,24 @@ void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
   auto malformed = [&](const char* api) {
     close(std::string{api} + " v" + std::to_string(v) + ": " + in.error());
   };
-  switch (static_cast<kafka::api>(h.api_key)) {
+  auto key = static_cast<kafka::api>(h.api_key);
+  if (key == kafka::api::sasl_handshake || key == kafka::api::sasl_authenticate) {
+    serve_sasl(h, in, seq);
+    return;
+  }
+  if (needs_login() && key != kafka::api::api_versions) {
+    core_.audit("", peer_, "request", "cluster", "denied",
+                "api " + std::to_string(h.api_key) + " before a SASL login");
+    close("api " + std::to_string(h.api_key) + " before a SASL login (this port needs "
+          "SASL PLAIN or SCRAM-SHA-256)");
+    return;
+  }
+  if (!still_valid())
+    return;
+  switch (key) {
+    case kafka::api::sasl_handshake:
+    case kafka::api::sasl_authenticate:
+      return; // served above
     case kafka::api::api_versions: {
       if (v >= 3) {
         in.compact_string("api_versions client_software_name");
@@ -663,7 +729,8 @@ struct kafka_listener::impl {
         }
         boost::system::error_code ignored;
         socket.set_option(tcp::no_delay{true}, ignored);
-        auto c = std::make_shared<connection>(std::move(socket), *core);
+        auto c = std::make_shared<connection>(std::move(socket), *core,
+                                              core->tls_context());
         core->track(c);
         c->start();
         accept();
@@ -714,6 +781,12 @@ kafka_listener::listen(kafka_listener_config cfg) {
   auto host = cfg.host;
   auto wanted = cfg.port;
   auto p = std::make_shared<impl>(std::move(cfg));
+  if (p->core->cfg.tls.enabled()) {
+    auto ctx = make_server_tls_context(p->core->cfg.tls, "kafka");
+    if (!ctx)
+      return std::move(ctx.error());
+    p->core->tls = std::move(*ctx);
+  }
   boost::system::error_code ec;
   auto addr = net::ip::make_address(host, ec);
   if (ec)
@@ -769,6 +842,18 @@ void kafka_listener::serve(caf::actor_system& sys, broker_actor broker) {
 
 uint16_t kafka_listener::port() const {
   return impl_->port;
+}
+
+caf::error kafka_listener::reload_tls() {
+  auto& core = *impl_->core;
+  if (!core.cfg.tls.enabled())
+    return make_error(ec::invalid_config, "kafka: TLS is off on this port");
+  auto ctx = make_server_tls_context(core.cfg.tls, "kafka");
+  if (!ctx)
+    return std::move(ctx.error());
+  std::lock_guard<std::mutex> guard{core.tls_mtx};
+  core.tls = std::move(*ctx);
+  return {};
 }
 
 void kafka_listener::stop() {

@@ -13,8 +13,14 @@
 // kafka_groups.cpp on the same groups as every other client).
 // A request of another key or version is answered with UNSUPPORTED_VERSION
 // (ApiVersions with its v0 answer listing what Ferry speaks), and the
-// connection stays open. Transactions and admin APIs are not served yet
-// (see actors/kafka/README.md).
+// connection stays open. Transactions are not served (see
+// actors/kafka/README.md).
+//
+// Security (config tls, security): TLS on the port; with users set, each
+// connection logs in with SaslHandshake/SaslAuthenticate (PLAIN or
+// SCRAM-SHA-256, kafka_sasl.cpp) before anything but ApiVersions, and every
+// request is checked against the ACLs where it enters (may() in
+// kafka_internal.hpp; the table is in actors/kafka/README.md).
 //
 // How a request is served: each frame is decoded on an io thread; what needs
 // the broker is asked of the node's front door (the broker_actor, in this
@@ -53,6 +59,8 @@
 
 #include "actors/protocol/interfaces.hpp"
 
+#include "broker/tls_server.hpp"
+
 #include <caf/expected.hpp>
 #include <caf/fwd.hpp>
 
@@ -63,6 +71,9 @@
 #include <string>
 
 namespace ferry {
+
+class security_registry;
+class audit_log;
 
 struct kafka_listener_config {
   /// Address and port to listen on; port 0 picks a free one.
@@ -86,6 +97,21 @@ struct kafka_listener_config {
   /// group's requests to the node that coordinates it, so any node will do.
   int32_t node_id = 0;
   std::string advertised_host;
+  /// TLS on this port (off when tls.certificate is empty): Kafka's SSL and
+  /// SASL_SSL listeners. A client certificate is required or only checked
+  /// when sent, as tls.require_client_certificate says.
+  tls_server_config tls;
+  /// With users and ACLs set (ferryd --auth scram), every connection logs in
+  /// with SASL first (PLAIN or SCRAM-SHA-256) and each request is checked
+  /// against the ACLs; null: every request is served as before.
+  std::shared_ptr<const security_registry> security;
+  /// Denied requests and failed logins; null: not written.
+  std::shared_ptr<audit_log> audit;
+  /// As the HTTP gateway: failed logins one address may make before each
+  /// further attempt waits lockout_base, doubling up to lockout_max.
+  int login_failures_allowed = 5;
+  std::chrono::milliseconds login_lockout_base{1000};
+  std::chrono::milliseconds login_lockout_max{30000};
 };
 
 /// The Kafka port of one node. Not copyable.
@@ -107,6 +133,11 @@ public:
 
   /// The port actually bound (useful with port 0).
   uint16_t port() const;
+
+  /// Loads the TLS files again (SIGHUP): connections accepted afterwards
+  /// use them, open ones keep theirs. invalid_config naming a file that
+  /// does not load (the old context stays), or when TLS is off.
+  caf::error reload_tls();
 
   /// Stops accepting, closes every connection, joins the threads.
   /// Idempotent.

@@ -27,6 +27,8 @@
 // the HTTP API and the metrics port speak https, requiring a client
 // certificate from the CA too unless --tls-client-auth requested (metrics
 // are then served by the HTTP gateway's metrics mode, not civetweb).
+// The Kafka listener (--kafka-port) speaks TLS too, asking for a client
+// certificate as the HTTP API does.
 // ferryd serves checked copies of the files from <data-dir>/tls/; SIGHUP
 // checks the files again and swaps the copies if they pass (new
 // connections use them; existing ones keep theirs), else keeps the old
@@ -44,7 +46,9 @@
 // ACLs (actors/server/node_auth.cpp); the nodes and the HTTP gateway use the
 // cluster credential derived from --cluster-secret-file (required with
 // --auth scram), as does ferryctl --cluster-secret-file (how the first user
-// is created). Denied requests and admin changes are written to
+// is created). Kafka clients log in with SASL PLAIN or SCRAM-SHA-256 as the
+// same users, checked against the same ACLs (actors/kafka/kafka_sasl.cpp).
+// Denied requests and admin changes are written to
 // --audit-log (default <data-dir>/audit.log with --auth scram).
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
@@ -415,9 +419,11 @@ int main(int argc, char** argv) {
                  "Kafka clients (kcat, librdkafka, kafka-python, ...); 0 "
                  "picks a free one, -1 (the default) turns it off. The CAF "
                  "port has Kafka's 9092, so give this another, e.g. 29092 "
-                 "(deploy/local-cluster.sh gives node i 19390+i). Plaintext "
-                 "and unauthenticated so far: refused with --auth or TLS, and "
-                 "off loopback without --insecure")
+                 "(deploy/local-cluster.sh gives node i 19390+i). With the TLS "
+                 "flags it speaks TLS (Kafka's SSL, asking for a client "
+                 "certificate as --tls-client-auth says); with --auth scram "
+                 "clients log in with SASL PLAIN or SCRAM-SHA-256 (SASL_SSL) as "
+                 "the same users, checked against the same ACLs")
     ->check(CLI::Range(-1, 65535));
   app.add_option("--kafka-advertised-host", opt.kafka_advertised_host,
                  "host Kafka clients reach this node's Kafka listener at, "
@@ -575,15 +581,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   ferry::tls_from_environment(opt.tls);
-  if (opt.kafka_port >= 0 && (opt.auth == "scram" || opt.tls.requested())) {
-    std::fprintf(stderr,
-                 "ferryd: --kafka-port cannot be used with %s yet: the Kafka "
-                 "listener speaks plaintext without SASL, so it would be the one "
-                 "port that skips %s\n",
-                 opt.auth == "scram" ? "--auth scram" : "TLS",
-                 opt.auth == "scram" ? "authentication" : "encryption");
-    return 2;
-  }
   if (opt.tls.requested()) {
     if (auto err = ferry::check_tls(opt.tls, ferry::tls_role::node)) {
       std::fprintf(stderr, "ferryd: --tls-cert/--tls-key/--tls-ca: %s\n",
@@ -635,15 +632,6 @@ int main(int argc, char** argv) {
                    ferry::describe(err).c_str());
       return 2;
     }
-  if (opt.kafka_port >= 0 && !is_loopback(opt.host) && !opt.insecure) {
-    std::fprintf(stderr,
-                 "ferryd: refusing to serve Kafka clients on %s: the Kafka listener "
-                 "has no TLS or authentication yet, so any process that reaches it "
-                 "could read and write every topic; pass --insecure to listen there "
-                 "anyway\n",
-                 opt.host.c_str());
-    return 2;
-  }
   if (!is_loopback(opt.host) && !opt.insecure && !mutual_everywhere) {
     std::fprintf(stderr,
                  "ferryd: refusing to listen on %s: without TLS that requires client "
@@ -874,6 +862,14 @@ int main(int argc, char** argv) {
     kc.advertised_host = opt.kafka_advertised_host.empty()
                            ? advertised
                            : opt.kafka_advertised_host;
+    if (!served_tls.certificate.empty())
+      kc.tls = tls_of_port();
+    if (opt.auth == "scram") {
+      kc.security = security;
+      kc.audit = audit;
+    }
+    kc.login_lockout_base = std::chrono::milliseconds{opt.login_lockout_ms};
+    kc.login_lockout_max = std::max(kc.login_lockout_max, kc.login_lockout_base);
     auto kl = ferry::kafka_listener::listen(std::move(kc));
     if (!kl) {
       auto msg = ferry::describe(kl.error());
@@ -1133,6 +1129,9 @@ int main(int argc, char** argv) {
               if (auto err = gw->reload_tls())
                 ferry::log::error("SIGHUP: the {} port kept its TLS context: {}",
                                   gw == http.get() ? "HTTP" : "metrics", err);
+          if (kafka)
+            if (auto err = kafka->reload_tls())
+              ferry::log::error("SIGHUP: the Kafka port kept its TLS context: {}", err);
           auto left = ferry::certificate_seconds_left(opt.tls.certificate);
           ferry::log::info("SIGHUP: reloaded the TLS files (certificate expires in {} "
                            "days); new connections use them",

@@ -18,6 +18,7 @@
 #include <openssl/sha.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -372,6 +373,72 @@ TEST(ScramExchange, ReplayedClientFinalFailsInANewConversation) {
   ASSERT_FALSE(s2);
   EXPECT_EQ(describe(s2.error()), generic_failure);
   EXPECT_EQ(replay.user(), "");
+}
+
+/// librdkafka before 2.6.1: client-final carries r=<client nonce><server
+/// nonce> (its client nonce twice) and a proof over that message.
+std::string librdkafka_final(const keys& k, const std::string& client_first,
+                             const std::string& server_first, std::string nonce) {
+  auto without_proof = "c=biws,r=" + nonce;
+  auto auth = auth_message(client_first, server_first, without_proof);
+  return without_proof + ",p=" + proof(k, auth);
+}
+
+TEST(ScramExchange, TheKafkaListenerTakesLibrdkafkasDoubledNonceAndNothingLooser) {
+  auto cred = rfc7677_credential();
+  auto k = derive("pencil", unb64(rfc_salt_b64), 4096);
+  auto client_first = "n,,n=user,r=" + std::string{rfc_client_nonce};
+  auto start = [&](bool lenient, std::string& server_first) {
+    auto server = std::make_unique<scram_server>(lenient);
+    auto s1 = server->first(client_first, only(cred));
+    EXPECT_TRUE(s1) << describe(s1.error());
+    server_first = s1 ? *s1 : "";
+    return server;
+  };
+  // Accepted with the option: the server's signature is RFC 5802's over the
+  // message as sent.
+  std::string sf;
+  auto lenient = start(true, sf);
+  auto doubled = std::string{rfc_client_nonce} + nonce_of(sf);
+  auto final_msg = librdkafka_final(k, client_first, sf, doubled);
+  auto out = lenient->final(final_msg);
+  ASSERT_TRUE(out) << describe(out.error());
+  EXPECT_EQ(*out, "v=" + signature(k, auth_message(client_first, sf,
+                                                   final_msg.substr(0, final_msg.rfind(",p=")))));
+  EXPECT_EQ(lenient->user(), "user");
+  // A correct client still goes through GNU SASL with the option on.
+  auto strict_ok = start(true, sf);
+  auto right = librdkafka_final(k, client_first, sf, nonce_of(sf));
+  EXPECT_TRUE(strict_ok->final(right));
+  // Without the option the doubled nonce fails, as before.
+  auto strict = start(false, sf);
+  auto refused = strict->final(librdkafka_final(k, client_first, sf,
+                                                std::string{rfc_client_nonce} + nonce_of(sf)));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(describe(refused.error()), generic_failure);
+  // Looser forms fail: any other prefix, a wrong proof, a replay into a
+  // new conversation (another server nonce), another channel binding.
+  auto other_prefix = start(true, sf);
+  EXPECT_FALSE(other_prefix->final(librdkafka_final(k, client_first, sf, "x" + nonce_of(sf))));
+  auto bad_proof = start(true, sf);
+  auto tampered = librdkafka_final(derive("crayon", unb64(rfc_salt_b64), 4096), client_first,
+                                   sf, std::string{rfc_client_nonce} + nonce_of(sf));
+  auto r = bad_proof->final(tampered);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(describe(r.error()), generic_failure);
+  EXPECT_EQ(bad_proof->user(), "");
+  auto replay = start(true, sf);
+  EXPECT_FALSE(replay->final(final_msg));
+  auto binding = start(true, sf);
+  auto y_final = librdkafka_final(k, client_first, sf,
+                                  std::string{rfc_client_nonce} + nonce_of(sf));
+  y_final.replace(0, 6, "c=eSws");
+  EXPECT_FALSE(binding->final(y_final));
+  // One try per conversation, as always.
+  auto twice = start(true, sf);
+  EXPECT_FALSE(twice->final(tampered));
+  EXPECT_FALSE(twice->final(librdkafka_final(k, client_first, sf,
+                                             std::string{rfc_client_nonce} + nonce_of(sf))));
 }
 
 TEST(ScramExchange, OutOfOrderCallsAreInvalidRequests) {

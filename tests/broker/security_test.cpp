@@ -1,8 +1,10 @@
-// broker/security.hpp: SCRAM-SHA-256 credentials and the ACL decision.
+// broker/security.hpp: SCRAM-SHA-256 credentials and the ACL decision (and
+// broker/login_throttle.hpp, which the front doors use with it).
 
 #include "broker/security.hpp"
 
 #include "broker/error.hpp"
+#include "broker/login_throttle.hpp"
 
 #include <gtest/gtest.h>
 
@@ -214,6 +216,41 @@ TEST(SecurityRegistry, AnswersFromWhatWasSetAndBumpsItsVersion) {
             "User:alice may not read topic t");
   EXPECT_EQ(describe_denial("alice", "cluster", "cluster", "alter"),
             "User:alice may not alter the cluster");
+}
+
+TEST(SecurityRegistry, AllowsSomewhereWhenAnAllowIsNotOverriddenByADeny) {
+  security_registry r;
+  r.set_superusers({"admin"});
+  r.set({}, {acl("alice", "topic", "orders", "write"),
+             acl("bob", "topic", "logs-", "all", "allow", "prefixed"),
+             acl("carol", "topic", "x", "write"), acl("carol", "topic", "x", "write", "deny"),
+             acl("dave", "topic", "y", "read")});
+  EXPECT_TRUE(r.allows_somewhere("alice", "topic", "write"));
+  EXPECT_TRUE(r.allows_somewhere("bob", "topic", "write")); // "all", prefixed
+  EXPECT_FALSE(r.allows_somewhere("carol", "topic", "write")); // denied where allowed
+  EXPECT_FALSE(r.allows_somewhere("dave", "topic", "write"));   // read only
+  EXPECT_FALSE(r.allows_somewhere("alice", "group", "write"));
+  EXPECT_FALSE(r.allows_somewhere("nobody", "topic", "write"));
+  EXPECT_TRUE(r.allows_somewhere("admin", "topic", "write"));
+  EXPECT_FALSE(r.allows_somewhere("", "topic", "write"));
+}
+
+TEST(LoginThrottle, LocksAnAddressOutPastItsAllowanceDoublingUpToTheMaximum) {
+  login_throttle t{2, std::chrono::milliseconds{1000}, std::chrono::milliseconds{3000}};
+  auto now = login_throttle::clock::now();
+  EXPECT_EQ(t.failed("10.0.0.1", now), 1);
+  EXPECT_EQ(t.locked_for("10.0.0.1", now).count(), 0);
+  EXPECT_EQ(t.failed("10.0.0.1", now), 2); // the allowance reached: 1 s
+  EXPECT_EQ(t.locked_for("10.0.0.1", now).count(), 1000);
+  EXPECT_EQ(t.locked_for("10.0.0.2", now).count(), 0); // another address
+  t.failed("10.0.0.1", now); // 2 s
+  EXPECT_EQ(t.locked_for("10.0.0.1", now).count(), 2000);
+  t.failed("10.0.0.1", now); // 4 s, capped at 3 s
+  EXPECT_EQ(t.locked_for("10.0.0.1", now).count(), 3000);
+  EXPECT_EQ(t.locked_for("10.0.0.1", now + std::chrono::seconds{3}).count(), 0);
+  t.succeeded("10.0.0.1");
+  EXPECT_EQ(t.locked_for("10.0.0.1", now).count(), 0);
+  EXPECT_EQ(t.failed("10.0.0.1", now), 1); // counted from zero again
 }
 
 // -- bearer tokens ------------------------------------------------------------------

@@ -216,13 +216,22 @@ ctl produce t <<<"$sent" || fail "produce failed"
 got=$(ctl consume t --from-beginning --max 6 --timeout 20000) || fail "consume failed"
 [[ $(sort <<<"$got") == "$(sort <<<"$sent")" ]] || fail "consumed '$got', produced '$sent'"
 
-if [[ -z $tls && -z $auth ]]; then
-  step "Kafka clients: kcat reads what ferryctl wrote through node $nodes's Kafka port"
-  command -v kcat >/dev/null || fail "no kcat (deploy/install-deps.sh installs it)"
-  kgot=$(timeout 60 kcat -q -b "127.0.0.1:$((base + 300 + nodes))" -t t -C -e -f '%s\n' 2>&1) ||
-    fail "kcat -C failed: $kgot"
-  [[ $(sort <<<"$kgot") == "$(sort <<<"$sent")" ]] || fail "kcat consumed '$kgot', produced '$sent'"
+step "Kafka clients: kcat reads what ferryctl wrote through node $nodes's Kafka port"
+command -v kcat >/dev/null || fail "no kcat (deploy/install-deps.sh installs it)"
+kafka_args=()
+if [[ -n $auth ]]; then
+  # SASL_SSL as the superuser (the port only asks for a client certificate).
+  kafka_args=(-X security.protocol=SASL_SSL -X "ssl.ca.location=$FERRY_CLUSTER_DIR/tls/ca.pem"
+    -X sasl.mechanisms=SCRAM-SHA-256 -X sasl.username=admin
+    -X "sasl.password=$(cat "$FERRY_CLUSTER_DIR/admin.password")")
+elif [[ -n $tls ]]; then
+  kafka_args=(-X security.protocol=SSL -X "ssl.ca.location=$FERRY_CLUSTER_DIR/tls/ca.pem"
+    -X "ssl.certificate.location=$FERRY_CLUSTER_DIR/tls/client.pem"
+    -X "ssl.key.location=$FERRY_CLUSTER_DIR/tls/client.key")
 fi
+kgot=$(timeout 60 kcat -q -b "127.0.0.1:$((base + 300 + nodes))" "${kafka_args[@]}" -t t -C -e \
+  -f '%s\n' 2>&1) || fail "kcat -C failed: $kgot"
+[[ $(sort <<<"$kgot") == "$(sort <<<"$sent")" ]] || fail "kcat consumed '$kgot', produced '$sent'"
 
 if [[ -n $tls ]]; then
   step "TLS: clients without the cluster's certificate are refused"

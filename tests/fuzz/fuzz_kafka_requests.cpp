@@ -229,6 +229,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       write_alter_configs_response(w, v, r);
       break;
     }
+    case api::sasl_handshake: {
+      auto mechanism = read_sasl_handshake_request(in, v);
+      check_end();
+      write_sasl_handshake_response(w, v, error_code::unsupported_sasl_mechanism,
+                                    {mechanism, "PLAIN"});
+      break;
+    }
+    case api::sasl_authenticate: {
+      auto token = read_sasl_authenticate_request(in, v);
+      check_end();
+      write_sasl_authenticate_response(w, v, error_code::sasl_authentication_failed, token,
+                                       token, 0);
+      break;
+    }
     case api::delete_records: {
       auto req = read_delete_records_request(in, v);
       check_end();

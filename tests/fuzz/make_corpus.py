@@ -161,6 +161,11 @@ def main():
         + i16(-1) + i32(1) + kstr(b"events") + i32(1) + i32(0) + i64(5) + i32(-1) + i16(-1))
     put("kafka_requests", "offset-fetch-v5-all", header(9, 5) + kstr(b"grp") + i32(-1))
     put("kafka_requests", "list-groups-v2", header(16, 2))
+    # SASL: a handshake and the tokens of a PLAIN and a SCRAM login.
+    put("kafka_requests", "sasl-handshake-v1", header(17, 1) + kstr(b"SCRAM-SHA-256"))
+    put("kafka_requests", "sasl-authenticate-v1-plain", header(36, 1) + kbytes(b"\x00alice\x00secret"))
+    put("kafka_requests", "sasl-authenticate-v0-scram", header(36, 0)
+        + kbytes(b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"))
     put("kafka_requests", "create-topics-v4", header(19, 4) + i32(1) + kstr(b"new") + i32(3) + i16(1)
         + i32(0) + i32(1) + kstr(b"retention.ms") + kstr(b"60000") + i32(30000) + b"\x00")
     put("kafka_requests", "delete-topics-v3", header(20, 3) + i32(1) + kstr(b"new") + i32(30000))

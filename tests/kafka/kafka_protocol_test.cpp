@@ -125,12 +125,12 @@ TEST(KafkaProtocol, HeaderOfAFlexibleApiVersionsRequestSkipsItsTags) {
 }
 
 TEST(KafkaProtocol, AnUnknownApiOrVersionReadsOnlyTheFixedHeader) {
-  auto w = request(17, 1, 9); // SaslHandshake: not served
+  auto w = request(24, 1, 9); // AddPartitionsToTxn: not served
   reader r{w.buffer()};
   auto h = read_request_header(r);
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(h.correlation_id, 9);
-  EXPECT_FALSE(supported(17));
+  EXPECT_FALSE(supported(24));
   EXPECT_EQ(r.position(), 8u);
   auto newer = request(0, 9, 10); // Produce v9: flexible, not served
   reader rn{newer.buffer()};
@@ -521,4 +521,43 @@ TEST(KafkaProtocol, InitProducerIdV0AndV1) {
   EXPECT_TRUE(supported(22));
   EXPECT_FALSE(flexible_request(22, 1));
   EXPECT_TRUE(flexible_request(22, 2));
+}
+
+TEST(KafkaProtocol, SaslHandshakeAndAuthenticateV0AndV1) {
+  writer w;
+  w.string("SCRAM-SHA-256");
+  reader r{w.buffer()};
+  EXPECT_EQ(read_sasl_handshake_request(r, 1), "SCRAM-SHA-256");
+  EXPECT_TRUE(r.ok()) << r.error();
+  writer hs;
+  write_sasl_handshake_response(hs, 1, error_code::unsupported_sasl_mechanism, {"PLAIN"});
+  EXPECT_EQ(hex(hs.buffer()), "0021" "00000001" "0005" "504c41494e");
+  writer a;
+  a.bytes(std::string{"\0u\0p", 4});
+  reader ar{a.buffer()};
+  EXPECT_EQ(read_sasl_authenticate_request(ar, 0), std::string("\0u\0p", 4));
+  EXPECT_TRUE(ar.ok()) << ar.error();
+  // A null token, or bytes left over, fail the read.
+  writer null_token;
+  null_token.i32(-1);
+  reader nr{null_token.buffer()};
+  read_sasl_authenticate_request(nr, 1);
+  EXPECT_FALSE(nr.ok());
+  writer extra;
+  extra.bytes("x");
+  extra.i8(0);
+  reader er{extra.buffer()};
+  read_sasl_authenticate_request(er, 1);
+  EXPECT_FALSE(er.ok());
+  // v0 has no session lifetime; v1 does.
+  writer v0, v1;
+  write_sasl_authenticate_response(v0, 0, error_code::none, std::nullopt, "v=x", 0);
+  write_sasl_authenticate_response(v1, 1, error_code::sasl_authentication_failed,
+                                   std::string{"no"}, "", 0);
+  EXPECT_EQ(hex(v0.buffer()), "0000" "ffff" "00000003" "763d78");
+  EXPECT_EQ(hex(v1.buffer()), "003a" "0002" "6e6f" "00000000" "0000000000000000");
+  EXPECT_TRUE(supported(17));
+  EXPECT_TRUE(supported(36));
+  EXPECT_FALSE(flexible_request(36, 1));
+  EXPECT_TRUE(flexible_request(36, 2));
 }
