@@ -120,6 +120,7 @@ const std::vector<api_range>& supported_apis() {
     {api::delete_topics, 0, 3},
     {api::delete_records, 0, 1},
     {api::init_producer_id, 0, 1},
+    {api::offset_for_leader_epoch, 0, 3},
     {api::describe_configs, 0, 2},
     {api::alter_configs, 0, 1},
     {api::sasl_authenticate, 0, 1},
@@ -177,6 +178,8 @@ bool flexible_request(int16_t key, int16_t version) {
       return version >= 4;
     case api::sasl_handshake:
       return false;
+    case api::offset_for_leader_epoch:
+      return version >= 4;
     case api::sasl_authenticate:
       return version >= 2;
   }
@@ -762,6 +765,50 @@ void write_init_producer_id_response(writer& out, int16_t version,
   out.i16(static_cast<int16_t>(err));
   out.i64(producer_id);
   out.i16(producer_epoch);
+}
+
+// -- OffsetForLeaderEpoch ------------------------------------------------------------
+
+offset_for_leader_epoch_request_v read_offset_for_leader_epoch_request(reader& in,
+                                                                       int16_t version) {
+  offset_for_leader_epoch_request_v r;
+  if (version >= 3)
+    r.replica_id = in.i32("offset_for_leader_epoch replica_id");
+  auto nt = in.array("offset_for_leader_epoch topics", 6);
+  for (int32_t i = 0; i < nt && in.ok(); ++i) {
+    epoch_topic_req t;
+    t.name = in.string("offset_for_leader_epoch topic name");
+    auto np = in.array("offset_for_leader_epoch partitions", version >= 2 ? 12 : 8);
+    for (int32_t j = 0; j < np && in.ok(); ++j) {
+      epoch_partition_req p;
+      p.partition = in.i32("offset_for_leader_epoch partition");
+      if (version >= 2)
+        p.current_leader_epoch = in.i32("offset_for_leader_epoch current_leader_epoch");
+      p.leader_epoch = in.i32("offset_for_leader_epoch leader_epoch");
+      t.partitions.push_back(p);
+    }
+    r.topics.push_back(std::move(t));
+  }
+  in.expect_end("offset_for_leader_epoch request");
+  return r;
+}
+
+void write_offset_for_leader_epoch_response(writer& out, int16_t version,
+                                            const std::vector<epoch_topic_resp>& topics) {
+  if (version >= 2)
+    out.i32(0); // throttle_time_ms
+  out.array(static_cast<int32_t>(topics.size()));
+  for (auto& t : topics) {
+    out.string(t.name);
+    out.array(static_cast<int32_t>(t.partitions.size()));
+    for (auto& p : t.partitions) {
+      out.i16(static_cast<int16_t>(p.error));
+      out.i32(p.partition);
+      if (version >= 1)
+        out.i32(p.leader_epoch);
+      out.i64(p.end_offset);
+    }
+  }
 }
 
 // -- SaslHandshake, SaslAuthenticate -----------------------------------------------

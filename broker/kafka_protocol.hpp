@@ -54,6 +54,7 @@ enum class api : int16_t {
   delete_topics = 20,
   delete_records = 21,
   init_producer_id = 22,
+  offset_for_leader_epoch = 23,
   describe_configs = 32,
   alter_configs = 33,
   sasl_authenticate = 36,
@@ -452,6 +453,42 @@ init_producer_id_request read_init_producer_id_request(reader& in,
 void write_init_producer_id_response(writer& out, int16_t version,
                                      error_code err, int64_t producer_id,
                                      int16_t producer_epoch);
+
+// -- OffsetForLeaderEpoch (key 23), v0-3 ---------------------------------------
+
+struct epoch_partition_req {
+  int32_t partition = 0;
+  int32_t current_leader_epoch = -1; ///< v2+
+  int32_t leader_epoch = -1;
+};
+
+struct epoch_topic_req {
+  std::string name;
+  std::vector<epoch_partition_req> partitions;
+};
+
+struct offset_for_leader_epoch_request_v {
+  int32_t replica_id = -1; ///< v3+ (older: a consumer)
+  std::vector<epoch_topic_req> topics;
+};
+
+offset_for_leader_epoch_request_v read_offset_for_leader_epoch_request(reader& in,
+                                                                       int16_t version);
+
+struct epoch_partition_resp {
+  error_code error = error_code::none;
+  int32_t partition = 0;
+  int32_t leader_epoch = -1; ///< v1+
+  int64_t end_offset = -1;
+};
+
+struct epoch_topic_resp {
+  std::string name;
+  std::vector<epoch_partition_resp> partitions;
+};
+
+void write_offset_for_leader_epoch_response(writer& out, int16_t version,
+                                            const std::vector<epoch_topic_resp>& topics);
 
 // -- SaslHandshake (key 17), v0-1, and SaslAuthenticate (key 36), v0-1 ----------
 //

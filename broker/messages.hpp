@@ -368,12 +368,47 @@ struct list_offsets_request {
   /// -2 earliest (log start), -1 latest (high watermark), else a timestamp:
   /// the first offset whose record timestamp is >= it (latest if none).
   int64_t timestamp = -1;
+  /// The leader epoch the caller knows (Kafka's current_leader_epoch;
+  /// -1: none): an older one is answered fenced_leader_epoch, a newer one
+  /// not_leader, as a consumer's fetch is.
+  int32_t leader_epoch = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, list_offsets_request& x) {
   return f(caf::meta::type_name("ferry::list_offsets_request"), x.topic,
-           x.partition, x.timestamp);
+           x.partition, x.timestamp, x.leader_epoch);
+}
+
+/// Where a leader epoch ends in a partition's log, asked of its leader
+/// (Kafka's OffsetForLeaderEpoch): a consumer checks after a leader change
+/// that the records it read are still there.
+struct epoch_end_request {
+  std::string topic;
+  partition_id partition{0};
+  /// As list_offsets_request::leader_epoch.
+  int32_t current_leader_epoch = -1;
+  /// The epoch asked about.
+  int32_t leader_epoch = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, epoch_end_request& x) {
+  return f(caf::meta::type_name("ferry::epoch_end_request"), x.topic, x.partition,
+           x.current_leader_epoch, x.leader_epoch);
+}
+
+/// The largest epoch of the log not newer than the one asked, and the offset
+/// where it ends (where the next epoch starts, or the log end for the
+/// latest); -1 and -1 when the epoch asked is newer than the leader's or -1.
+struct epoch_end {
+  int32_t leader_epoch = -1;
+  offset end_offset{-1};
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, epoch_end& x) {
+  return f(caf::meta::type_name("ferry::epoch_end"), x.leader_epoch, x.end_offset);
 }
 
 /// An idempotent producer's identity, handed out by the cluster.
@@ -1223,4 +1258,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::sasl_step))
   CAF_ADD_ATOM(ferry, ferry, auth_atom, "auth")
   CAF_ADD_ATOM(ferry, ferry, session_atom, "session")
+  // Kafka's OffsetForLeaderEpoch (issue 17).
+  CAF_ADD_TYPE_ID(ferry, (ferry::epoch_end_request))
+  CAF_ADD_TYPE_ID(ferry, (ferry::epoch_end))
 CAF_END_TYPE_ID_BLOCK(ferry)

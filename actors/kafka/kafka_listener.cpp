@@ -441,6 +441,7 @@ void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
       q.topic = t.name;
       q.partition = partition_id{p.partition};
       q.timestamp = p.timestamp;
+      q.leader_epoch = p.current_leader_epoch;
       where.emplace_back(job->topics.size(), tr.partitions.size());
       asks.push_back(std::move(q));
       tr.partitions.push_back(pr);
@@ -500,6 +501,62 @@ void serve_list_offsets(listener_core& core, conn_ptr conn, uint64_t seq,
           fail);
     }
   });
+}
+
+// -- OffsetForLeaderEpoch ------------------------------------------------------------
+
+void serve_offset_for_leader_epoch(listener_core& core, conn_ptr conn, uint64_t seq,
+                                   kafka::request_header h,
+                                   kafka::offset_for_leader_epoch_request_v req) {
+  auto topics = std::make_shared<std::vector<kafka::epoch_topic_resp>>();
+  std::vector<std::pair<size_t, size_t>> where;
+  std::vector<epoch_end_request> asks;
+  for (auto& t : req.topics) {
+    kafka::epoch_topic_resp tr;
+    tr.name = t.name;
+    bool describable = may(core, *conn, "topic", t.name, "describe");
+    for (auto& p : t.partitions) {
+      kafka::epoch_partition_resp pr;
+      pr.partition = p.partition;
+      if (!describable) {
+        pr.error = kafka::error_code::topic_authorization_failed;
+      } else if (req.replica_id >= 0) {
+        // Ferry's followers replicate over the CAF port, never through here.
+        pr.error = kafka::error_code::not_leader_or_follower;
+      } else {
+        where.emplace_back(topics->size(), tr.partitions.size());
+        asks.push_back(epoch_end_request{t.name, partition_id{p.partition},
+                                         p.current_leader_epoch, p.leader_epoch});
+      }
+      tr.partitions.push_back(pr);
+    }
+    topics->push_back(std::move(tr));
+  }
+  auto broker = core.broker;
+  auto timeout = caf::timespan{core.cfg.request_timeout};
+  fan_out(
+    conn, seq, asks.size(),
+    [=](caf::event_based_actor* self, size_t i, auto done) {
+      auto slot = [=]() -> kafka::epoch_partition_resp& {
+        return (*topics)[where[i].first].partitions[where[i].second];
+      };
+      self->request(broker, timeout, offsets_atom_v, asks[i])
+        .then(
+          [=](const epoch_end& e) {
+            slot().leader_epoch = e.leader_epoch;
+            slot().end_offset = e.end_offset.value;
+            done();
+          },
+          [=](caf::error& err) {
+            slot().error = kafka::to_kafka(err);
+            done();
+          });
+    },
+    [h, topics] {
+      return respond(h, [&](kafka::writer& w) {
+        kafka::write_offset_for_leader_epoch_response(w, h.api_version, *topics);
+      });
+    });
 }
 
 // -- InitProducerId ---------------------------------------------------------------
@@ -650,6 +707,13 @@ void connection::handle(std::shared_ptr<std::string> frame, uint64_t seq) {
       if (!in.ok())
         return malformed("InitProducerId");
       serve_init_producer_id(core_, self, seq, h, std::move(req));
+      return;
+    }
+    case kafka::api::offset_for_leader_epoch: {
+      auto req = kafka::read_offset_for_leader_epoch_request(in, v);
+      if (!in.ok())
+        return malformed("OffsetForLeaderEpoch");
+      serve_offset_for_leader_epoch(core_, self, seq, h, std::move(req));
       return;
     }
     case kafka::api::list_offsets: {

@@ -7,7 +7,8 @@
 //
 // APIs and versions: broker/kafka_protocol.hpp `supported_apis()` (today
 // ApiVersions 0-3, Metadata 0-8, Produce 3-8, Fetch 4-11, ListOffsets 1-5,
-// InitProducerId 0-1; and the group APIs FindCoordinator 0-2, JoinGroup
+// OffsetForLeaderEpoch 0-3, InitProducerId 0-1, SaslHandshake 0-1,
+// SaslAuthenticate 0-1; the admin APIs (kafka_admin.cpp); and the group APIs FindCoordinator 0-2, JoinGroup
 // 0-5, SyncGroup 0-3, Heartbeat 0-3, LeaveGroup 0-3, OffsetCommit 0-7,
 // OffsetFetch 0-5, ListGroups 0-2, DescribeGroups 0-4, served in
 // kafka_groups.cpp on the same groups as every other client).
@@ -46,6 +47,9 @@
 //   ListOffsets earliest (-2), latest (-1, the high watermark) or the first
 //              offset at or after a timestamp (-1 if no record is that
 //              late, as Kafka answers).
+//   OffsetForLeaderEpoch  where an epoch ends on the partition's leader
+//              (front door: offsets_atom, epoch_end_request), so a consumer
+//              can check its position after a leader change.
 //
 // Bad input: a frame size below 8 or above max_request_bytes closes the
 // connection (logged, at most every 10 s); a request whose body does not

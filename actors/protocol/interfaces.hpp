@@ -91,6 +91,8 @@ using partition_actor = caf::typed_actor<
   caf::replies_to<fetch_atom, fetch_request>::with<fetch_response>,
   /// Earliest, latest or by timestamp.
   caf::replies_to<offsets_atom, list_offsets_request>::with<offset>,
+  /// Where a leader epoch ends (leader only).
+  caf::replies_to<offsets_atom, epoch_end_request>::with<epoch_end>,
   /// Live state for describe.
   caf::replies_to<status_atom>::with<partition_status>,
   /// New topic config (retention, segment size, max message size).
@@ -153,6 +155,8 @@ using broker_core_actor = caf::typed_actor<
   /// newer round of the session answers a waiting one).
   caf::replies_to<fetch_atom, fetch_round>::with<std::vector<fetch_result>>,
   caf::replies_to<offsets_atom, list_offsets_request>::with<offset>,
+  /// Where a leader epoch of a partition ends, answered by its leader.
+  caf::replies_to<offsets_atom, epoch_end_request>::with<epoch_end>,
   caf::replies_to<init_pid_atom>::with<producer_identity>,
   caf::replies_to<create_atom, topic_atom, std::string, topic_config>::with<topic_metadata>,
   caf::replies_to<delete_atom, topic_atom, std::string>::with<topic_metadata>,

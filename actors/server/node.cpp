@@ -346,6 +346,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
     [self](offsets_atom, list_offsets_request& r) {
       return serve_list_offsets(self, r);
     },
+    [self](offsets_atom, epoch_end_request& r) { return serve_epoch_end(self, r); },
     [self](init_pid_atom) { return init_producer_id(self); },
     // -- topic admin: through the metadata actor ------------------------------
     [self](create_atom, topic_atom, std::string& n, topic_config& tc) {

@@ -311,6 +311,8 @@ access access_of(caf::message& m) {
       one("topic", r.topic, "read");
   } else if (m.match_elements<offsets_atom, list_offsets_request>()) {
     one("topic", m.get_as<list_offsets_request>(1).topic, "describe");
+  } else if (m.match_elements<offsets_atom, epoch_end_request>()) {
+    one("topic", m.get_as<epoch_end_request>(1).topic, "describe");
   } else if (m.match_elements<init_pid_atom>() || m.match_elements<list_atom, broker_atom>()) {
     a.anyone = true;
     // -- topics

@@ -415,6 +415,7 @@ caf::result<std::vector<fetch_result>>
 serve_fetch_round(self_ptr self, fetch_round& rd);
 caf::result<offset> serve_list_offsets(self_ptr self,
                                        list_offsets_request& req);
+caf::result<epoch_end> serve_epoch_end(self_ptr self, epoch_end_request& req);
 caf::result<offset> purge_partition(self_ptr self, topic_partition& tp,
                                     offset before);
 caf::result<partition_status> serve_partition_status(self_ptr self,

@@ -346,6 +346,14 @@ caf::result<offset> serve_list_offsets(self_ptr self,
   return rp;
 }
 
+caf::result<epoch_end> serve_epoch_end(self_ptr self, epoch_end_request& req) {
+  auto rp = self->make_response_promise<epoch_end>();
+  when_ready(self, [self, rp, req = std::move(req)]() mutable {
+    serve_partition(self, rp, offsets_atom_v, std::move(req), false);
+  });
+  return rp;
+}
+
 caf::result<offset> purge_partition(self_ptr self, topic_partition& tp,
                                     offset before) {
   auto rp = self->make_response_promise<offset>();

@@ -1178,6 +1178,23 @@ void expire_waiters(replica_ptr self) {
 }
 
 
+// A client that names the leader epoch it knows (Kafka's
+// current_leader_epoch, KIP-320; -1: none): an older one is fenced, a newer
+// one is news to this replica; either way the client refreshes metadata.
+caf::error check_known_epoch(const partition_replica_state& st, int32_t known) {
+  if (known < 0 || known == st.assignment.epoch.value)
+    return {};
+  if (known < st.assignment.epoch.value)
+    return make_error(ec::fenced_leader_epoch,
+                      "a client asks " + name_of(st) + " in leader epoch "
+                        + std::to_string(known) + ", the leader is in epoch "
+                        + std::to_string(st.assignment.epoch.value));
+  return make_error(ec::not_leader,
+                    "a client knows leader epoch " + std::to_string(known) + " of "
+                      + name_of(st) + ", which is still in epoch "
+                      + std::to_string(st.assignment.epoch.value));
+}
+
 caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
   auto& st = self->state;
   auto arrived = steady_clock::now();
@@ -1193,23 +1210,9 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
                         + std::to_string(req.max_bytes));
   if (!st.leader)
     return not_leader_error(st);
-  if (req.replica_id < 0 && req.leader_epoch >= 0
-      && req.leader_epoch != st.assignment.epoch.value) {
-    // A consumer that names the leader epoch it knows (Kafka's
-    // current_leader_epoch, KIP-320): an older one is fenced, a newer one
-    // is news to this replica; either way the client refreshes metadata.
-    if (req.leader_epoch < st.assignment.epoch.value)
-      return make_error(ec::fenced_leader_epoch,
-                        "a consumer fetches " + name_of(st) + " in leader epoch "
-                          + std::to_string(req.leader_epoch)
-                          + ", the leader is in epoch "
-                          + std::to_string(st.assignment.epoch.value));
-    return make_error(ec::not_leader,
-                      "a consumer knows leader epoch "
-                        + std::to_string(req.leader_epoch) + " of " + name_of(st)
-                        + ", which is still in epoch "
-                        + std::to_string(st.assignment.epoch.value));
-  }
+  if (req.replica_id < 0)
+    if (auto err = check_known_epoch(st, req.leader_epoch))
+      return err;
   if (req.replica_id >= 0) {
     if (req.leader_epoch >= 0 && req.leader_epoch != st.assignment.epoch.value)
       return make_error(ec::fenced_leader_epoch,
@@ -1274,6 +1277,8 @@ caf::result<offset> list_offsets(replica_ptr self,
     return make_error(ec::unknown_partition,
                       req.topic + "/" + std::to_string(req.partition.value)
                         + " is not served by replica " + name_of(st));
+  if (auto err = check_known_epoch(st, req.leader_epoch))
+    return err;
   auto hw = st.log->high_watermark();
   if (req.timestamp == -2)
     return st.log->log_start();
@@ -1289,6 +1294,41 @@ caf::result<offset> list_offsets(replica_ptr self,
   if (!*found || **found >= hw)
     return hw;
   return std::max(**found, st.log->log_start());
+}
+
+caf::result<epoch_end> end_of_epoch(replica_ptr self, const epoch_end_request& req) {
+  auto& st = self->state;
+  if (st.fenced)
+    return st.fenced;
+  if (!st.leader)
+    return not_leader_error(st);
+  if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
+    return make_error(ec::unknown_partition,
+                      req.topic + "/" + std::to_string(req.partition.value)
+                        + " is not served by replica " + name_of(st));
+  if (auto err = check_known_epoch(st, req.current_leader_epoch))
+    return err;
+  // Kafka's rules (its leader epoch cache's endOffsetFor).
+  epoch_end r;
+  auto asked = req.leader_epoch;
+  if (asked < 0 || asked > st.assignment.epoch.value)
+    return r; // unknown: -1, -1
+  const auto& ep = st.log->epochs();
+  if (ep.empty() || asked >= ep.back().epoch.value) {
+    // The latest epoch with batches, or one since then without any: it
+    // ends at the log end.
+    r.leader_epoch = asked;
+    r.end_offset = st.log->log_end();
+    return r;
+  }
+  auto next = std::upper_bound(ep.begin(), ep.end(), asked,
+                               [](int32_t e, const epoch_entry& x) {
+                                 return e < x.epoch.value;
+                               });
+  // Older than every epoch here: it ends where the log's first epoch starts.
+  r.leader_epoch = next == ep.begin() ? asked : std::prev(next)->epoch.value;
+  r.end_offset = next->start_offset;
+  return r;
 }
 
 // -- tick ---------------------------------------------------------------------
@@ -1451,6 +1491,9 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       if (res.flag == caf::rt_error)
         count_fetch_failure(self->state, req, res.err);
       return res;
+    },
+    [self](offsets_atom, const epoch_end_request& req) -> caf::result<epoch_end> {
+      return end_of_epoch(self, req);
     },
     [self](offsets_atom, const list_offsets_request& req) -> caf::result<offset> {
       return counted(self->state, list_offsets(self, req));

@@ -422,6 +422,56 @@ TEST_F(partition_replica_test, a_consumer_naming_another_leader_epoch_is_told_to
   ASSERT_OK(call<fetch_response>(fetch_atom_v, req));
 }
 
+TEST_F(partition_replica_test, an_epochs_end_is_where_the_next_epoch_starts) {
+  // Epoch 1 writes 0..1, epoch 3 writes 2..4; the leader is then in epoch 5
+  // with nothing written yet (its epoch starts at the log end, 5).
+  cfg_.epoch = leader_epoch{1};
+  spawn();
+  ASSERT_OK(produce(make_batch({.records = 2})));
+  ASSERT_TRUE(stop(false));
+  cfg_.epoch = leader_epoch{3};
+  spawn();
+  ASSERT_OK(produce(make_batch({.records = 3})));
+  ASSERT_TRUE(stop(false));
+  cfg_.epoch = leader_epoch{5};
+  spawn();
+  auto ask = [&](int32_t epoch, int32_t current = -1) {
+    return call<epoch_end>(offsets_atom_v,
+                           epoch_end_request{cfg_.topic, cfg_.partition, current, epoch});
+  };
+  auto expect = [&](int32_t asked, int32_t epoch, int64_t end) {
+    auto r = ask(asked);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->leader_epoch, epoch) << "asked " << asked;
+    EXPECT_EQ(r->end_offset, offset{end}) << "asked " << asked;
+  };
+  expect(0, 0, 0);  // older than every epoch: ends where the first starts
+  expect(1, 1, 2);
+  expect(2, 1, 2);  // no batches in 2: the largest epoch below it
+  expect(3, 3, 5);  // ends where epoch 5 starts (the leader's, at the log end)
+  expect(4, 3, 5);  // no batches in 4: the largest epoch below it
+  expect(5, 5, 5);  // the leader's: the log end
+  expect(6, -1, -1); // newer than the leader
+  expect(-1, -1, -1);
+  // The caller's view of the leader epoch is checked first.
+  auto stale = ask(1, 4);
+  ASSERT_FALSE(stale);
+  EXPECT_TRUE(is(stale.error(), ec::fenced_leader_epoch)) << describe(stale.error());
+  auto ahead = ask(1, 6);
+  ASSERT_FALSE(ahead);
+  EXPECT_TRUE(is(ahead.error(), ec::not_leader)) << describe(ahead.error());
+  ASSERT_OK(ask(1, 5));
+  // And ListOffsets checks it the same way.
+  list_offsets_request lo{cfg_.topic, cfg_.partition, -1, 4};
+  auto old = call<offset>(offsets_atom_v, lo);
+  ASSERT_FALSE(old);
+  EXPECT_TRUE(is(old.error(), ec::fenced_leader_epoch)) << describe(old.error());
+  lo.leader_epoch = 5;
+  auto latest = call<offset>(offsets_atom_v, lo);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, offset{5});
+}
+
 TEST_F(partition_replica_test, fetch_beyond_log_end_is_out_of_range) {
   spawn();
   ASSERT_OK(produce(make_batch({.records = 2})));

@@ -229,6 +229,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       write_alter_configs_response(w, v, r);
       break;
     }
+    case api::offset_for_leader_epoch: {
+      auto req = read_offset_for_leader_epoch_request(in, v);
+      check_end();
+      std::vector<epoch_topic_resp> r;
+      for (auto& t : req.topics) {
+        epoch_topic_resp tr{t.name, {}};
+        for (auto& p : t.partitions)
+          tr.partitions.push_back({error_code::none, p.partition, p.leader_epoch, 42});
+        r.push_back(std::move(tr));
+      }
+      write_offset_for_leader_epoch_response(w, v, r);
+      break;
+    }
     case api::sasl_handshake: {
       auto mechanism = read_sasl_handshake_request(in, v);
       check_end();

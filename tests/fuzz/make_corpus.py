@@ -161,6 +161,8 @@ def main():
         + i16(-1) + i32(1) + kstr(b"events") + i32(1) + i32(0) + i64(5) + i32(-1) + i16(-1))
     put("kafka_requests", "offset-fetch-v5-all", header(9, 5) + kstr(b"grp") + i32(-1))
     put("kafka_requests", "list-groups-v2", header(16, 2))
+    put("kafka_requests", "offset-for-leader-epoch-v3", header(23, 3) + i32(-1) + i32(1)
+        + kstr(b"events") + i32(1) + i32(0) + i32(2) + i32(1))
     # SASL: a handshake and the tokens of a PLAIN and a SCRAM login.
     put("kafka_requests", "sasl-handshake-v1", header(17, 1) + kstr(b"SCRAM-SHA-256"))
     put("kafka_requests", "sasl-authenticate-v1-plain", header(36, 1) + kbytes(b"\x00alice\x00secret"))

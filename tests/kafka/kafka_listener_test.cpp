@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -932,6 +933,114 @@ TEST_F(KafkaListener, ListOffsetsByTimestampAnswersMinusOneWhenNoRecordIsThatLat
   EXPECT_EQ(ask(-1), 2);            // latest: the high watermark
   EXPECT_EQ(ask(0), 0);             // every record is later than 1970
   EXPECT_EQ(ask(4102444800000), -1); // none as late as 2100
+}
+
+TEST_F(KafkaListener, OffsetForLeaderEpochAnswersWhereTheLeadersEpochEnds) {
+  ASSERT_TRUE(have_kcat()) << "kcat is missing: run deploy/install-deps.sh";
+  auto p = run_command(kcat_path(), {"-b", kafka, "-t", "events", "-p", "0", "-P"}, 30s,
+                       "a\nb\nc\n");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  raw_client c{node.kafka_port()};
+  ASSERT_TRUE(c.connected());
+  // The partition's leader epoch, from Metadata v7 (partition 0 of events).
+  auto md = [&] {
+    kafka::writer w;
+    w.array(1);
+    w.string("events");
+    w.boolean(false);
+    EXPECT_TRUE(c.send(3, 7, 1, w.buffer()));
+    return c.receive();
+  }();
+  ASSERT_TRUE(md);
+  auto epoch_of_p0 = [&]() -> int32_t {
+    kafka::reader r{*md};
+    r.i32("correlation");
+    r.i32("throttle");
+    auto nb = r.array("brokers");
+    for (int32_t i = 0; i < nb; ++i) {
+      r.i32("node");
+      r.string("host");
+      r.i32("port");
+      r.nullable_string("rack");
+    }
+    r.nullable_string("cluster id");
+    r.i32("controller");
+    r.array("topics");
+    r.i16("error");
+    r.string("name");
+    r.boolean("internal");
+    auto np = r.array("partitions");
+    for (int32_t i = 0; i < np && r.ok(); ++i) {
+      r.i16("error");
+      auto part = r.i32("partition");
+      r.i32("leader");
+      auto epoch = r.i32("leader epoch");
+      if (part == 0)
+        return epoch;
+      for (auto* what : {"replicas", "isr", "offline"}) {
+        auto n = r.array(what);
+        for (int32_t k = 0; k < n; ++k)
+          r.i32(what);
+      }
+    }
+    ADD_FAILURE() << "no partition 0: " << r.error();
+    return -1;
+  }();
+  ASSERT_GE(epoch_of_p0, 0);
+  // (error, leader epoch, end offset) for `asked`, knowing `current`.
+  auto ask = [&](int32_t current, int32_t asked) {
+    kafka::writer w;
+    w.i32(-1); // replica id: a consumer
+    w.array(1);
+    w.string("events");
+    w.array(1);
+    w.i32(0);
+    w.i32(current);
+    w.i32(asked);
+    EXPECT_TRUE(c.send(23, 3, 2, w.buffer()));
+    auto a = c.receive();
+    std::tuple<int16_t, int32_t, int64_t> out{-100, -100, -100};
+    if (!a)
+      return out;
+    kafka::reader r{*a};
+    r.i32("correlation");
+    r.i32("throttle");
+    r.array("topics");
+    r.string("name");
+    r.array("partitions");
+    std::get<0>(out) = r.i16("error");
+    EXPECT_EQ(r.i32("partition"), 0);
+    std::get<1>(out) = r.i32("leader epoch");
+    std::get<2>(out) = r.i64("end offset");
+    EXPECT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r.remaining(), 0u);
+    return out;
+  };
+  // The current epoch ends at the log end; a newer one is unknown.
+  EXPECT_EQ(ask(epoch_of_p0, epoch_of_p0), std::make_tuple(int16_t{0}, epoch_of_p0, int64_t{3}));
+  EXPECT_EQ(ask(-1, epoch_of_p0 + 1), std::make_tuple(int16_t{0}, -1, int64_t{-1}));
+  // A client that knows a newer leader epoch is told to refresh.
+  EXPECT_EQ(std::get<0>(ask(epoch_of_p0 + 1, epoch_of_p0)),
+            static_cast<int16_t>(kafka::error_code::not_leader_or_follower));
+  // An unknown topic.
+  kafka::writer w;
+  w.i32(-1);
+  w.array(1);
+  w.string("nope");
+  w.array(1);
+  w.i32(0);
+  w.i32(-1);
+  w.i32(0);
+  ASSERT_TRUE(c.send(23, 3, 3, w.buffer()));
+  auto a = c.receive();
+  ASSERT_TRUE(a);
+  kafka::reader r{*a};
+  r.i32("correlation");
+  r.i32("throttle");
+  r.array("topics");
+  r.string("name");
+  r.array("partitions");
+  EXPECT_EQ(r.i16("error"), static_cast<int16_t>(kafka::error_code::unknown_topic_or_partition));
 }
 
 // -- python3-confluent-kafka (librdkafka's Python binding) ------------------------

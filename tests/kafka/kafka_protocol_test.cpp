@@ -561,3 +561,50 @@ TEST(KafkaProtocol, SaslHandshakeAndAuthenticateV0AndV1) {
   EXPECT_FALSE(flexible_request(36, 1));
   EXPECT_TRUE(flexible_request(36, 2));
 }
+
+TEST(KafkaProtocol, OffsetForLeaderEpochV0ToV3) {
+  // v3: replica id, then current leader epoch (v2+) and the epoch asked.
+  writer w;
+  w.i32(-1);
+  w.array(1);
+  w.string("events");
+  w.array(1);
+  w.i32(2);
+  w.i32(7);
+  w.i32(5);
+  reader r{w.buffer()};
+  auto req = read_offset_for_leader_epoch_request(r, 3);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(req.replica_id, -1);
+  ASSERT_EQ(req.topics.size(), 1u);
+  ASSERT_EQ(req.topics[0].partitions.size(), 1u);
+  EXPECT_EQ(req.topics[0].partitions[0].partition, 2);
+  EXPECT_EQ(req.topics[0].partitions[0].current_leader_epoch, 7);
+  EXPECT_EQ(req.topics[0].partitions[0].leader_epoch, 5);
+  // v0: no replica id, no current leader epoch.
+  writer w0;
+  w0.array(1);
+  w0.string("t");
+  w0.array(1);
+  w0.i32(0);
+  w0.i32(3);
+  reader r0{w0.buffer()};
+  auto req0 = read_offset_for_leader_epoch_request(r0, 0);
+  ASSERT_TRUE(r0.ok()) << r0.error();
+  EXPECT_EQ(req0.topics[0].partitions[0].current_leader_epoch, -1);
+  EXPECT_EQ(req0.topics[0].partitions[0].leader_epoch, 3);
+  // Read as v3, the v0 body is too short.
+  reader bad{w0.buffer()};
+  read_offset_for_leader_epoch_request(bad, 3);
+  EXPECT_FALSE(bad.ok());
+  std::vector<epoch_topic_resp> topics{{"t", {{error_code::none, 0, 3, 42}}}};
+  writer v0, v2;
+  write_offset_for_leader_epoch_response(v0, 0, topics);
+  write_offset_for_leader_epoch_response(v2, 2, topics);
+  EXPECT_EQ(hex(v0.buffer()), "00000001" "000174" "00000001" "0000" "00000000"
+                              "000000000000002a");
+  EXPECT_EQ(hex(v2.buffer()), "00000000" "00000001" "000174" "00000001" "0000" "00000000"
+                              "00000003" "000000000000002a");
+  EXPECT_TRUE(supported(23));
+  EXPECT_FALSE(flexible_request(23, 3));
+}
