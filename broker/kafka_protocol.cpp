@@ -435,10 +435,40 @@ void writer::bytes(std::string_view x) {
   out_.append(x);
 }
 
+void writer::bytes_moved(std::string&& x) {
+  i32(static_cast<int32_t>(x.size()));
+  chunked_ += out_.size() + x.size();
+  chunks_.push_back(std::move(out_));
+  out_.clear();
+  chunks_.push_back(std::move(x));
+}
+
 void writer::patch_i32(size_t pos, int32_t x) {
   auto u = static_cast<uint32_t>(x);
-  for (int i = 0; i < 4; ++i)
-    out_[pos + i] = static_cast<char>((u >> (8 * (3 - i))) & 0xff);
+  for (int i = 0; i < 4; ++i) {
+    // The byte's chunk (sizes are patched where they were written, so the
+    // four bytes never straddle a moved chunk).
+    auto at = pos + static_cast<size_t>(i);
+    std::string* where = &out_;
+    for (auto& c : chunks_) {
+      if (at < c.size()) {
+        where = &c;
+        break;
+      }
+      at -= c.size();
+    }
+    (*where)[at] = static_cast<char>((u >> (8 * (3 - i))) & 0xff);
+  }
+}
+
+std::vector<std::string> writer::take_chunks() {
+  auto out = std::move(chunks_);
+  chunks_.clear();
+  chunked_ = 0;
+  if (!out_.empty() || out.empty())
+    out.push_back(std::move(out_));
+  out_.clear();
+  return out;
 }
 
 // -- headers ------------------------------------------------------------------
@@ -673,8 +703,10 @@ fetch_request_v read_fetch_request(reader& in, int16_t version) {
   return r;
 }
 
-void write_fetch_response(writer& out, int16_t version,
-                          const fetch_response_v& x) {
+namespace {
+
+template <class Response, class Records>
+void write_fetch(writer& out, int16_t version, Response& x, Records records) {
   out.i32(0); // throttle_time_ms
   if (version >= 7) {
     out.i16(static_cast<int16_t>(x.error));
@@ -694,9 +726,26 @@ void write_fetch_response(writer& out, int16_t version,
       out.array(-1); // aborted_transactions: Ferry has no transactions
       if (version >= 11)
         out.i32(-1); // preferred_read_replica
-      out.bytes(p.records);
+      records(p.records);
     }
   }
+}
+
+} // namespace
+
+void write_fetch_response(writer& out, int16_t version, const fetch_response_v& x) {
+  write_fetch(out, version, x, [&](const std::string& r) { out.bytes(r); });
+}
+
+void write_fetch_response(writer& out, int16_t version, fetch_response_v&& x) {
+  write_fetch(out, version, x, [&](std::string& r) {
+    // Small ones are cheaper copied than sent as a buffer of their own.
+    if (r.size() < 4096)
+      out.bytes(r);
+    else
+      out.bytes_moved(std::move(r));
+    r.clear();
+  });
 }
 
 // -- ListOffsets --------------------------------------------------------------

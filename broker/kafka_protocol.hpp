@@ -225,17 +225,30 @@ public:
   void no_tags() {
     uvarint(0);
   }
-  /// Overwrites 4 bytes at `pos` (a size written before its payload).
+  /// As bytes(), but `x` is not copied: what was written so far becomes a
+  /// finished chunk and `x` the next one (take_chunks() hands them out), so
+  /// a fetch answer's stored batches go to the socket as they are.
+  void bytes_moved(std::string&& x);
+  /// Overwrites 4 bytes at `pos` (a size written before its payload); `pos`
+  /// counts from the first byte written, across chunks.
   void patch_i32(size_t pos, int32_t x);
 
+  /// What was written since the last moved bytes (all of it without
+  /// bytes_moved()).
   std::string& buffer() {
     return out_;
   }
+  /// Every byte written, chunks included.
   size_t size() const {
-    return out_.size();
+    return chunked_ + out_.size();
   }
+  /// Everything written, in order, as chunks (one without bytes_moved());
+  /// the writer is empty afterwards.
+  std::vector<std::string> take_chunks();
 
 private:
+  std::vector<std::string> chunks_;
+  size_t chunked_ = 0; ///< bytes in chunks_
   std::string out_;
 };
 
@@ -400,6 +413,10 @@ struct fetch_response_v {
 
 void write_fetch_response(writer& out, int16_t version,
                           const fetch_response_v& x);
+/// The same, moving each partition's records into the writer's chunks
+/// (writer::bytes_moved) instead of copying them; `x`'s records are empty
+/// afterwards.
+void write_fetch_response(writer& out, int16_t version, fetch_response_v&& x);
 
 // -- ListOffsets (key 2), v1-5 -------------------------------------------------
 

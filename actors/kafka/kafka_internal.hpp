@@ -187,13 +187,19 @@ public:
   /// From any thread: request `seq` is answered with `frame` (nullopt: a
   /// request without an answer, acks=0).
   void complete(uint64_t seq, std::optional<std::string> frame) {
+    complete(seq, parts_of(std::move(frame)));
+  }
+
+  /// The same with a frame in parts, written back to back without being
+  /// joined (writer::take_chunks()); no parts: no answer.
+  void complete(uint64_t seq, std::vector<std::string> parts) {
     {
       std::lock_guard<std::mutex> guard{core_.stop_mtx};
       if (core_.stopped)
         return;
     }
     net::post(socket().get_executor(),
-              [self = shared_from_this(), seq, f = std::move(frame)]() mutable {
+              [self = shared_from_this(), seq, f = std::move(parts)]() mutable {
                 self->on_complete(seq, std::move(f));
               });
   }
@@ -349,13 +355,24 @@ private:
                     });
   }
 
-  void on_complete(uint64_t seq, std::optional<std::string> frame) {
+  static std::vector<std::string> parts_of(std::optional<std::string> frame) {
+    std::vector<std::string> parts;
+    if (frame)
+      parts.push_back(std::move(*frame));
+    return parts;
+  }
+
+  void on_complete(uint64_t seq, std::string frame) {
+    on_complete(seq, parts_of(std::move(frame)));
+  }
+
+  void on_complete(uint64_t seq, std::vector<std::string> parts) {
     --in_flight_;
-    ready_.emplace(seq, std::move(frame));
+    ready_.emplace(seq, std::move(parts));
     for (auto i = ready_.find(next_write_); i != ready_.end();
          i = ready_.find(next_write_)) {
-      if (i->second)
-        out_.push_back(std::move(*i->second));
+      for (auto& part : i->second)
+        out_.push_back(std::move(part));
       ready_.erase(i);
       ++next_write_;
     }
@@ -370,19 +387,25 @@ private:
     }
   }
 
+  /// Writes every queued part (up to 64) in one gathered write.
   void write_next() {
     if (writing_ || out_.empty() || closed_)
       return;
     writing_ = true;
-    async_write_all(net::buffer(out_.front()),
-                     [self = shared_from_this()](boost::system::error_code ec,
-                                                 size_t) {
+    auto n = std::min<size_t>(out_.size(), 64);
+    gather_.clear();
+    for (size_t i = 0; i < n; ++i)
+      gather_.push_back(net::buffer(out_[i]));
+    async_write_all(gather_,
+                     [self = shared_from_this(), n](boost::system::error_code ec,
+                                                    size_t) {
                        self->writing_ = false;
                        if (ec) {
                          self->close({});
                          return;
                        }
-                       self->out_.pop_front();
+                       self->out_.erase(self->out_.begin(),
+                                        self->out_.begin() + static_cast<ptrdiff_t>(n));
                        self->write_next();
                        if (self->closing_ && !self->writing_ && self->out_.empty()
                            && self->in_flight_ == 0)
@@ -418,8 +441,9 @@ private:
   bool paused_ = false;
   bool writing_ = false;
   bool closed_ = false;
-  std::map<uint64_t, std::optional<std::string>> ready_;
-  std::deque<std::string> out_;
+  std::map<uint64_t, std::vector<std::string>> ready_;
+  std::deque<std::string> out_;       ///< parts to write, in order
+  std::vector<net::const_buffer> gather_; ///< the parts being written
   caf::actor bridge_;
 };
 

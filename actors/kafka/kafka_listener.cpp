@@ -286,7 +286,9 @@ struct fetch_job {
     return n;
   }
 
-  std::string finish() {
+  /// The answer in parts: each partition's stored batches are sent as
+  /// they came from the replica, not copied into the frame.
+  std::vector<std::string> finish() {
     answered = true;
     // The request's max_bytes over all partitions: the first non-empty
     // partition always goes whole (KIP-74), later ones while they fit.
@@ -301,9 +303,11 @@ struct fetch_job {
         else
           total += p.records.size();
       }
-    return respond(h, [&](kafka::writer& w) {
-      kafka::write_fetch_response(w, h.api_version, resp);
-    });
+    kafka::writer w;
+    kafka::begin_response(w, h.correlation_id, false);
+    kafka::write_fetch_response(w, h.api_version, std::move(resp));
+    kafka::finish_response(w);
+    return w.take_chunks();
   }
 };
 

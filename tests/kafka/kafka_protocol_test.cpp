@@ -608,3 +608,43 @@ TEST(KafkaProtocol, OffsetForLeaderEpochV0ToV3) {
   EXPECT_TRUE(supported(23));
   EXPECT_FALSE(flexible_request(23, 3));
 }
+
+TEST(KafkaProtocol, AFetchAnswerWithMovedRecordsIsTheSameBytesInParts) {
+  // Two partitions: one with a large batch (sent as its own part), one with
+  // a small one (copied into the frame); the size prefix covers all parts.
+  fetch_response_v x;
+  fetch_topic_resp t;
+  t.name = "events";
+  for (int i = 0; i < 2; ++i) {
+    fetch_partition_resp p;
+    p.partition = i;
+    p.high_watermark = 7;
+    p.records = i == 0 ? std::string(10000, 'b') : std::string{"tiny"};
+    t.partitions.push_back(p);
+  }
+  x.topics.push_back(t);
+  writer copied;
+  begin_response(copied, 42, false);
+  write_fetch_response(copied, 11, x);
+  finish_response(copied);
+  writer moved;
+  begin_response(moved, 42, false);
+  auto y = x;
+  write_fetch_response(moved, 11, std::move(y));
+  finish_response(moved);
+  EXPECT_EQ(moved.size(), copied.size());
+  auto parts = moved.take_chunks();
+  ASSERT_EQ(parts.size(), 3u); // header .. length, the big batch, the rest
+  EXPECT_EQ(parts[1], std::string(10000, 'b'));
+  std::string joined;
+  for (auto& p : parts)
+    joined += p;
+  EXPECT_EQ(joined, copied.buffer());
+  EXPECT_TRUE(y.topics[0].partitions[0].records.empty());
+  EXPECT_EQ(moved.size(), 0u);
+  // Without moved bytes there is one chunk, the whole frame.
+  auto whole = copied.buffer();
+  auto one = copied.take_chunks();
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0], whole);
+}
