@@ -345,20 +345,23 @@ void offset_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
   // Topics the caller may not describe: TOPIC_AUTHORIZATION_FAILED when
   // named, left out of an "all topics" answer.
   auto denied = std::make_shared<std::vector<kafka::offset_fetch_topic_v>>();
+  // The asked partitions of `tp`, each with `err` and no offset.
+  auto refused = [](const auto& tp, error_code err) {
+    kafka::offset_fetch_topic_v t{tp.topic, {}};
+    for (auto p : tp.partitions) {
+      kafka::offset_commit_partition_v x;
+      x.partition = p;
+      x.offset = -1;
+      x.error = err;
+      t.partitions.push_back(std::move(x));
+    }
+    return t;
+  };
   if (!may(core, *conn, "group", req.group, "describe")) {
     std::vector<kafka::offset_fetch_topic_v> topics;
     if (req.topics)
-      for (auto& tp : *req.topics) {
-        kafka::offset_fetch_topic_v t{tp.topic, {}};
-        for (auto p : tp.partitions) {
-          kafka::offset_commit_partition_v x;
-          x.partition = p;
-          x.offset = -1;
-          x.error = error_code::group_authorization_failed;
-          t.partitions.push_back(std::move(x));
-        }
-        topics.push_back(std::move(t));
-      }
+      for (auto& tp : *req.topics)
+        topics.push_back(refused(tp, error_code::group_authorization_failed));
     conn->complete(seq, respond(h, [&](kafka::writer& w) {
                      kafka::write_offset_fetch_response(
                        w, v, topics, error_code::group_authorization_failed);
@@ -368,15 +371,7 @@ void offset_fetch(listener_core& core, conn_ptr conn, uint64_t seq,
   if (req.topics) {
     for (auto& tp : *req.topics) {
       if (!may(core, *conn, "topic", tp.topic, "describe")) {
-        kafka::offset_fetch_topic_v t{tp.topic, {}};
-        for (auto p : tp.partitions) {
-          kafka::offset_commit_partition_v x;
-          x.partition = p;
-          x.offset = -1;
-          x.error = error_code::topic_authorization_failed;
-          t.partitions.push_back(std::move(x));
-        }
-        denied->push_back(std::move(t));
+        denied->push_back(refused(tp, error_code::topic_authorization_failed));
         continue;
       }
       for (auto p : tp.partitions)

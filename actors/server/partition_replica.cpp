@@ -1266,18 +1266,25 @@ caf::result<fetch_response> fetch(replica_ptr self, fetch_request& req) {
   return rp;
 }
 
-caf::result<offset> list_offsets(replica_ptr self,
-                                 const list_offsets_request& req) {
-  auto& st = self->state;
+// A client's request for the leader: fenced, not the leader, another
+// partition, or another leader epoch than the client knows, else nothing.
+caf::error check_leader_request(const partition_replica_state& st, const std::string& topic,
+                                partition_id partition, int32_t known_epoch) {
   if (st.fenced)
     return st.fenced;
   if (!st.leader)
     return not_leader_error(st);
-  if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
+  if (topic != st.cfg.topic || partition != st.cfg.partition)
     return make_error(ec::unknown_partition,
-                      req.topic + "/" + std::to_string(req.partition.value)
+                      topic + "/" + std::to_string(partition.value)
                         + " is not served by replica " + name_of(st));
-  if (auto err = check_known_epoch(st, req.leader_epoch))
+  return check_known_epoch(st, known_epoch);
+}
+
+caf::result<offset> list_offsets(replica_ptr self,
+                                 const list_offsets_request& req) {
+  auto& st = self->state;
+  if (auto err = check_leader_request(st, req.topic, req.partition, req.leader_epoch))
     return err;
   auto hw = st.log->high_watermark();
   if (req.timestamp == -2)
@@ -1298,15 +1305,8 @@ caf::result<offset> list_offsets(replica_ptr self,
 
 caf::result<epoch_end> end_of_epoch(replica_ptr self, const epoch_end_request& req) {
   auto& st = self->state;
-  if (st.fenced)
-    return st.fenced;
-  if (!st.leader)
-    return not_leader_error(st);
-  if (req.topic != st.cfg.topic || req.partition != st.cfg.partition)
-    return make_error(ec::unknown_partition,
-                      req.topic + "/" + std::to_string(req.partition.value)
-                        + " is not served by replica " + name_of(st));
-  if (auto err = check_known_epoch(st, req.current_leader_epoch))
+  if (auto err = check_leader_request(st, req.topic, req.partition,
+                                      req.current_leader_epoch))
     return err;
   // Kafka's rules (its leader epoch cache's endOffsetFor).
   epoch_end r;

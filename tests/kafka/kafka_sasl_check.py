@@ -10,6 +10,8 @@
                                    kafka-python (SaslHandshake v0, raw tokens)
                                    produces N records with acks=all and reads them
                                    back; prints "produced N" and "consumed N"
+  guess HOST:PORT CA USER N        N wrong PLAIN passwords for USER, one login per
+                                   connection; prints "refused N" when each was
   denied HOST:PORT CA USER PASSWORD TOPIC
                                    a produce the ACLs refuse (to a topic the user
                                    may describe: kafka-python waits for metadata
@@ -190,6 +192,18 @@ def raw(host, port, ca):
     print("ok scram-replay-refused")
 
 
+def guess(host, port, ca, user, n):
+    refused = 0
+    for i in range(n):
+        c = Conn(host, port, ca)
+        handshake(c, "PLAIN")
+        r = authenticate(c, ("\0%s\0guess-%d" % (user, i)).encode())
+        if r is not None and r[0] == 58:
+            refused += 1
+        c.close()
+    print("refused %d" % refused)
+
+
 def client_config(bootstrap, ca, user, password, mechanism):
     return dict(bootstrap_servers=bootstrap, security_protocol="SASL_SSL",
                 ssl_cafile=ca, sasl_mechanism=mechanism,
@@ -240,6 +254,8 @@ def main():
     host, port = bootstrap.rsplit(":", 1)
     if mode == "raw":
         raw(host, int(port), sys.argv[3])
+    elif mode == "guess":
+        guess(host, int(port), sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif mode == "clients":
         clients(bootstrap, *sys.argv[3:8], int(sys.argv[8]))
     elif mode == "denied":
