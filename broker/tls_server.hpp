@@ -1,12 +1,15 @@
 #pragma once
 // The server side of TLS on the ports Ferry serves with Boost.Asio (the
-// HTTP API, the metrics port with TLS, the Kafka listener): one context
-// built from PEM files, TLS 1.2 or newer only, client certificates checked
-// against a CA. (The CAF port's TLS is libcaf_openssl's: actors/client/tls.hpp.)
+// HTTP API, the metrics port with TLS, the Kafka listener): one OpenSSL
+// context built from PEM files, TLS 1.2 or newer only, client certificates
+// checked against a CA. (The CAF port's TLS is libcaf_openssl's:
+// actors/client/tls.hpp.) Plain OpenSSL, so broker/ needs no Boost: a port
+// wraps the context in `boost::asio::ssl::context{ctx.release()}`, which
+// then owns it.
 
 #include <caf/expected.hpp>
 
-#include <boost/asio/ssl/context.hpp>
+#include <openssl/ssl.h>
 
 #include <memory>
 #include <string>
@@ -27,9 +30,17 @@ struct tls_server_config {
   bool enabled() const { return !certificate.empty(); }
 };
 
+struct ssl_ctx_deleter {
+  void operator()(SSL_CTX* ctx) const {
+    SSL_CTX_free(ctx);
+  }
+};
+
+using ssl_ctx_ptr = std::unique_ptr<SSL_CTX, ssl_ctx_deleter>;
+
 /// A server context for `t`, or ec::invalid_config naming the file that did
 /// not load ("<port_name> TLS: cannot load the certificate F: why").
-caf::expected<std::shared_ptr<boost::asio::ssl::context>>
-make_server_tls_context(const tls_server_config& t, std::string_view port_name);
+caf::expected<ssl_ctx_ptr> make_server_tls_context(const tls_server_config& t,
+                                                   std::string_view port_name);
 
 } // namespace ferry

@@ -2225,7 +2225,7 @@ http_gateway::listen(http_gateway_config cfg) {
     auto ctx = make_server_tls_context(p->core->cfg.tls, p->core->cfg.name);
     if (!ctx)
       return std::move(ctx.error());
-    p->core->tls = std::move(*ctx);
+    p->core->tls = std::make_shared<ssl::context>(ctx->release());
   }
   beast::error_code ec;
   auto addr = net::ip::make_address(host, ec);
@@ -2298,8 +2298,9 @@ caf::error http_gateway::reload_tls() {
   auto ctx = make_server_tls_context(core.cfg.tls, core.cfg.name);
   if (!ctx)
     return std::move(ctx.error());
+  auto wrapped = std::make_shared<ssl::context>(ctx->release());
   std::lock_guard<std::mutex> guard{core.tls_mtx};
-  core.tls = std::move(*ctx);
+  core.tls = std::move(wrapped);
   return {};
 }
 

@@ -853,7 +853,7 @@ kafka_listener::listen(kafka_listener_config cfg) {
     auto ctx = make_server_tls_context(p->core->cfg.tls, "kafka");
     if (!ctx)
       return std::move(ctx.error());
-    p->core->tls = std::move(*ctx);
+    p->core->tls = std::make_shared<net::ssl::context>(ctx->release());
   }
   boost::system::error_code ec;
   auto addr = net::ip::make_address(host, ec);
@@ -919,8 +919,9 @@ caf::error kafka_listener::reload_tls() {
   auto ctx = make_server_tls_context(core.cfg.tls, "kafka");
   if (!ctx)
     return std::move(ctx.error());
+  auto wrapped = std::make_shared<net::ssl::context>(ctx->release());
   std::lock_guard<std::mutex> guard{core.tls_mtx};
-  core.tls = std::move(*ctx);
+  core.tls = std::move(wrapped);
   return {};
 }
 
