@@ -36,7 +36,7 @@ step() { echo "== $*"; }
 
 prefix=$work/prefix
 step "cmake --install into $prefix"
-cmake --install "$build" --prefix "$prefix" > "$work/install.log" || { cat "$work/install.log"; fail "install"; }
+cmake --install "$build" --prefix "$prefix" --strip > "$work/install.log" || { cat "$work/install.log"; fail "install"; }
 for f in bin/ferryd bin/ferryctl \
          lib/libferry_client.a lib/libferry_protocol.a lib/libferry_core.a \
          include/ferry/actors/client/producer.hpp include/ferry/actors/client/admin.hpp \
