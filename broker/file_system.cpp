@@ -360,6 +360,8 @@ fault_injecting_file_system::open(const std::filesystem::path& p, open_mode mode
 
 caf::error fault_injecting_file_system::rename(const std::filesystem::path& from,
                                                const std::filesystem::path& to) {
+  if (fail_renames_)
+    return make_error(ec::io_error, "injected rename failure: " + from.string());
   return base_->rename(from, to);
 }
 

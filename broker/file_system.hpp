@@ -164,6 +164,9 @@ public:
   /// While on, truncate() fails with ec::io_error.
   void fail_truncates(bool on) { fail_truncates_ = on; }
 
+  /// While on, rename() fails with ec::io_error.
+  void fail_renames(bool on) { fail_renames_ = on; }
+
   /// Successful and failed fdatasync calls on files (not directories).
   uint64_t syncs() const { return syncs_; }
   /// fdatasync calls on files whose name ends with `suffix` (".log").
@@ -194,6 +197,7 @@ private:
   bool fail_syncs_ = false;
   bool fail_creates_ = false;
   bool fail_truncates_ = false;
+  bool fail_renames_ = false;
   uint64_t syncs_ = 0;
   uint64_t dir_syncs_ = 0;
   uint64_t writes_ = 0;

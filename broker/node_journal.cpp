@@ -512,6 +512,11 @@ node_journal::seq_t node_journal::last_seq() const {
   return next_seq_ - 1;
 }
 
+node_journal::seq_t node_journal::checkpointed_seq() const {
+  std::lock_guard lk{mtx_};
+  return checkpointed_;
+}
+
 void node_journal::when_durable(seq_t seq, done_fn done) {
   caf::error err;
   {
@@ -581,6 +586,7 @@ size_t node_journal::round(std::unique_lock<std::mutex>& lk) {
     durable_ = upto;
   if (below > 0) {
     checkpoint_below_ = below;
+    checkpoint_upto_ = upto;
     current_file_ = below;
     ckpt_cv_.notify_all();
   }
@@ -597,9 +603,10 @@ size_t node_journal::round(std::unique_lock<std::mutex>& lk) {
   lk.lock();
   if (!opts_.threads && checkpoint_below_ > 0) {
     auto b = checkpoint_below_;
+    auto u = checkpoint_upto_;
     checkpoint_below_ = 0;
     lk.unlock();
-    (void) checkpoint(b);
+    (void) checkpoint(b, u);
     lk.lock();
   }
   return records;
@@ -621,7 +628,7 @@ uint64_t node_journal::maybe_roll() {
   return next;
 }
 
-caf::error node_journal::checkpoint(uint64_t below) {
+caf::error node_journal::checkpoint(uint64_t below, seq_t upto) {
   // Every record in files below `below` was applied to the file system before
   // it was queued: after this syncfs the segment files hold all of it.
   if (auto err = posix_io::syncfs(root_fd_, root_)) {
@@ -640,6 +647,7 @@ caf::error node_journal::checkpoint(uint64_t below) {
     return err;
   std::lock_guard lk{mtx_};
   oldest_file_ = std::max(oldest_file_, below);
+  checkpointed_ = std::max(checkpointed_, upto);
   ++stats_.checkpoints;
   return caf::none;
 }
@@ -654,11 +662,14 @@ void node_journal::writer_loop() {
         break;
       // Quiet: roll an old file so a checkpoint can remove it.
       bool failed = static_cast<bool>(failed_);
+      // The queue is empty: every record so far is in the current file.
+      auto upto = next_seq_ - 1;
       lk.unlock();
       auto below = failed ? 0 : maybe_roll();
       lk.lock();
       if (below > 0) {
         checkpoint_below_ = below;
+        checkpoint_upto_ = upto;
         current_file_ = below;
         ckpt_cv_.notify_all();
       }
@@ -679,9 +690,10 @@ void node_journal::checkpoint_loop() {
     if (checkpoint_below_ == 0 && stopping_)
       return;
     auto below = checkpoint_below_;
+    auto upto = checkpoint_upto_;
     checkpoint_below_ = 0;
     lk.unlock();
-    (void) checkpoint(below);
+    (void) checkpoint(below, upto);
     lk.lock();
   }
 }

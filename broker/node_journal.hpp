@@ -136,6 +136,10 @@ public:
   /// The sequence number of the newest record (0: none yet).
   seq_t last_seq() const;
 
+  /// Every record up to this one is in journal files a checkpoint removed:
+  /// no replay can apply it any more (0: none yet).
+  seq_t checkpointed_seq() const;
+
   /// Calls `done` once every record up to `seq` is durable (or the journal
   /// failed): at once on this thread if that is already so, else on the
   /// writer thread (where it must only hand the result over).
@@ -163,7 +167,7 @@ private:
   void writer_loop();
   void checkpoint_loop();
   /// syncfs, then removes journal files below `below`.
-  caf::error checkpoint(uint64_t below);
+  caf::error checkpoint(uint64_t below, seq_t upto);
   /// Moves the queue out and writes it; then completes the waiters.
   size_t round(std::unique_lock<std::mutex>& lk);
   /// Rolls the file if it is full or old; returns the index below which
@@ -194,6 +198,9 @@ private:
   std::unordered_set<std::string> adopted_;
   bool stopping_ = false;
   uint64_t checkpoint_below_ = 0;
+  /// The newest record in the files below checkpoint_below_.
+  seq_t checkpoint_upto_ = 0;
+  seq_t checkpointed_ = 0;
   uint64_t oldest_file_ = 0;
   journal_stats stats_;
   std::thread writer_;

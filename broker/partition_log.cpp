@@ -21,6 +21,7 @@
 #include "broker/node_journal.hpp"
 
 #include "broker/file_system.hpp"
+#include "broker/log_cleaner.hpp"
 #include "broker/record_batch.hpp"
 #include "broker/segment.hpp"
 
@@ -49,6 +50,20 @@ caf::expected<offset> partition_log::end_flush(const flush_job&,
   if (result)
     return result;
   return durable_end();
+}
+
+caf::expected<std::optional<clean_job>> partition_log::begin_clean(timestamp_ms) {
+  return std::optional<clean_job>{};
+}
+
+caf::expected<clean_stats> partition_log::end_clean(clean_job&, caf::error result) {
+  if (result)
+    return result;
+  return make_error(ec::invalid_argument, "this log is not compacted");
+}
+
+cleaning_status partition_log::cleaning() const {
+  return {};
 }
 
 namespace {
@@ -121,6 +136,9 @@ public:
   caf::error advance_log_start(offset start) override;
   caf::error roll() override;
   void set_config(const log_config& cfg) override;
+  caf::expected<std::optional<clean_job>> begin_clean(timestamp_ms now) override;
+  caf::expected<clean_stats> end_clean(clean_job& job, caf::error result) override;
+  cleaning_status cleaning() const override;
   uint64_t size_bytes() const override;
   size_t segment_count() const override { return segs_.size(); }
   const recovery_report& recovery() const override { return report_; }
@@ -142,6 +160,10 @@ private:
   /// Deletes every segment and starts an empty one at `start`.
   caf::error reset_to(offset start);
   caf::error remove_front_segment();
+  /// Completes or discards the files a clean left behind (open()).
+  caf::error recover_clean_files();
+  /// The closed segments a clean may read: [0, n) of segs_.
+  size_t cleanable_segments(timestamp_ms now) const;
 
   std::filesystem::path dir_;
   log_config cfg_;
@@ -165,12 +187,21 @@ private:
   caf::error fenced_;
   /// Bumped by every truncation (see flush_job::generation).
   uint64_t generation_ = 0;
+  // Compaction (begin_clean / end_clean).
+  bool cleaning_ = false;
+  offset clean_point_{0};
+  std::optional<timestamp_ms> tombstone_expiry_;
+  timestamp_ms last_clean_ms_ = 0;
+  uint64_t cleans_ = 0;
+  uint64_t bytes_reclaimed_ = 0;
 };
 
 // -- open and recovery ---------------------------------------------------------
 
 caf::error disk_partition_log::recover() {
   if (auto err = fs_->create_dirs(dir_))
+    return err;
+  if (auto err = recover_clean_files())
     return err;
   auto names = fs_->list_dir(dir_);
   if (!names)
@@ -249,6 +280,7 @@ caf::error disk_partition_log::recover() {
     return err;
   durable_end_ = log_end();
   active_since_ms_ = clock_();
+  clean_point_ = log_start_;
   report_.segments = static_cast<uint32_t>(segs_.size());
   return recover_epochs();
 }
@@ -478,11 +510,13 @@ disk_partition_log::append_replicated(std::string_view batches) {
                                                 + std::to_string(h->last_offset_delta));
     if (auto err = verify_batch_crc(rest.substr(0, h->total_size())))
       return err;
-    if (h->base_offset != expected)
+    // Offsets may skip (the leader's log is compacted), never go back.
+    if (h->base_offset < expected)
       return make_error(ec::offset_out_of_range,
                         "replicated batch at byte " + std::to_string(pos)
                           + " has base offset " + std::to_string(h->base_offset.value)
-                          + ", the log expects " + std::to_string(expected.value));
+                          + ", the log expects " + std::to_string(expected.value)
+                          + " or above");
     parsed.push_back({pos, static_cast<uint32_t>(h->total_size()), h->base_offset,
                       h->last_offset(), h->max_timestamp});
     records.push_back(static_cast<uint64_t>(std::max(h->records_count, 0)));
@@ -494,6 +528,8 @@ disk_partition_log::append_replicated(std::string_view batches) {
     expected = h->next_offset();
     pos += h->total_size();
   }
+  if (!parsed.empty())
+    info.base_offset = parsed.front().base;
   // Write runs of batches that fit the active segment, one write per run.
   auto start_end = log_end();
   auto now = clock_();
@@ -697,6 +733,7 @@ caf::error disk_partition_log::truncate_fully_and_start_at(offset start) {
     return fence(err);
   ++generation_;
   log_start_ = start;
+  clean_point_ = start;
   hw_ = start;
   durable_end_ = start;
   unflushed_records_ = 0;
@@ -746,6 +783,7 @@ caf::expected<offset> disk_partition_log::truncate_to(offset end) {
     return fence(err);
   std::erase_if(epochs_, [&](const epoch_entry& e) { return e.start_offset >= log_end(); });
   hw_ = std::min(hw_, log_end());
+  clean_point_ = std::clamp(clean_point_, log_start_, log_end());
   durable_end_ = log_end();
   unflushed_records_ = 0;
   active_since_ms_ = clock_();
@@ -781,6 +819,7 @@ caf::expected<retention_report> disk_partition_log::enforce_retention() {
   if (rep.segments_deleted > 0) {
     log_start_ = std::max(log_start_, segs_.front()->base());
     hw_ = std::max(hw_, log_start_);
+    clean_point_ = std::max(clean_point_, log_start_);
     if (auto err = checkpoint())
       return err;
   }
@@ -799,6 +838,7 @@ caf::error disk_partition_log::advance_log_start(offset start) {
                         + ", past the log end " + std::to_string(log_end().value));
   log_start_ = start;
   hw_ = std::max(hw_, log_start_);
+  clean_point_ = std::max(clean_point_, log_start_);
   // Checkpoint first: if deleting fails or crashes, open() deletes the
   // segments wholly below the checkpointed start.
   if (auto err = checkpoint())
@@ -807,6 +847,253 @@ caf::error disk_partition_log::advance_log_start(offset start) {
     if (auto err = remove_front_segment())
       return err;
   return caf::none;
+}
+
+// -- compaction -----------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view cleaned_suffix = ".cleaned";
+constexpr std::string_view swap_suffix = ".swap";
+
+/// "<20 digits>.log<suffix>" -> base.
+std::optional<offset> parse_clean_file_name(std::string_view name,
+                                            std::string_view suffix) {
+  if (name.size() <= suffix.size() || !name.ends_with(suffix))
+    return std::nullopt;
+  auto parsed = parse_segment_file_name(name.substr(0, name.size() - suffix.size()));
+  if (!parsed || parsed->second != log_file_suffix)
+    return std::nullopt;
+  return parsed->first;
+}
+
+std::filesystem::path swap_path_of(const std::filesystem::path& dir, offset base) {
+  return dir / (segment_file_name(base, log_file_suffix) + std::string{swap_suffix});
+}
+
+} // namespace
+
+// A crash during a clean leaves <base>.log.cleaned (not committed: removed)
+// or <base>.log.swap (committed: the swap is completed here). See FORMAT.md,
+// "Compaction".
+caf::error disk_partition_log::recover_clean_files() {
+  auto names = fs_->list_dir(dir_);
+  if (!names)
+    return names.error();
+  std::vector<offset> swaps;
+  bool changed = false;
+  for (auto& name : *names) {
+    if (parse_clean_file_name(name, cleaned_suffix)) {
+      if (auto err = fs_->remove(dir_ / name))
+        return err;
+      changed = true;
+    } else if (auto b = parse_clean_file_name(name, swap_suffix)) {
+      swaps.push_back(*b);
+    }
+  }
+  std::sort(swaps.begin(), swaps.end());
+  for (auto base : swaps) {
+    auto swap = swap_path_of(dir_, base);
+    auto last = last_offset_in_file(*fs_, swap, opts_.max_batch_bytes);
+    if (!last)
+      return make_error(ec::corrupt_segment,
+                        "cannot complete the clean of " + swap.string() + ": "
+                          + describe(last.error()));
+    // Every segment the cleaned file replaces starts in (base, last]; the
+    // first one is replaced by the rename below.
+    for (auto& name : *names) {
+      auto parsed = parse_segment_file_name(name);
+      if (!parsed)
+        continue;
+      auto [b, suffix] = *parsed;
+      bool replaced = b == base ? suffix != log_file_suffix
+                                : *last && b > base && b <= **last;
+      if (replaced)
+        if (auto err = fs_->remove(dir_ / name))
+          return err;
+    }
+    if (auto err = fs_->rename(swap, dir_ / segment_file_name(base, log_file_suffix)))
+      return err;
+    changed = true;
+  }
+  if (changed)
+    return fs_->sync_dir(dir_);
+  return caf::none;
+}
+
+size_t disk_partition_log::cleanable_segments(timestamp_ms now) const {
+  // Closed segments wholly below the high watermark, stopping at the first
+  // one still within min.compaction.lag or with journal records a replay
+  // could still apply.
+  auto lag = cfg_.compaction.min_compaction_lag.count();
+  auto checkpointed = journal_ ? journal_->checkpointed_seq() : 0;
+  size_t n = 0;
+  while (n + 1 < segs_.size()) {
+    auto& seg = *segs_[n];
+    auto end = segs_[n + 1]->base();
+    if (end > hw_)
+      break;
+    if (lag > 0) {
+      auto m = seg.max_timestamp();
+      if (m && *m > now - lag)
+        break;
+    }
+    if (journal_ && seg.journal_seq() > checkpointed)
+      break;
+    ++n;
+  }
+  return n;
+}
+
+cleaning_status disk_partition_log::cleaning() const {
+  cleaning_status st;
+  st.clean_point = clean_point_;
+  st.last_clean_ms = last_clean_ms_;
+  st.cleans = cleans_;
+  st.bytes_reclaimed = bytes_reclaimed_;
+  if (!cfg_.compaction.compact || closed_)
+    return st;
+  auto n = cleanable_segments(clock_());
+  for (size_t i = 0; i < n; ++i) {
+    auto size = segs_[i]->size();
+    st.cleanable_bytes += size;
+    // A segment that holds the clean point counts as dirty.
+    if (segs_[i + 1]->base() > clean_point_)
+      st.dirty_bytes += size;
+  }
+  if (st.cleanable_bytes > 0)
+    st.dirty_ratio = static_cast<double>(st.dirty_bytes)
+                     / static_cast<double>(st.cleanable_bytes);
+  return st;
+}
+
+caf::expected<std::optional<clean_job>>
+disk_partition_log::begin_clean(timestamp_ms now) {
+  std::optional<clean_job> none;
+  if (!cfg_.compaction.compact || cleaning_ || closed_ || fenced_)
+    return none;
+  auto n = cleanable_segments(now);
+  if (n == 0)
+    return none;
+  uint64_t total = 0;
+  uint64_t dirty = 0;
+  bool overdue = false;
+  auto max_lag = cfg_.compaction.max_compaction_lag;
+  for (size_t i = 0; i < n; ++i) {
+    auto& seg = *segs_[i];
+    total += seg.size();
+    if (segs_[i + 1]->base() <= clean_point_)
+      continue;
+    dirty += seg.size();
+    auto m = seg.max_timestamp();
+    if (max_lag != std::chrono::milliseconds::max() && m
+        && *m <= now - max_lag.count())
+      overdue = true;
+  }
+  bool ratio = total > 0 && dirty > 0
+               && static_cast<double>(dirty) / static_cast<double>(total)
+                    >= cfg_.compaction.min_cleanable_dirty_ratio;
+  bool tombstones = tombstone_expiry_ && *tombstone_expiry_ <= now;
+  if (!ratio && !overdue && !tombstones)
+    return none;
+  clean_job job;
+  job.dir = dir_;
+  job.fs = fs_;
+  job.first_dirty = std::max(clean_point_, log_start_);
+  for (size_t i = 0; i < n; ++i) {
+    auto& seg = *segs_[i];
+    job.sources.push_back(clean_source{seg.base(), segs_[i + 1]->base(),
+                                       seg.size(), seg.log_file()});
+  }
+  job.cleanable_end = job.sources.back().end;
+  job.first_dirty = std::min(job.first_dirty, job.cleanable_end);
+  job.now = now;
+  job.delete_retention = cfg_.compaction.delete_retention;
+  job.max_output_bytes = std::min<uint64_t>(cfg_.segment_bytes, UINT32_MAX);
+  job.max_batch_bytes = opts_.max_batch_bytes;
+  job.generation = generation_;
+  cleaning_ = true;
+  return std::optional<clean_job>{std::move(job)};
+}
+
+caf::expected<clean_stats> disk_partition_log::end_clean(clean_job& job,
+                                                         caf::error result) {
+  cleaning_ = false;
+  auto discard = [&] {
+    for (auto& o : job.outputs)
+      (void) fs_->remove(o.file);
+    job.outputs.clear();
+  };
+  if (result) {
+    discard();
+    return result;
+  }
+  if (closed_ || fenced_ || job.generation != generation_) {
+    discard();
+    return make_error(ec::log_closed, "the log changed during the clean of "
+                                        + dir_.string());
+  }
+  clean_stats stats = job.stats;
+  for (auto& out : job.outputs) {
+    // The segments it replaces must still be exactly those the job read
+    // (retention may have removed the first ones meanwhile).
+    auto& head = job.sources[out.first];
+    auto i = segment_index(head.base);
+    bool same = i + out.count < segs_.size() && segs_[i]->base() == head.base;
+    for (size_t k = 0; same && k < out.count; ++k) {
+      auto& src = job.sources[out.first + k];
+      same = segs_[i + k]->base() == src.base && segs_[i + k + 1]->base() == src.end
+             && segs_[i + k]->size() == src.size;
+    }
+    if (!same) {
+      (void) fs_->remove(out.file);
+      continue;
+    }
+    // Commit point: the rename to .swap (made durable by the directory
+    // fsync). From here a crash completes the swap at open().
+    auto swap = swap_path_of(dir_, head.base);
+    if (auto err = fs_->rename(out.file, swap))
+      return fence(err);
+    if (auto err = fs_->sync_dir(dir_))
+      return fence(err);
+    uint64_t replaced = 0;
+    auto end = segs_[i + out.count]->base();
+    for (size_t k = out.count; k-- > 0;) {
+      auto& seg = *segs_[i + k];
+      replaced += seg.size();
+      caf::error err;
+      if (k == 0) {
+        // The first segment's .log is replaced by the rename: removing it
+        // through the journal would let a replay remove the cleaned file.
+        err = fs_->remove(seg.path_of(index_file_suffix));
+        if (!err)
+          err = fs_->remove(seg.path_of(time_index_file_suffix));
+      } else {
+        err = seg.remove_files();
+      }
+      if (err)
+        return fence(err);
+    }
+    if (auto err = fs_->rename(swap, dir_ / segment_file_name(head.base, log_file_suffix)))
+      return fence(err);
+    if (auto err = fs_->sync_dir(dir_))
+      return fence(err);
+    recovery_report ignored;
+    auto cleaned = segment::open_closed(*fs_, dir_, head.base, end, opts_, ignored);
+    if (!cleaned)
+      return fence(cleaned.error());
+    segs_.erase(segs_.begin() + static_cast<ptrdiff_t>(i),
+                segs_.begin() + static_cast<ptrdiff_t>(i + out.count));
+    segs_.insert(segs_.begin() + static_cast<ptrdiff_t>(i), std::move(*cleaned));
+    stats.bytes_reclaimed += replaced > out.bytes ? replaced - out.bytes : 0;
+  }
+  job.outputs.clear();
+  clean_point_ = std::max(clean_point_, std::min(job.mapped_end, log_end()));
+  tombstone_expiry_ = job.next_tombstone_expiry;
+  last_clean_ms_ = clock_();
+  ++cleans_;
+  bytes_reclaimed_ += stats.bytes_reclaimed;
+  return stats;
 }
 
 void disk_partition_log::set_config(const log_config& cfg) {

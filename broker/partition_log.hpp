@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry {
 
@@ -47,6 +48,25 @@ struct flush_policy {
   std::chrono::milliseconds interval{0};
 };
 
+/// Log compaction (cleanup.policy=compact and Kafka's settings beside it).
+/// The cleaner itself is broker/log_cleaner.hpp.
+struct compaction_config {
+  /// cleanup.policy contains "compact".
+  bool compact = false;
+  /// min.cleanable.dirty.ratio: clean once dirty bytes / cleanable bytes
+  /// reaches this.
+  double min_cleanable_dirty_ratio = 0.5;
+  /// min.compaction.lag.ms: a segment whose newest record is younger stays
+  /// dirty (and so does everything after it).
+  std::chrono::milliseconds min_compaction_lag{0};
+  /// max.compaction.lag.ms: a dirty segment whose newest record is older is
+  /// cleaned whatever the dirty ratio.
+  std::chrono::milliseconds max_compaction_lag{std::chrono::milliseconds::max()};
+  /// delete.retention.ms: a tombstone (null value) stays readable this long
+  /// after its timestamp.
+  std::chrono::milliseconds delete_retention{std::chrono::hours{24}};
+};
+
 struct log_config {
   /// Roll to a new segment when the active one would exceed this size.
   uint64_t segment_bytes = 1ull << 30;
@@ -61,6 +81,7 @@ struct log_config {
   /// Largest batch append() accepts.
   uint32_t max_batch_bytes = 8u << 20;
   flush_policy flush;
+  compaction_config compaction;
 };
 
 /// What append() did.
@@ -117,6 +138,99 @@ struct retention_report {
   uint32_t segments_deleted = 0;
   uint64_t bytes_deleted = 0;
   offset new_log_start{0};
+};
+
+/// One closed segment a clean reads (see clean_job).
+struct clean_source {
+  offset base{0};
+  /// The next segment's base: the offsets this segment covers end here.
+  offset end{0};
+  uint64_t size = 0;
+  /// Open for reading; the file stays readable even if retention removes
+  /// it meanwhile (the clean is then discarded).
+  std::shared_ptr<file_handle> log;
+};
+
+/// One cleaned file that replaces sources [first, first + count).
+struct clean_output {
+  size_t first = 0;
+  size_t count = 0;
+  /// <base>.log.cleaned in the log's directory, written and fdatasynced.
+  std::filesystem::path file;
+  uint64_t bytes = 0;
+};
+
+/// What a clean did (for metrics and tests).
+struct clean_stats {
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t records_read = 0;
+  uint64_t records_kept = 0;
+  /// Keys mapped from the dirty section.
+  uint64_t keys_mapped = 0;
+  uint64_t tombstones_removed = 0;
+  /// Records without a key (a compacted topic keeps none).
+  uint64_t keyless_removed = 0;
+  /// Batches kept as a bare header because every record went (the last
+  /// batch of a producer, or of a cleaned file).
+  uint64_t empty_batches_kept = 0;
+  /// Bytes of the replaced segments minus bytes of the cleaned files
+  /// (set by end_clean, for what it swapped in).
+  uint64_t bytes_reclaimed = 0;
+};
+
+/// A clean in three steps, like a flush (begin_flush / end_flush), so the
+/// owner's thread never does the heavy work: partition_log::begin_clean (the
+/// owner's thread) picks the segments and opens them; run_clean
+/// (broker/log_cleaner.hpp, any thread) reads them and writes the cleaned
+/// files; partition_log::end_clean (the owner's thread) swaps them in.
+struct clean_job {
+  std::filesystem::path dir;
+  file_system* fs = nullptr;
+  /// Every closed segment from the log start up to the cleanable end.
+  std::vector<clean_source> sources;
+  /// Records at or above this are the dirty section: their keys are
+  /// mapped, and an older record of a mapped key is removed.
+  offset first_dirty{0};
+  /// sources.back().end: nothing at or above is read.
+  offset cleanable_end{0};
+  /// The cleaner's "now" (tombstone expiry).
+  timestamp_ms now = 0;
+  std::chrono::milliseconds delete_retention{0};
+  /// A cleaned file holds at most this many bytes of source segments.
+  uint64_t max_output_bytes = 0;
+  size_t max_batch_bytes = 0;
+  /// The key map's budget (key bytes plus ~48 bytes per key); a dirty
+  /// section with more keys is cleaned up to where the map filled.
+  uint64_t map_budget_bytes = 0;
+  /// The log's truncation count at begin_clean.
+  uint64_t generation = 0;
+  // -- filled in by run_clean --
+  /// The mapped section ended here (cleanable_end unless the map filled):
+  /// the log's clean point after end_clean.
+  offset mapped_end{0};
+  std::vector<clean_output> outputs;
+  /// The earliest time a kept tombstone expires (nullopt: none kept).
+  std::optional<timestamp_ms> next_tombstone_expiry;
+  clean_stats stats;
+};
+
+/// A compacted log's cleaning state, for metrics and describe.
+struct cleaning_status {
+  /// Offsets below are clean (each key there is its latest as of the last
+  /// clean).
+  offset clean_point{0};
+  /// Bytes of cleanable segments at or above the clean point.
+  uint64_t dirty_bytes = 0;
+  /// Bytes of all cleanable segments (closed, below the HW).
+  uint64_t cleanable_bytes = 0;
+  /// dirty_bytes / cleanable_bytes (0 when nothing is cleanable).
+  double dirty_ratio = 0;
+  /// When the last clean finished (0: never since open).
+  timestamp_ms last_clean_ms = 0;
+  uint64_t cleans = 0;
+  /// Bytes the cleans since open removed.
+  uint64_t bytes_reclaimed = 0;
 };
 
 class partition_log {
@@ -220,6 +334,26 @@ public:
   /// Deletes whole segments by retention_ms and retention_bytes (never the
   /// active one) and advances log start.
   virtual caf::expected<retention_report> enforce_retention() = 0;
+
+  /// With compaction on (log_config::compaction) and no clean in flight:
+  /// a clean_job when one is due at `now` (the dirty ratio reached
+  /// min.cleanable.dirty.ratio, a dirty segment passed max.compaction.lag,
+  /// or a kept tombstone expired), else nullopt. With a node journal only
+  /// segments whose journal records are all checkpointed are cleanable (a
+  /// replay must never write into a cleaned file). Never the active
+  /// segment nor anything at or above the high watermark.
+  virtual caf::expected<std::optional<clean_job>> begin_clean(timestamp_ms now);
+
+  /// Swaps the cleaned files of `job` in (see FORMAT.md, "Compaction"):
+  /// each output is renamed to <base>.log.swap (the commit point), the
+  /// segments it replaces are removed, and it becomes <base>.log. A job
+  /// that a truncation or retention overtook is discarded (its files
+  /// removed). With `result` set the job failed: its files are removed and
+  /// the error returned. Offsets never change.
+  virtual caf::expected<clean_stats> end_clean(clean_job& job, caf::error result);
+
+  /// The cleaning state (all zero for a log that is not compacted).
+  virtual cleaning_status cleaning() const;
 
   /// Moves log start forward to `start` (records below become unreadable;
   /// segments wholly below it are deleted).

@@ -293,6 +293,59 @@ caf::expected<std::string> encode_batch(const batch_meta& meta,
   return out;
 }
 
+caf::expected<std::string> rebuild_batch(std::string_view original,
+                                         const std::vector<record>& kept) {
+  auto h = parse_batch_header(original, std::numeric_limits<size_t>::max());
+  if (!h)
+    return std::move(h.error());
+  size_t section = 0;
+  int64_t prev = -1;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    auto& r = kept[i];
+    if (auto err = check_record(r, i, prev))
+      return err;
+    if (r.offset_delta > h->last_offset_delta)
+      return make_error(ec::invalid_argument,
+                        "rebuild_batch: offset delta "
+                          + std::to_string(r.offset_delta) + " beyond the batch's "
+                          + std::to_string(h->last_offset_delta));
+    prev = r.offset_delta;
+    size_t body = record_body_size(r, ts_delta(r.timestamp, h->base_timestamp));
+    section += varint::size_signed(static_cast<int64_t>(body)) + body;
+  }
+  auto codec = kept.empty() ? compression::none : h->codec();
+  std::string out;
+  if (codec == compression::none) {
+    out.resize(L::header_size + section);
+    write_records(out.data() + L::header_size, kept, h->base_timestamp);
+  } else {
+    scratch guard{encode_scratch};
+    std::string& plain = guard.get();
+    plain.resize(section);
+    write_records(plain.data(), kept, h->base_timestamp);
+    out.reserve(L::header_size + section / 2 + 64);
+    out.resize(L::header_size);
+    if (auto err = compress(codec, plain, out))
+      return err;
+  }
+  if (out.size() - L::log_overhead > max_field)
+    return make_error(ec::length_overflow,
+                      "batch of " + std::to_string(out.size())
+                        + " bytes exceeds int32 batch_length");
+  char* p = out.data();
+  std::memcpy(p, original.data(), L::header_size);
+  auto attrs = static_cast<uint16_t>(h->attributes);
+  if (kept.empty())
+    attrs = static_cast<uint16_t>(attrs & ~L::compression_mask);
+  be::store<uint16_t>(p + L::attributes, attrs);
+  be::store<int32_t>(p + L::batch_length,
+                     static_cast<int32_t>(out.size() - L::log_overhead));
+  be::store<int32_t>(p + L::records_count, static_cast<int32_t>(kept.size()));
+  be::store<uint32_t>(p + L::crc, crc32c(p + L::attributes,
+                                         out.size() - L::attributes));
+  return out;
+}
+
 // -- decoding -------------------------------------------------------------------
 
 namespace {

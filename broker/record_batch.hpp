@@ -151,6 +151,18 @@ void set_partition_leader_epoch(std::span<char> batch, int32_t epoch);
 caf::expected<std::string> encode_batch(const batch_meta& meta,
                                         const std::vector<record>& records);
 
+/// The batch `original` (one complete, valid batch) with only `kept` of its
+/// records (log compaction): every header field stays as it was (base offset,
+/// last offset delta, base and max timestamp, producer id, epoch and base
+/// sequence, so offsets and idempotence survive) except batch_length,
+/// records_count and the CRC; the records are written relative to the
+/// original base timestamp and compressed with the original codec. With no
+/// records the batch keeps only its header, uncompressed (Kafka keeps such
+/// empty batches for producer state). `kept` must be records of `original`
+/// in order.
+caf::expected<std::string> rebuild_batch(std::string_view original,
+                                         const std::vector<record>& kept);
+
 /// Decodes one complete batch: header checks as parse_batch_header, then the
 /// CRC, then decompression, then every record's varints and lengths. Each kind
 /// of damage gives its own code (see ec); trailing bytes after `batch` are not

@@ -394,11 +394,13 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
     auto b = reader.peek(pos, scan_chunk);
     if (!b) {
       bad = b.error();
-    } else if (b->base != expected) {
-      why = "offset_not_contiguous";
+    } else if (b->base < expected) {
+      // A gap is fine (a follower copied a compacted leader); going back
+      // is damage.
+      why = "offset_not_increasing";
       bad = make_error(ec::malformed_record,
                        "expected offset " + std::to_string(expected.value)
-                         + ", found " + std::to_string(b->base.value));
+                         + " or above, found " + std::to_string(b->base.value));
     } else if (b->last - base >= static_cast<int64_t>(offset_span_limit)) {
       bad = make_error(ec::length_overflow, "offset beyond the segment's 32-bit range");
     } else {
