@@ -59,15 +59,27 @@ struct topic_config {
   /// min.insync.replicas; 0 = a majority of the replication factor
   /// (rf / 2 + 1: 2 for RF=3), resolved when the topic is created.
   int32_t min_insync_replicas = 0;
+  /// cleanup.policy: bit 0 delete (retention), bit 1 compact
+  /// (topic_config.hpp: cleanup_delete, cleanup_compact).
+  int8_t cleanup_policy = 1;
+  double min_cleanable_dirty_ratio = 0.5;             ///< min.cleanable.dirty.ratio
+  int64_t min_compaction_lag_ms = 0;                   ///< min.compaction.lag.ms
+  int64_t max_compaction_lag_ms = INT64_MAX;           ///< max.compaction.lag.ms
+  int64_t delete_retention_ms = 24LL * 3600 * 1000;   ///< delete.retention.ms
   bool operator==(const topic_config&) const = default;
 };
 
+/// The metadata log's create commands and snapshots up to version 6 hold
+/// the first eight fields only (actors/server/raft_metadata.cpp reads them
+/// as topic_config_v1).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, topic_config& x) {
   return f(caf::meta::type_name("ferry::topic_config"), x.partitions,
            x.replication_factor, x.retention_ms, x.retention_bytes,
            x.segment_bytes, x.segment_ms, x.max_message_bytes,
-           x.min_insync_replicas);
+           x.min_insync_replicas, x.cleanup_policy,
+           x.min_cleanable_dirty_ratio, x.min_compaction_lag_ms,
+           x.max_compaction_lag_ms, x.delete_retention_ms);
 }
 
 /// Placement of one partition as the metadata quorum records it.
@@ -155,13 +167,20 @@ struct partition_status {
   offset high_watermark{0};
   int64_t size_bytes = 0;
   bool online = false; ///< false when the replica could not be reached
+  /// Compacted topics (cleanup.policy has compact): dirty bytes / cleanable
+  /// bytes of the leader's log (partition_log::cleaning); -1 otherwise.
+  double dirty_ratio = -1;
+  /// When the leader's log was last cleaned, ms since the epoch (0: not
+  /// since it opened).
+  int64_t last_clean_ms = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
   return f(caf::meta::type_name("ferry::partition_status"), x.partition,
            x.leader, x.epoch, x.replicas, x.isr, x.log_start, x.log_end,
-           x.high_watermark, x.size_bytes, x.online);
+           x.high_watermark, x.size_bytes, x.online, x.dirty_ratio,
+           x.last_clean_ms);
 }
 
 /// A topic with the live state of each partition.
@@ -1261,4 +1280,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   // Kafka's OffsetForLeaderEpoch (issue 17).
   CAF_ADD_TYPE_ID(ferry, (ferry::epoch_end_request))
   CAF_ADD_TYPE_ID(ferry, (ferry::epoch_end))
+  // Log compaction (issue 19): the node's cleaner finished a clean.
+  CAF_ADD_ATOM(ferry, ferry, clean_atom, "clean")
 CAF_END_TYPE_ID_BLOCK(ferry)

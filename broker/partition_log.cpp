@@ -1002,8 +1002,13 @@ disk_partition_log::begin_clean(timestamp_ms now) {
   job.first_dirty = std::max(clean_point_, log_start_);
   for (size_t i = 0; i < n; ++i) {
     auto& seg = *segs_[i];
+    // Its own handle: the cleaner's thread reads while this one may too.
+    auto f = fs_->open(seg.path_of(log_file_suffix), open_mode::existing);
+    if (!f)
+      return std::move(f.error());
     job.sources.push_back(clean_source{seg.base(), segs_[i + 1]->base(),
-                                       seg.size(), seg.log_file()});
+                                       seg.size(),
+                                       std::shared_ptr<file_handle>{std::move(*f)}});
   }
   job.cleanable_end = job.sources.back().end;
   job.first_dirty = std::min(job.first_dirty, job.cleanable_end);

@@ -146,8 +146,9 @@ struct clean_source {
   /// The next segment's base: the offsets this segment covers end here.
   offset end{0};
   uint64_t size = 0;
-  /// Open for reading; the file stays readable even if retention removes
-  /// it meanwhile (the clean is then discarded).
+  /// Opened for the clean (not the segment's own handle). With the POSIX
+  /// file system it stays readable if retention removes the file meanwhile
+  /// (the clean is then discarded anyway).
   std::shared_ptr<file_handle> log;
 };
 

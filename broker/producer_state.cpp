@@ -318,4 +318,13 @@ void producer_state::clear() {
   end_ = offset{0};
 }
 
+std::unordered_map<int64_t, int64_t> producer_state::last_offsets() const {
+  std::unordered_map<int64_t, int64_t> out;
+  out.reserve(producers_.size());
+  for (auto& [pid, e] : producers_)
+    if (!e.batches.empty())
+      out.emplace(pid, e.batches.back().last_offset.value);
+  return out;
+}
+
 } // namespace ferry

@@ -138,6 +138,10 @@ public:
   /// The entry of `pid`, or nullptr.
   const producer_entry* find(producer_id pid) const;
 
+  /// Producer id -> the last offset of its newest batch (what the log
+  /// cleaner must not remove entirely).
+  std::unordered_map<int64_t, int64_t> last_offsets() const;
+
   size_t size() const { return producers_.size(); }
 
   void clear();

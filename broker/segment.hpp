@@ -133,8 +133,6 @@ public:
   bool dirty() const { return dirty_; }
   /// Index entries not yet written to the index files.
   size_t pending_index_entries() const;
-  /// The log file, for a reader on another thread (pread only).
-  std::shared_ptr<file_handle> log_file() const { return log_; }
   /// The newest journal record of the log file (0: none since open).
   uint64_t journal_seq() const { return journal_seq_; }
 

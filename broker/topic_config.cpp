@@ -17,6 +17,11 @@ constexpr std::string_view segment_bytes_key = "segment.bytes";
 constexpr std::string_view segment_ms_key = "segment.ms";
 constexpr std::string_view max_message_bytes_key = "max.message.bytes";
 constexpr std::string_view min_insync_replicas_key = "min.insync.replicas";
+constexpr std::string_view cleanup_policy_key = "cleanup.policy";
+constexpr std::string_view dirty_ratio_key = "min.cleanable.dirty.ratio";
+constexpr std::string_view min_lag_key = "min.compaction.lag.ms";
+constexpr std::string_view max_lag_key = "max.compaction.lag.ms";
+constexpr std::string_view delete_retention_key = "delete.retention.ms";
 
 bool valid_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
@@ -86,13 +91,70 @@ caf::error check_range(std::string_view key, int64_t v, int64_t lo, int64_t hi,
 
 constexpr int64_t i64_max = std::numeric_limits<int64_t>::max();
 
+/// Kafka's list syntax: "compact", "delete", "compact,delete" (any order,
+/// spaces around the commas allowed).
+caf::expected<int8_t> parse_cleanup_policy(std::string_view value) {
+  int8_t policy = 0;
+  std::string_view rest = value;
+  for (;;) {
+    auto comma = rest.find(',');
+    auto item = rest.substr(0, comma);
+    while (!item.empty() && item.front() == ' ')
+      item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ')
+      item.remove_suffix(1);
+    if (item == "delete")
+      policy |= cleanup_delete;
+    else if (item == "compact")
+      policy |= cleanup_compact;
+    else
+      return bad_value(cleanup_policy_key, value,
+                       "expected delete, compact or compact,delete");
+    if (comma == std::string_view::npos)
+      break;
+    rest.remove_prefix(comma + 1);
+  }
+  return policy;
+}
+
+caf::expected<double> parse_ratio(std::string_view key, std::string_view value) {
+  double out = 0;
+  auto [ptr, err] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || err != std::errc{} || ptr != value.data() + value.size()
+      || !(out >= 0.0 && out <= 1.0))
+    return bad_value(key, value, "expected a decimal number in [0, 1]");
+  return out;
+}
+
+std::string ratio_text(double v) {
+  char buf[32];
+  auto [ptr, err] = std::to_chars(buf, buf + sizeof buf, v);
+  if (err != std::errc{})
+    return std::to_string(v);
+  return std::string{buf, ptr};
+}
+
 } // namespace
+
+std::string cleanup_policy_name(int8_t policy) {
+  switch (policy) {
+    case cleanup_compact:
+      return "compact";
+    case cleanup_compact | cleanup_delete:
+      return "compact,delete";
+    default:
+      return "delete";
+  }
+}
 
 const std::vector<std::string>& topic_config_keys() {
   static const std::vector<std::string> keys{
     std::string{retention_ms_key},    std::string{retention_bytes_key},
     std::string{segment_bytes_key},   std::string{segment_ms_key},
     std::string{max_message_bytes_key}, std::string{min_insync_replicas_key},
+    std::string{cleanup_policy_key},  std::string{dirty_ratio_key},
+    std::string{min_lag_key},         std::string{max_lag_key},
+    std::string{delete_retention_key},
   };
   return keys;
 }
@@ -192,12 +254,54 @@ caf::error validate_topic_config(const topic_config& cfg,
                      std::to_string(cfg.min_insync_replicas),
                      "exceeds the replication factor "
                        + std::to_string(cfg.replication_factor));
+  if (cfg.cleanup_policy < 1 || cfg.cleanup_policy > 3)
+    return bad_value(cleanup_policy_key, std::to_string(cfg.cleanup_policy),
+                     "expected delete, compact or compact,delete");
+  if (!(cfg.min_cleanable_dirty_ratio >= 0.0 && cfg.min_cleanable_dirty_ratio <= 1.0))
+    return bad_value(dirty_ratio_key, ratio_text(cfg.min_cleanable_dirty_ratio),
+                     "expected a decimal number in [0, 1]");
+  if (auto err = check_range(min_lag_key, cfg.min_compaction_lag_ms, 0, i64_max, false))
+    return err;
+  if (auto err = check_range(max_lag_key, cfg.max_compaction_lag_ms, 1, i64_max, false))
+    return err;
+  if (cfg.max_compaction_lag_ms < cfg.min_compaction_lag_ms)
+    return bad_value(max_lag_key, std::to_string(cfg.max_compaction_lag_ms),
+                     "must be at least min.compaction.lag.ms ("
+                       + std::to_string(cfg.min_compaction_lag_ms) + ")");
+  if (auto err = check_range(delete_retention_key, cfg.delete_retention_ms, 0,
+                             i64_max, false))
+    return err;
   return caf::none;
 }
 
 caf::error set_topic_config_value(topic_config& cfg, std::string_view key,
                                   std::string_view value) {
   auto known = [&](std::string_view k) { return key == k; };
+  if (known(cleanup_policy_key)) {
+    auto p = parse_cleanup_policy(value);
+    if (!p)
+      return std::move(p.error());
+    cfg.cleanup_policy = *p;
+    return caf::none;
+  }
+  if (known(dirty_ratio_key)) {
+    auto r = parse_ratio(key, value);
+    if (!r)
+      return std::move(r.error());
+    cfg.min_cleanable_dirty_ratio = *r;
+    return caf::none;
+  }
+  if (known(min_lag_key) || known(max_lag_key) || known(delete_retention_key)) {
+    auto v = parse_int(key, value);
+    if (!v)
+      return std::move(v.error());
+    if (auto err = check_range(key, *v, known(max_lag_key) ? 1 : 0, i64_max, false))
+      return err;
+    (known(min_lag_key)   ? cfg.min_compaction_lag_ms
+     : known(max_lag_key) ? cfg.max_compaction_lag_ms
+                          : cfg.delete_retention_ms) = *v;
+    return caf::none;
+  }
   if (!known(retention_ms_key) && !known(retention_bytes_key)
       && !known(segment_bytes_key) && !known(segment_ms_key)
       && !known(max_message_bytes_key) && !known(min_insync_replicas_key)) {
@@ -266,6 +370,11 @@ std::map<std::string, std::string> render_topic_config(const topic_config& cfg) 
      std::to_string(cfg.max_message_bytes)},
     {std::string{min_insync_replicas_key},
      std::to_string(effective_min_insync(cfg))},
+    {std::string{cleanup_policy_key}, cleanup_policy_name(cfg.cleanup_policy)},
+    {std::string{dirty_ratio_key}, ratio_text(cfg.min_cleanable_dirty_ratio)},
+    {std::string{min_lag_key}, std::to_string(cfg.min_compaction_lag_ms)},
+    {std::string{max_lag_key}, std::to_string(cfg.max_compaction_lag_ms)},
+    {std::string{delete_retention_key}, std::to_string(cfg.delete_retention_ms)},
   };
 }
 

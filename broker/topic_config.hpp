@@ -11,6 +11,11 @@
 //   segment.ms           [1, 2^63-1]
 //   max.message.bytes    [61 (a batch header), 64 MiB]
 //   min.insync.replicas  [1, replication factor]
+//   cleanup.policy       delete, compact, or both ("compact,delete")
+//   min.cleanable.dirty.ratio  [0, 1] (a decimal, e.g. 0.5)
+//   min.compaction.lag.ms      [0, 2^63-1]
+//   max.compaction.lag.ms      [1, 2^63-1], at least min.compaction.lag.ms
+//   delete.retention.ms        [0, 2^63-1]
 // Partitions are in [1, 10000]; the replication factor is >= 1 and at most
 // the number of brokers that can hold replicas (1 for a node alone).
 //
@@ -42,6 +47,13 @@ inline constexpr int64_t min_segment_bytes = int64_t{1} << 20;
 inline constexpr int64_t max_segment_bytes = INT32_MAX;
 inline constexpr int32_t min_max_message_bytes = 61;
 inline constexpr int32_t max_max_message_bytes = 64 << 20;
+
+/// topic_config::cleanup_policy bits.
+inline constexpr int8_t cleanup_delete = 1;
+inline constexpr int8_t cleanup_compact = 2;
+
+/// "delete", "compact" or "compact,delete".
+std::string cleanup_policy_name(int8_t policy);
 
 /// The config keys a topic understands, in a stable order.
 const std::vector<std::string>& topic_config_keys();

@@ -91,6 +91,7 @@ partition_row to_row(const partition_status& p) {
   r.high_watermark = p.high_watermark.value;
   r.size_bytes = p.size_bytes;
   r.online = p.online;
+  r.dirty_ratio = p.dirty_ratio;
   return r;
 }
 

@@ -39,6 +39,8 @@ struct partition_row {
   qint64 high_watermark = 0;
   qint64 size_bytes = 0;
   bool online = false; ///< false when the broker could not reach the replica
+  /// Compacted topics: the leader log's dirty ratio; -1 otherwise.
+  double dirty_ratio = -1;
   /// Under-replicated: fewer in-sync replicas than replicas.
   bool under_replicated() const { return online && isr.size() < replicas.size(); }
 };

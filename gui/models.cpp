@@ -122,6 +122,9 @@ table_model<topic_row>* make_topics_model(QObject* parent) {
       col<R>("Topic", [](const R& r) { return r.name; }),
       col<R>("Partitions", [](const R& r) { return static_cast<int>(r.partitions.size()); }),
       col<R>("RF", [](const R& r) { return r.replication_factor; }),
+      col<R>("Cleanup", [](const R& r) {
+        return r.config.value(QStringLiteral("cleanup.policy"), QStringLiteral("delete"));
+      }),
       col<R>("Size", [](const R& r) { return format_bytes(r.size_bytes()); }),
       col<R>("Messages", [](const R& r) { return r.messages(); }),
       col<R>("In msg/s", [](const R& r) {
@@ -159,6 +162,9 @@ table_model<partition_row>* make_partitions_model(QObject* parent) {
       col<R>("High watermark", [known](const R& r) { return known(r, r.high_watermark); }),
       col<R>("Log end", [known](const R& r) { return known(r, r.log_end); }),
       col<R>("Size", [](const R& r) { return r.online ? format_bytes(r.size_bytes) : QStringLiteral("?"); }),
+      col<R>("Dirty ratio", [](const R& r) {
+        return r.dirty_ratio < 0 ? QStringLiteral("-") : QString::number(r.dirty_ratio, 'f', 2);
+      }),
       flagged<R>("Status", [](const R& r) { return partition_state(r); }, bad),
     },
     parent);

@@ -94,7 +94,29 @@ struct registry::families {
                                   "Node journal checkpoints (syncfs, then "
                                   "older journal files deleted)")),
       journal_files(gauge(r, "ferry_journal_files",
-                          "Node journal files on disk")) {
+                          "Node journal files on disk")),
+      dirty_ratio(gauge(r, "ferry_partition_dirty_ratio",
+                        "Of a compacted partition's cleanable bytes (closed "
+                        "segments below the high watermark), the share not "
+                        "cleaned yet")),
+      last_clean(gauge(r, "ferry_partition_last_clean_timestamp_seconds",
+                       "When the log cleaner last compacted a partition, "
+                       "seconds since the epoch (0: not since ferryd started)")),
+      cleaner_runs(counter(r, "ferry_log_cleaner_runs_total",
+                           "Cleans the log cleaner ran")),
+      cleaner_failures(counter(r, "ferry_log_cleaner_failures_total",
+                               "Cleans that failed (the log is unchanged)")),
+      cleaner_read(counter(r, "ferry_log_cleaner_bytes_read_total",
+                           "Segment bytes the log cleaner read")),
+      cleaner_written(counter(r, "ferry_log_cleaner_bytes_written_total",
+                              "Bytes of cleaned segments written")),
+      cleaner_reclaimed(counter(r, "ferry_log_cleaner_bytes_reclaimed_total",
+                                "Bytes compaction removed from the logs")),
+      cleaner_removed(counter(r, "ferry_log_cleaner_records_removed_total",
+                              "Records compaction removed (older values, "
+                              "expired tombstones, records without a key)")),
+      cleaner_last_run(gauge(r, "ferry_log_cleaner_last_run_seconds",
+                             "Duration of the log cleaner's last clean")) {
   }
 
   static gauges& gauge(prometheus::Registry& r, const char* name,
@@ -142,6 +164,15 @@ struct registry::families {
   counters& journal_bytes;
   counters& journal_checkpoints;
   gauges& journal_files;
+  gauges& dirty_ratio;
+  gauges& last_clean;
+  counters& cleaner_runs;
+  counters& cleaner_failures;
+  counters& cleaner_read;
+  counters& cleaner_written;
+  counters& cleaner_reclaimed;
+  counters& cleaner_removed;
+  gauges& cleaner_last_run;
 };
 
 registry::registry()
@@ -192,6 +223,15 @@ prometheus::Family<prometheus::Counter>& registry::journal_rounds_total() { retu
 prometheus::Family<prometheus::Counter>& registry::journal_bytes_total() { return families_->journal_bytes; }
 prometheus::Family<prometheus::Counter>& registry::journal_checkpoints_total() { return families_->journal_checkpoints; }
 prometheus::Family<prometheus::Gauge>& registry::journal_files() { return families_->journal_files; }
+prometheus::Family<prometheus::Gauge>& registry::partition_dirty_ratio() { return families_->dirty_ratio; }
+prometheus::Family<prometheus::Gauge>& registry::partition_last_clean_timestamp() { return families_->last_clean; }
+prometheus::Family<prometheus::Counter>& registry::cleaner_runs_total() { return families_->cleaner_runs; }
+prometheus::Family<prometheus::Counter>& registry::cleaner_failures_total() { return families_->cleaner_failures; }
+prometheus::Family<prometheus::Counter>& registry::cleaner_bytes_read_total() { return families_->cleaner_read; }
+prometheus::Family<prometheus::Counter>& registry::cleaner_bytes_written_total() { return families_->cleaner_written; }
+prometheus::Family<prometheus::Counter>& registry::cleaner_bytes_reclaimed_total() { return families_->cleaner_reclaimed; }
+prometheus::Family<prometheus::Counter>& registry::cleaner_records_removed_total() { return families_->cleaner_removed; }
+prometheus::Family<prometheus::Gauge>& registry::cleaner_last_run_seconds() { return families_->cleaner_last_run; }
 // clang-format on
 
 template <class T>

@@ -134,6 +134,22 @@ public:
   prometheus::Family<prometheus::Counter>& journal_bytes_total();
   prometheus::Family<prometheus::Counter>& journal_checkpoints_total();
   prometheus::Family<prometheus::Gauge>& journal_files();
+  /// ferry_partition_dirty_ratio {topic, partition}: a compacted log's dirty
+  /// bytes / cleanable bytes (compacted topics only).
+  prometheus::Family<prometheus::Gauge>& partition_dirty_ratio();
+  /// ferry_partition_last_clean_timestamp_seconds {topic, partition}: when
+  /// the log was last cleaned (0: not since ferryd started).
+  prometheus::Family<prometheus::Gauge>& partition_last_clean_timestamp();
+  /// ferry_log_cleaner_runs_total, _failures_total, _bytes_read_total,
+  /// _bytes_written_total, _bytes_reclaimed_total, _records_removed_total,
+  /// and the gauge ferry_log_cleaner_last_run_seconds (node-wide).
+  prometheus::Family<prometheus::Counter>& cleaner_runs_total();
+  prometheus::Family<prometheus::Counter>& cleaner_failures_total();
+  prometheus::Family<prometheus::Counter>& cleaner_bytes_read_total();
+  prometheus::Family<prometheus::Counter>& cleaner_bytes_written_total();
+  prometheus::Family<prometheus::Counter>& cleaner_bytes_reclaimed_total();
+  prometheus::Family<prometheus::Counter>& cleaner_records_removed_total();
+  prometheus::Family<prometheus::Gauge>& cleaner_last_run_seconds();
 
   // -- series lifetime --------------------------------------------------------
 

@@ -38,6 +38,15 @@ node_probe::~node_probe() {
     r.release(r.request_errors_total(), labels{{"code", code}});
   for (const auto& [kind, counter] : forwarded_)
     r.release(r.forwarded_requests_total(), labels{{"kind", kind}});
+  if (cleaner_last_run_) {
+    r.release(r.cleaner_runs_total(), {});
+    r.release(r.cleaner_failures_total(), {});
+    r.release(r.cleaner_bytes_read_total(), {});
+    r.release(r.cleaner_bytes_written_total(), {});
+    r.release(r.cleaner_bytes_reclaimed_total(), {});
+    r.release(r.cleaner_records_removed_total(), {});
+    r.release(r.cleaner_last_run_seconds(), {});
+  }
   if (journal_rounds_) {
     r.release(r.journal_rounds_total(), {});
     r.release(r.journal_bytes_total(), {});
@@ -64,6 +73,30 @@ void node_probe::journal(uint64_t rounds, uint64_t bytes, uint64_t checkpoints,
     journal_seen_[i] = std::max(journal_seen_[i], now[i]);
   }
   journal_files_->Set(static_cast<double>(files));
+}
+
+void node_probe::cleaner(uint64_t runs, uint64_t failures, uint64_t bytes_read,
+                         uint64_t bytes_written, uint64_t bytes_reclaimed,
+                         uint64_t records_removed, double last_run_seconds) {
+  std::lock_guard lk{journal_mtx_};
+  auto& r = *reg_;
+  if (!cleaner_last_run_) {
+    cleaner_[0] = &r.acquire(r.cleaner_runs_total(), {});
+    cleaner_[1] = &r.acquire(r.cleaner_failures_total(), {});
+    cleaner_[2] = &r.acquire(r.cleaner_bytes_read_total(), {});
+    cleaner_[3] = &r.acquire(r.cleaner_bytes_written_total(), {});
+    cleaner_[4] = &r.acquire(r.cleaner_bytes_reclaimed_total(), {});
+    cleaner_[5] = &r.acquire(r.cleaner_records_removed_total(), {});
+    cleaner_last_run_ = &r.acquire(r.cleaner_last_run_seconds(), {});
+  }
+  uint64_t now[6] = {runs, failures, bytes_read, bytes_written, bytes_reclaimed,
+                     records_removed};
+  for (int i = 0; i < 6; ++i) {
+    if (now[i] > cleaner_seen_[i])
+      cleaner_[i]->Increment(static_cast<double>(now[i] - cleaner_seen_[i]));
+    cleaner_seen_[i] = std::max(cleaner_seen_[i], now[i]);
+  }
+  cleaner_last_run_->Set(last_run_seconds);
 }
 
 void node_probe::disk(uint64_t used_bytes, uint64_t free_bytes) {

@@ -58,6 +58,12 @@ public:
   void journal(uint64_t rounds, uint64_t bytes, uint64_t checkpoints,
                uint64_t files);
 
+  /// The log cleaner's totals so far (counters move by the difference to
+  /// the last call; the series appear on the first call).
+  void cleaner(uint64_t runs, uint64_t failures, uint64_t bytes_read,
+               uint64_t bytes_written, uint64_t bytes_reclaimed,
+               uint64_t records_removed, double last_run_seconds);
+
   /// The metadata quorum as this node knows it.
   void raft(int64_t term, bool is_leader, int64_t commit_index);
 
@@ -85,6 +91,9 @@ private:
   prometheus::Counter* journal_checkpoints_ = nullptr;
   prometheus::Gauge* journal_files_ = nullptr;
   uint64_t journal_seen_[3] = {0, 0, 0};
+  prometheus::Counter* cleaner_[6] = {};
+  prometheus::Gauge* cleaner_last_run_ = nullptr;
+  uint64_t cleaner_seen_[6] = {};
   /// Counters by one label's value, added on first use.
   using counters = std::map<std::string, prometheus::Counter*, std::less<>>;
 

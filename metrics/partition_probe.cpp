@@ -55,6 +55,21 @@ partition_probe::~partition_probe() {
   r.release(r.produce_latency_seconds(), t);
   r.release(r.fetch_latency_seconds(), t);
   r.release(r.log_flush_seconds(), t);
+  if (dirty_ratio_) {
+    r.release(r.partition_dirty_ratio(), p);
+    r.release(r.partition_last_clean_timestamp(), p);
+  }
+}
+
+void partition_probe::cleaning(double dirty_ratio, int64_t last_clean_ms) {
+  if (!dirty_ratio_) {
+    auto& r = *reg_;
+    labels p{{"topic", topic_}, {"partition", std::to_string(partition_.value)}};
+    dirty_ratio_ = &r.acquire(r.partition_dirty_ratio(), p);
+    last_clean_ = &r.acquire(r.partition_last_clean_timestamp(), p);
+  }
+  dirty_ratio_->Set(dirty_ratio);
+  last_clean_->Set(static_cast<double>(last_clean_ms) / 1000.0);
 }
 
 void partition_probe::produced(uint64_t records, uint64_t bytes,

@@ -60,6 +60,10 @@ public:
   /// Replication state: in-sync replicas of `replicas` assigned ones.
   void replication(size_t isr, size_t replicas);
 
+  /// A compacted log's cleaning state (the series appear on the first
+  /// call): dirty ratio, and when it was last cleaned (ms, 0: never).
+  void cleaning(double dirty_ratio, int64_t last_clean_ms);
+
   const std::string& topic() const { return topic_; }
   partition_id partition() const { return partition_; }
 
@@ -81,6 +85,8 @@ private:
   prometheus::Histogram* produce_latency_;
   prometheus::Histogram* fetch_latency_;
   prometheus::Histogram* log_flush_;
+  prometheus::Gauge* dirty_ratio_ = nullptr;
+  prometheus::Gauge* last_clean_ = nullptr;
 };
 
 } // namespace ferry::metrics

@@ -285,7 +285,7 @@ json partition_json(const partition_assignment& p) {
 }
 
 json partition_json(const partition_status& p) {
-  return json{{"partition", p.partition.value},
+  json j{{"partition", p.partition.value},
               {"leader", p.leader},
               {"leaderEpoch", p.epoch.value},
               {"replicas", p.replicas},
@@ -295,6 +295,11 @@ json partition_json(const partition_status& p) {
               {"highWatermark", p.high_watermark.value},
               {"sizeBytes", p.size_bytes},
               {"online", p.online}};
+  if (p.dirty_ratio >= 0) {
+    j["dirtyRatio"] = p.dirty_ratio;
+    j["lastCleanMs"] = p.last_clean_ms;
+  }
+  return j;
 }
 
 /// A stored value rendered per `enc`; sets "encoding" on `m`.
@@ -1026,7 +1031,12 @@ json to_json(const topic_config& x) {
               {"segment.bytes", x.segment_bytes},
               {"segment.ms", x.segment_ms},
               {"max.message.bytes", x.max_message_bytes},
-              {"min.insync.replicas", x.min_insync_replicas}};
+              {"min.insync.replicas", x.min_insync_replicas},
+              {"cleanup.policy", cleanup_policy_name(x.cleanup_policy)},
+              {"min.cleanable.dirty.ratio", x.min_cleanable_dirty_ratio},
+              {"min.compaction.lag.ms", x.min_compaction_lag_ms},
+              {"max.compaction.lag.ms", x.max_compaction_lag_ms},
+              {"delete.retention.ms", x.delete_retention_ms}};
 }
 
 json to_json(const topic_metadata& x) {

@@ -19,6 +19,7 @@
 #include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
+#include "broker/topic_config.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -167,18 +168,6 @@ std::pair<std::string, std::string> split_kv(const std::string& kv, const char* 
   return {kv.substr(0, eq), kv.substr(eq + 1)};
 }
 
-int64_t parse_int(const std::string& key, const std::string& value) {
-  try {
-    size_t used = 0;
-    auto x = std::stoll(value, &used);
-    if (used != value.size())
-      throw std::invalid_argument{"trailing"};
-    return x;
-  } catch (const std::exception&) {
-    fail(make_error(ec::invalid_config, key + "=" + value + ": not an integer"));
-  }
-}
-
 std::map<std::string, std::string> config_map(const std::vector<std::string>& kvs) {
   std::map<std::string, std::string> out;
   for (auto& kv : kvs) {
@@ -189,23 +178,11 @@ std::map<std::string, std::string> config_map(const std::vector<std::string>& kv
 }
 
 void apply_config(topic_config& cfg, const std::map<std::string, std::string>& kvs) {
-  for (auto& [k, v] : kvs) {
-    auto x = parse_int(k, v);
-    if (k == "retention.ms")
-      cfg.retention_ms = x;
-    else if (k == "retention.bytes")
-      cfg.retention_bytes = x;
-    else if (k == "segment.bytes")
-      cfg.segment_bytes = x;
-    else if (k == "segment.ms")
-      cfg.segment_ms = x;
-    else if (k == "max.message.bytes")
-      cfg.max_message_bytes = static_cast<int32_t>(x);
-    else if (k == "min.insync.replicas")
-      cfg.min_insync_replicas = static_cast<int32_t>(x);
-    else
-      fail(make_error(ec::invalid_config, "unknown topic config '" + k + "'"));
-  }
+  // The broker's own parser (broker/topic_config.hpp): the same keys,
+  // values and errors as the server's.
+  for (auto& [k, v] : kvs)
+    if (auto err = ferry::set_topic_config_value(cfg, k, v))
+      fail(err);
 }
 
 json to_json(const topic_config& c) {
@@ -216,16 +193,29 @@ json to_json(const topic_config& c) {
               {"segment.bytes", c.segment_bytes},
               {"segment.ms", c.segment_ms},
               {"max.message.bytes", c.max_message_bytes},
-              {"min.insync.replicas", c.min_insync_replicas}};
+              {"min.insync.replicas", c.min_insync_replicas},
+              {"cleanup.policy", ferry::cleanup_policy_name(c.cleanup_policy)},
+              {"min.cleanable.dirty.ratio", c.min_cleanable_dirty_ratio},
+              {"min.compaction.lag.ms", c.min_compaction_lag_ms},
+              {"max.compaction.lag.ms", c.max_compaction_lag_ms},
+              {"delete.retention.ms", c.delete_retention_ms}};
 }
 
 std::string config_text(const topic_config& c) {
-  return "retention.ms=" + std::to_string(c.retention_ms)
-         + " retention.bytes=" + std::to_string(c.retention_bytes)
-         + " segment.bytes=" + std::to_string(c.segment_bytes)
-         + " segment.ms=" + std::to_string(c.segment_ms)
-         + " max.message.bytes=" + std::to_string(c.max_message_bytes)
-         + " min.insync.replicas=" + std::to_string(c.min_insync_replicas);
+  auto text = "cleanup.policy=" + ferry::cleanup_policy_name(c.cleanup_policy)
+              + " retention.ms=" + std::to_string(c.retention_ms)
+              + " retention.bytes=" + std::to_string(c.retention_bytes)
+              + " segment.bytes=" + std::to_string(c.segment_bytes)
+              + " segment.ms=" + std::to_string(c.segment_ms)
+              + " max.message.bytes=" + std::to_string(c.max_message_bytes)
+              + " min.insync.replicas=" + std::to_string(c.min_insync_replicas);
+  if (c.cleanup_policy & ferry::cleanup_compact) {
+    auto rendered = ferry::render_topic_config(c);
+    for (auto key : {"min.cleanable.dirty.ratio", "min.compaction.lag.ms",
+                     "max.compaction.lag.ms", "delete.retention.ms"})
+      text += std::string{" "} + key + "=" + rendered[key];
+  }
+  return text;
 }
 
 json to_json(const topic_metadata& t) {
@@ -256,7 +246,9 @@ json to_json(const topic_description& t) {
                          {"log_end_offset", p.log_end.value},
                          {"high_watermark", p.high_watermark.value},
                          {"size_bytes", p.size_bytes},
-                         {"online", p.online}});
+                         {"online", p.online},
+                         {"dirty_ratio", p.dirty_ratio >= 0 ? json(p.dirty_ratio) : json()},
+                         {"last_clean_ms", p.dirty_ratio >= 0 ? json(p.last_clean_ms) : json()}});
   return json{{"name", t.name},
               {"partitions", static_cast<int32_t>(t.partitions.size())},
               {"replication_factor", t.config.replication_factor},
@@ -429,15 +421,25 @@ int topic_describe(context& ctx) {
             << "  ReplicationFactor: " << t.config.replication_factor << '\n'
             << "Config: " << config_text(t.config) << '\n';
   std::vector<std::vector<std::string>> rows;
-  for (auto& p : t.partitions)
+  bool compacted = t.config.cleanup_policy & ferry::cleanup_compact;
+  for (auto& p : t.partitions) {
     rows.push_back({std::to_string(p.partition.value), std::to_string(p.leader),
                     std::to_string(p.epoch.value), join_ints(p.replicas), join_ints(p.isr),
                     std::to_string(p.log_start.value), std::to_string(p.log_end.value),
                     std::to_string(p.high_watermark.value), std::to_string(p.size_bytes),
                     p.online ? "yes" : "no"});
-  print_table({"PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "LOG_START", "LOG_END",
-               "HIGH_WATERMARK", "SIZE_BYTES", "ONLINE"},
-              rows);
+    if (compacted) {
+      char ratio[16];
+      std::snprintf(ratio, sizeof ratio, "%.2f", std::max(p.dirty_ratio, 0.0));
+      rows.back().push_back(p.dirty_ratio >= 0 ? ratio : "-");
+    }
+  }
+  std::vector<std::string> head{"PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR",
+                                "LOG_START", "LOG_END", "HIGH_WATERMARK", "SIZE_BYTES",
+                                "ONLINE"};
+  if (compacted)
+    head.push_back("DIRTY_RATIO");
+  print_table(head, rows);
   return 0;
 }
 

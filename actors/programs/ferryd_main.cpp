@@ -72,6 +72,7 @@
 #include "broker/raft_core.hpp"
 #include "broker/security.hpp"
 #include "broker/node_journal.hpp"
+#include "broker/log_cleaner.hpp"
 #include "broker/sync_pool.hpp"
 #include "metrics/exposer.hpp"
 #include "metrics/metrics.hpp"
@@ -354,6 +355,10 @@ struct options {
   int64_t produce_ack_timeout_ms = 20000;
   /// Threads of the node's sync pool; 0: sync_pool::default_threads.
   int io_threads = 0;
+  /// log.cleaner.io.max.bytes.per.second; 0: unlimited.
+  uint64_t cleaner_io_max_bytes_per_second = 0;
+  /// log.cleaner.dedupe.buffer.size, in MiB.
+  uint64_t cleaner_dedupe_buffer_mb = 128;
   bool fetch_sessions = false;
   std::string journal = "auto";
   int journal_min_partitions = 128;
@@ -508,6 +513,16 @@ int main(int argc, char** argv) {
                  "checkpoint (syncfs of the data directory's file system) lets "
                  "the older ones be deleted. Bounds the replay at start")
     ->check(CLI::Range(1, 4096));
+  app.add_option("--cleaner-io-max-bytes-per-second",
+                 opt.cleaner_io_max_bytes_per_second,
+                 "bytes per second the log cleaner (compaction of topics with "
+                 "cleanup.policy=compact) may read plus write, over all "
+                 "partitions of this node; 0: unlimited")
+    ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
+  app.add_option("--cleaner-dedupe-buffer-mb", opt.cleaner_dedupe_buffer_mb,
+                 "memory for the log cleaner's key map per clean, in MiB; a "
+                 "partition with more distinct keys is cleaned in steps")
+    ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
   app.add_option("--io-threads", opt.io_threads,
                  "threads that run the group commit's fdatasync for every "
                  "partition of this node (0: 4 per core, at least 4); "
@@ -963,6 +978,13 @@ int main(int argc, char** argv) {
       if (opt.journal != "off")
         journal = std::move(*j);
     }
+    // Compaction of cleanup.policy=compact topics, for every partition of
+    // the node on one thread (before the actor system: its callbacks only
+    // send messages, and it outlives every replica).
+    auto cleaner = std::make_shared<ferry::log_cleaner>(ferry::log_cleaner_options{
+      .threads = 1,
+      .io_max_bytes_per_second = opt.cleaner_io_max_bytes_per_second,
+      .dedupe_buffer_bytes = opt.cleaner_dedupe_buffer_mb << 20});
     caf::actor_system sys{cfg};
     ferry::node_config nc;
     nc.node_id = opt.node_id;
@@ -993,6 +1015,7 @@ int main(int argc, char** argv) {
     // Replicas run on the scheduler; their fdatasync on these threads.
     nc.replica_defaults.sync = sync;
     nc.replica_defaults.journal = journal;
+    nc.replica_defaults.cleaner = cleaner;
     nc.journal_min_replicas = opt.journal == "auto"
       ? static_cast<size_t>(opt.journal_min_partitions) : 0;
     nc.replica_defaults.fs = &segment_files;

@@ -103,6 +103,9 @@ using partition_actor = caf::typed_actor<
   caf::reacts_to<expire_atom, uint64_t>,
   /// Internal: periodic retention and time-based flush.
   caf::reacts_to<tick_atom>,
+  /// Internal: the node's log cleaner finished this replica's clean (its
+  /// result; none on success).
+  caf::reacts_to<clean_atom, caf::error>,
   /// Deletes the records below an offset: moves the log start to
   /// min(offset, high watermark); answers the log start after it.
   caf::replies_to<purge_atom, offset>::with<offset>,

@@ -275,7 +275,8 @@ bool start_node(self_ptr self) {
       disk_sampler, st.probe, st.cfg.data_dir,
       std::chrono::duration_cast<caf::timespan>(
         std::max(st.cfg.disk_sample_interval, std::chrono::milliseconds{1})),
-      self->address(), st.cfg.replica_defaults.journal);
+      self->address(), st.cfg.replica_defaults.journal,
+      st.cfg.replica_defaults.cleaner);
   }
   self->monitor(st.cfg.metadata);
   self->send(st.cfg.metadata, subscribe_atom_v,

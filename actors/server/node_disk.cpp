@@ -4,6 +4,7 @@
 
 #include "actors/server/node_internal.hpp"
 
+#include "broker/log_cleaner.hpp"
 #include "broker/node_journal.hpp"
 
 namespace ferry::node_detail {
@@ -14,12 +15,18 @@ caf::behavior disk_sampler(caf::event_based_actor* self,
                            std::shared_ptr<metrics::node_probe> probe,
                            std::filesystem::path dir, caf::timespan interval,
                            caf::actor_addr node,
-                           std::shared_ptr<node_journal> journal) {
+                           std::shared_ptr<node_journal> journal,
+                           std::shared_ptr<log_cleaner> cleaner) {
   auto failing = std::make_shared<bool>(false);
-  auto sample = [probe, dir, failing, journal] {
+  auto sample = [probe, dir, failing, journal, cleaner] {
     if (journal) {
       auto js = journal->stats();
       probe->journal(js.rounds, js.bytes, js.checkpoints, js.files);
+    }
+    if (cleaner) {
+      auto cs = cleaner->stats();
+      probe->cleaner(cs.runs, cs.failures, cs.bytes_read, cs.bytes_written,
+                     cs.bytes_reclaimed, cs.records_removed, cs.last_run_seconds);
     }
     auto err = probe->sample_disk(dir);
     if (err && !*failing)

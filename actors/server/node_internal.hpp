@@ -554,6 +554,7 @@ caf::behavior disk_sampler(caf::event_based_actor* self,
                            std::shared_ptr<metrics::node_probe> probe,
                            std::filesystem::path dir, caf::timespan interval,
                            caf::actor_addr node,
-                           std::shared_ptr<node_journal> journal);
+                           std::shared_ptr<node_journal> journal,
+                           std::shared_ptr<log_cleaner> cleaner);
 
 } // namespace ferry::node_detail

@@ -338,6 +338,8 @@ void gather_status(self_ptr self, const topic_metadata& md,
       slot.log_end = ps.log_end;
       slot.high_watermark = ps.high_watermark;
       slot.size_bytes = ps.size_bytes;
+      slot.dirty_ratio = ps.dirty_ratio;
+      slot.last_clean_ms = ps.last_clean_ms;
       if (!ps.isr.empty())
         slot.isr = ps.isr;
       slot.online = ps.online;

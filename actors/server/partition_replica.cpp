@@ -1,6 +1,7 @@
 #include "actors/server/partition_replica.hpp"
 
 #include "broker/error.hpp"
+#include "broker/log_cleaner.hpp"
 #include "broker/logging.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/metadata_writer.hpp"
@@ -1071,6 +1072,20 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
                         + " bytes follow it");
   if (hdr->transactional() || hdr->control())
     return make_error(ec::policy_violation, "transactions are not supported");
+  if (st.cfg.topic_cfg.cleanup_policy & cleanup_compact) {
+    // Compaction keeps the latest record per key: a record without one
+    // could never be kept (Kafka refuses it too).
+    auto d = decode_batch(req.batch, limit);
+    if (!d)
+      return std::move(d.error());
+    for (size_t i = 0; i < d->records.size(); ++i)
+      if (!d->records[i].key)
+        return make_error(ec::malformed_record,
+                          "record " + std::to_string(i) + " has no key; "
+                            + st.cfg.topic + " has cleanup.policy="
+                            + cleanup_policy_name(st.cfg.topic_cfg.cleanup_policy)
+                            + " and keeps the latest record per key");
+  }
   if (req.acks == acks_mode::all && st.isr.size() < min_isr(st))
     return make_error(ec::not_enough_replicas,
                       "ISR of " + name_of(st) + " has "
@@ -1331,6 +1346,64 @@ caf::result<epoch_end> end_of_epoch(replica_ptr self, const epoch_end_request& r
   return r;
 }
 
+// -- compaction -------------------------------------------------------------------
+
+void report_cleaning(const partition_replica_state& st) {
+  if (!st.cfg.probe || !st.log || !(st.cfg.topic_cfg.cleanup_policy & cleanup_compact))
+    return;
+  auto c = st.log->cleaning();
+  st.cfg.probe->cleaning(c.dirty_ratio, c.last_clean_ms);
+}
+
+// A compacted log whose clean is due goes to the node's cleaner; its
+// callback (on the cleaner's thread) only sends the result back here.
+void maybe_clean(replica_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.cleaner || st.cleaning || st.fenced
+      || !(st.cfg.topic_cfg.cleanup_policy & cleanup_compact))
+    return;
+  auto now = st.cfg.clock ? st.cfg.clock() : system_now_ms();
+  auto job = st.log->begin_clean(now);
+  if (!job) {
+    log::warn("partition {}: cannot start a clean: {}", name_of(st), job.error());
+    return;
+  }
+  if (!*job)
+    return;
+  st.cleaning = std::make_shared<clean_job>(std::move(**job));
+  st.cleaning->map_budget_bytes = st.cfg.cleaner->dedupe_buffer_bytes();
+  auto addr = self->address();
+  st.cfg.cleaner->submit(st.cleaning, st.producers.last_offsets(),
+                         [addr](caf::error err) {
+                           if (auto hdl = caf::actor_cast<caf::actor>(addr))
+                             caf::anon_send(hdl, clean_atom_v, std::move(err));
+                         });
+}
+
+void finish_clean(replica_ptr self, caf::error result) {
+  auto& st = self->state;
+  auto job = std::move(st.cleaning);
+  if (!job || !st.log)
+    return;
+  auto done = st.log->end_clean(*job, std::move(result));
+  if (!done) {
+    if (!is(done.error(), ec::log_closed))
+      log::warn("partition {}: clean failed: {}", name_of(st), done.error());
+    return;
+  }
+  ++st.stats.cleans;
+  st.stats.clean_bytes_reclaimed += done->bytes_reclaimed;
+  if (st.cfg.cleaner)
+    st.cfg.cleaner->count_swapped(*done);
+  log::info("partition {}: cleaned {} records to {} ({} bytes reclaimed, {} "
+            "tombstones removed), clean up to offset {}",
+            name_of(st), done->records_read, done->records_kept,
+            done->bytes_reclaimed, done->tombstones_removed,
+            job->mapped_end);
+  report_log(st);
+  report_cleaning(st);
+}
+
 // -- tick ---------------------------------------------------------------------
 
 void tick(replica_ptr self) {
@@ -1355,6 +1428,8 @@ void tick(replica_ptr self) {
     commit(self);
   if (st.fenced)
     return;
+  maybe_clean(self);
+  report_cleaning(st);
   save_checkpoint(st);
   if (st.cfg.producer_expiration.count() >= 0) {
     auto now = st.cfg.clock ? st.cfg.clock() : system_now_ms();
@@ -1390,6 +1465,17 @@ log_config make_log_config(const topic_config& tc, flush_policy flush) {
   lc.max_batch_bytes = static_cast<uint32_t>(std::max(tc.max_message_bytes, 0))
                        + static_cast<uint32_t>(batch_layout::header_size);
   lc.flush = flush;
+  if (!(tc.cleanup_policy & cleanup_delete)) {
+    // compact alone: nothing is deleted by age or size.
+    lc.retention_bytes = -1;
+    lc.retention_ms = std::chrono::milliseconds{-1};
+  }
+  auto& cc = lc.compaction;
+  cc.compact = (tc.cleanup_policy & cleanup_compact) != 0;
+  cc.min_cleanable_dirty_ratio = tc.min_cleanable_dirty_ratio;
+  cc.min_compaction_lag = std::chrono::milliseconds{tc.min_compaction_lag_ms};
+  cc.max_compaction_lag = std::chrono::milliseconds{tc.max_compaction_lag_ms};
+  cc.delete_retention = std::chrono::milliseconds{tc.delete_retention_ms};
   return lc;
 }
 
@@ -1511,8 +1597,14 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       s.high_watermark = st.log->high_watermark();
       s.size_bytes = static_cast<int64_t>(st.log->size_bytes());
       s.online = !st.fenced;
+      if (st.cfg.topic_cfg.cleanup_policy & cleanup_compact) {
+        auto c = st.log->cleaning();
+        s.dirty_ratio = c.dirty_ratio;
+        s.last_clean_ms = c.last_clean_ms;
+      }
       return s;
     },
+    [self](clean_atom, caf::error& result) { finish_clean(self, std::move(result)); },
     [self](update_atom, const topic_config& tc) {
       auto& st = self->state;
       st.cfg.topic_cfg = tc;

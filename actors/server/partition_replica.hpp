@@ -118,6 +118,7 @@ class metadata_store;
 class metadata_writer;
 class sync_pool;
 class node_journal;
+class log_cleaner;
 
 namespace metrics {
 class node_probe;
@@ -233,6 +234,12 @@ struct partition_replica_config {
   /// the journal's callback wakes the replica with a flush_atom as the
   /// pool's does. Removing the replica's directory is recorded there too.
   std::shared_ptr<node_journal> journal;
+  /// The node's log cleaner (broker/log_cleaner.hpp). Set (ferryd): a
+  /// replica of a topic with cleanup.policy=compact checks on its tick
+  /// whether a clean is due (partition_log::begin_clean), hands the job to
+  /// the cleaner's thread, and swaps the result in when the cleaner's
+  /// callback wakes it with a clean_atom. Null: never compacted.
+  std::shared_ptr<log_cleaner> cleaner;
   /// The node's batched metadata writes (with `store`): the tick's HW
   /// checkpoint and producer snapshot, and their erasure on delete, are
   /// queued there and written for many partitions in one LMDB transaction;
@@ -259,6 +266,9 @@ struct partition_replica_stats {
   uint64_t snapshots = 0;
   /// Segments deleted by retention.
   uint64_t segments_deleted = 0;
+  /// Cleans swapped in, and the bytes they removed.
+  uint64_t cleans = 0;
+  uint64_t clean_bytes_reclaimed = 0;
 };
 
 struct partition_replica_state {
@@ -294,6 +304,8 @@ struct partition_replica_state {
   std::unique_ptr<partition_checkpoint> checkpoint;
   std::unique_ptr<partition_log> log;
   producer_state producers;
+  /// The clean the node's cleaner is running for this log (null: none).
+  std::shared_ptr<clean_job> cleaning;
 
   /// Oldest first; ordered by offset.
   std::deque<pending_produce> pending;

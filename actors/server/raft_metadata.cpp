@@ -21,8 +21,9 @@ constexpr uint8_t command_version = 1;
 /// Version 1: next producer id, topics. Version 2 adds the brokers, 3 the
 /// moves in progress, 4 the brokers being removed, 5 the users and ACLs, 6
 /// stores the brokers with their Kafka listener (broker_registration as it
-/// is now; 2-5 hold broker_registration_v1).
-constexpr uint8_t snapshot_version = 6;
+/// is now; 2-5 hold broker_registration_v1), 7 stores topic_config as it is
+/// now (1-6 hold topic_config_v1).
+constexpr uint8_t snapshot_version = 7;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -64,6 +65,38 @@ typename Inspector::result_type inspect(Inspector& f,
                                         broker_registration_v1& x) {
   return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
            x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
+}
+
+/// topic_config as command kind `create` and snapshots 1-6 store it:
+/// without cleanup.policy and the compaction settings.
+struct topic_config_v1 {
+  topic_config cfg;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_config_v1& x) {
+  auto& c = x.cfg;
+  return f(caf::meta::type_name("ferry::topic_config"), c.partitions,
+           c.replication_factor, c.retention_ms, c.retention_bytes,
+           c.segment_bytes, c.segment_ms, c.max_message_bytes,
+           c.min_insync_replicas);
+}
+
+/// topic_metadata as snapshots 1-6 store it.
+struct topic_metadata_v1 {
+  std::string name;
+  topic_config_v1 config;
+  std::vector<partition_assignment> partitions;
+
+  topic_metadata upgrade() && {
+    return topic_metadata{std::move(name), config.cfg, std::move(partitions)};
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_metadata_v1& x) {
+  return f(caf::meta::type_name("ferry::topic_metadata"), x.name, x.config,
+           x.partitions);
 }
 
 std::string command_head(metadata_command k) {
@@ -120,7 +153,7 @@ caf::error unknown_topic(const std::string& name) {
 
 std::string encode_create_topic(const std::string& name,
                                 const topic_config& tc) {
-  return encode_command(metadata_command::create, name, tc);
+  return encode_command(metadata_command::create_v2, name, tc);
 }
 
 std::string encode_delete_topic(const std::string& name) {
@@ -494,10 +527,17 @@ metadata_state_machine::apply_command(std::string_view command,
   };
   std::string name;
   switch (kind) {
-    case metadata_command::create: {
+    case metadata_command::create:
+    case metadata_command::create_v2: {
       topic_config tc;
-      if (source(name, tc) || source.remaining() != 0)
+      if (kind == metadata_command::create) {
+        topic_config_v1 old;
+        if (source(name, old) || source.remaining() != 0)
+          return bad();
+        tc = old.cfg;
+      } else if (source(name, tc) || source.remaining() != 0) {
         return bad();
+      }
       if (auto err = validate_topic_name(name))
         return err;
       if (auto err = validate_topic_config(tc, max_rf_))
@@ -876,6 +916,7 @@ caf::error metadata_state_machine::restore(uint64_t index,
                       "metadata snapshot has an unknown version");
   int64_t next = 0;
   std::vector<topic_metadata> list;
+  std::vector<topic_metadata_v1> old_list;
   std::vector<broker_registration> brokers;
   std::vector<broker_registration_v1> old_brokers;
   std::vector<isr_change> moves;
@@ -884,17 +925,22 @@ caf::error metadata_state_machine::restore(uint64_t index,
   std::vector<acl_entry> acls;
   caf::binary_deserializer source{nullptr, s.data() + 1, s.size() - 1};
   auto version = static_cast<uint8_t>(s[0]);
-  bool bad = version == 1   ? bool{source(next, list)}
-             : version == 2 ? bool{source(next, list, old_brokers)}
-             : version == 3 ? bool{source(next, list, old_brokers, moves)}
+  bool bad = version == 1   ? bool{source(next, old_list)}
+             : version == 2 ? bool{source(next, old_list, old_brokers)}
+             : version == 3 ? bool{source(next, old_list, old_brokers, moves)}
              : version == 4
-               ? bool{source(next, list, old_brokers, moves, removing)}
+               ? bool{source(next, old_list, old_brokers, moves, removing)}
              : version == 5
-               ? bool{source(next, list, old_brokers, moves, removing, users,
+               ? bool{source(next, old_list, old_brokers, moves, removing,
+                             users, acls)}
+             : version == 6
+               ? bool{source(next, old_list, brokers, moves, removing, users,
                              acls)}
                : bool{source(next, list, brokers, moves, removing, users, acls)};
   for (auto& b : old_brokers)
     brokers.push_back(b.upgrade());
+  for (auto& md : old_list)
+    list.push_back(std::move(md).upgrade());
   if (bad || source.remaining() != 0)
     return make_error(ec::corrupt_segment,
                       "metadata snapshot at " + std::to_string(index)

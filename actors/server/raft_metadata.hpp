@@ -7,7 +7,8 @@
 //
 // Commands and results use CAF's binary_serializer:
 //   command: version byte 1, kind byte (metadata_command), then the fields:
-//     create:    name, topic_config
+//     create:    name, topic_config_v1 (the first eight fields)
+//     create_v2: name, topic_config
 //     remove:    name
 //     alter:     name, map<string,string>
 //     add_parts: name, int32 count
@@ -22,7 +23,7 @@
 //     remove_acl:  acl_entry (removes the equal entries; answers them)
 //   result:  byte 0 then the topic_metadata / producer_identity, or
 //            byte 1 then the ferry error code (uint8) and its context string.
-//   snapshot: version byte 5, next producer id (int64), all topic_metadata,
+//   snapshot: version byte 7, next producer id (int64), all topic_metadata,
 //             all broker_registration, the moves in progress as isr_change,
 //             the ids of the brokers being removed, the users'
 //             scram_credential, the acl_entry list (versions 1 to 4,
@@ -131,6 +132,10 @@ enum class metadata_command : uint8_t {
   /// A broker registration with its Kafka listener (broker_registration as
   /// it is now); `broker` (6) holds the older layout without it, still read.
   broker_v2 = 14,
+  /// A topic create with topic_config as it is now (with cleanup.policy
+  /// and the compaction settings); `create` (1) holds the older layout
+  /// without them, still read.
+  create_v2 = 15,
 };
 
 /// Command encoders (see the file comment).

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <optional>
 #include <set>
@@ -625,6 +626,67 @@ TEST(RaftMetadataMachine, SnapshotRestoreRoundTrip) {
   EXPECT_TRUE(is(junk.error(), ec::invalid_request));
 }
 
+// Logs and snapshots written before cleanup.policy existed hold
+// topic_config with its first eight fields: command kind `create` (1) and
+// snapshot versions 1-6 still decode, with Kafka's compaction defaults.
+TEST(RaftMetadataMachine, TopicsFromBeforeCompactionStillDecode) {
+  using old_config = std::tuple<int32_t, int16_t, int64_t, int64_t, int64_t,
+                                int64_t, int32_t, int32_t>;
+  old_config oc{2, 1, 3600000, -1, int64_t{1} << 20, 60000, 1 << 20, 1};
+  std::vector<char> buf{1, 1}; // command version 1, kind create
+  {
+    caf::binary_serializer sink{nullptr, buf};
+    std::string name = "legacy";
+    ASSERT_FALSE(sink(name, oc));
+  }
+  metadata_state_machine m{{1}, 1};
+  auto r = decode_topic_result(m.apply(1, std::string{buf.begin(), buf.end()}));
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->config.partitions, 2);
+  EXPECT_EQ(r->config.retention_ms, 3600000);
+  EXPECT_EQ(r->config.cleanup_policy, cleanup_delete);
+  EXPECT_EQ(r->config.delete_retention_ms, topic_config{}.delete_retention_ms);
+  // A version 6 snapshot with one such topic.
+  using old_topic = std::tuple<std::string, old_config, std::vector<partition_assignment>>;
+  std::vector<old_topic> topics{{"snap", oc, r->partitions}};
+  std::vector<broker_registration> brokers;
+  std::vector<isr_change> moves;
+  std::vector<int32_t> removing;
+  std::vector<scram_credential> users;
+  std::vector<acl_entry> acls;
+  int64_t next_pid = 7;
+  std::vector<char> snap{6};
+  {
+    caf::binary_serializer sink{nullptr, snap};
+    ASSERT_FALSE(sink(next_pid, topics, brokers, moves, removing, users, acls));
+  }
+  metadata_state_machine b{{1}, 1};
+  ASSERT_FALSE(b.restore(1, std::string{snap.begin(), snap.end()}));
+  auto list = b.topics();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].name, "snap");
+  EXPECT_EQ(list[0].config.segment_ms, 60000);
+  EXPECT_EQ(list[0].config.cleanup_policy, cleanup_delete);
+  // New creates carry the compaction settings through a snapshot.
+  topic_config tc;
+  tc.cleanup_policy = cleanup_compact;
+  tc.min_cleanable_dirty_ratio = 0.1;
+  tc.delete_retention_ms = 5;
+  auto c = decode_topic_result(b.apply(2, encode_create_topic("compacted", tc)));
+  ASSERT_TRUE(c) << describe(c.error());
+  metadata_state_machine b2{{1}, 1};
+  ASSERT_FALSE(b2.restore(2, b.snapshot()));
+  bool found = false;
+  for (auto& t : b2.topics())
+    if (t.name == "compacted") {
+      found = true;
+      EXPECT_EQ(t.config.cleanup_policy, cleanup_compact);
+      EXPECT_DOUBLE_EQ(t.config.min_cleanable_dirty_ratio, 0.1);
+      EXPECT_EQ(t.config.delete_retention_ms, 5);
+    }
+  EXPECT_TRUE(found);
+}
+
 TEST(RaftMetadataMachine, UsersAndAclsSurviveASnapshot) {
   metadata_state_machine a{{1}, 1};
   auto cred = make_scram_credential("bob", "builder");
@@ -985,7 +1047,21 @@ TEST(MetadataMachine, OldSnapshotVersionsStillRestore) {
   std::vector<char> buf{static_cast<char>(3)};
   caf::binary_serializer sink{nullptr, buf};
   int64_t next = 5;
-  auto topics = m.topics();
+  // Versions 1-6: topic_config without cleanup.policy and compaction.
+  std::vector<std::tuple<std::string,
+                         std::tuple<int32_t, int16_t, int64_t, int64_t, int64_t,
+                                    int64_t, int32_t, int32_t>,
+                         std::vector<partition_assignment>>>
+    topics;
+  for (auto& t : m.topics()) {
+    auto& c = t.config;
+    topics.emplace_back(t.name,
+                        std::make_tuple(c.partitions, c.replication_factor,
+                                        c.retention_ms, c.retention_bytes,
+                                        c.segment_bytes, c.segment_ms,
+                                        c.max_message_bytes, c.min_insync_replicas),
+                        t.partitions);
+  }
   std::vector<old_registration> brokers; // versions 2-5: no Kafka listener
   for (auto& b : m.brokers())
     brokers.push_back({b.id, b.host, b.port, b.http_port, b.metrics_port, b.fenced,

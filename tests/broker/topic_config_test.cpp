@@ -141,12 +141,65 @@ TEST(TopicConfig, BadValuesNameKeyAndValue) {
 
 TEST(TopicConfig, UnknownKeyIsNamed) {
   auto cfg = apply_topic_config(topic_config{},
-                                {{"cleanup.policy", "compact"}});
+                                {{"message.timestamp.type", "LogAppendTime"}});
   ASSERT_FALSE(cfg);
   EXPECT_TRUE(is(cfg.error(), ec::invalid_config));
   auto text = context_of(cfg.error());
+  EXPECT_NE(text.find("message.timestamp.type"), std::string::npos) << text;
+  EXPECT_NE(text.find("LogAppendTime"), std::string::npos) << text;
+  // The message lists what is known.
   EXPECT_NE(text.find("cleanup.policy"), std::string::npos) << text;
-  EXPECT_NE(text.find("compact"), std::string::npos) << text;
+}
+
+TEST(TopicConfig, CompactionKeysParseAsKafkaSpellsThem) {
+  auto cfg = apply_topic_config(topic_config{},
+                                {{"cleanup.policy", "compact"},
+                                 {"min.cleanable.dirty.ratio", "0.25"},
+                                 {"min.compaction.lag.ms", "1000"},
+                                 {"max.compaction.lag.ms", "60000"},
+                                 {"delete.retention.ms", "0"}});
+  ASSERT_TRUE(cfg) << describe(cfg.error());
+  EXPECT_EQ(cfg->cleanup_policy, cleanup_compact);
+  EXPECT_DOUBLE_EQ(cfg->min_cleanable_dirty_ratio, 0.25);
+  EXPECT_EQ(cfg->min_compaction_lag_ms, 1000);
+  EXPECT_EQ(cfg->max_compaction_lag_ms, 60000);
+  EXPECT_EQ(cfg->delete_retention_ms, 0);
+  for (auto both : {"compact,delete", "delete,compact", "compact, delete"}) {
+    auto c = apply_topic_config(topic_config{}, {{"cleanup.policy", both}});
+    ASSERT_TRUE(c) << both;
+    EXPECT_EQ(c->cleanup_policy, cleanup_compact | cleanup_delete);
+    EXPECT_EQ(render_topic_config(*c)["cleanup.policy"], "compact,delete");
+  }
+  EXPECT_EQ(render_topic_config(topic_config{})["cleanup.policy"], "delete");
+  EXPECT_EQ(render_topic_config(*cfg)["min.cleanable.dirty.ratio"], "0.25");
+  // Defaults are Kafka's.
+  topic_config d;
+  EXPECT_EQ(d.cleanup_policy, cleanup_delete);
+  EXPECT_DOUBLE_EQ(d.min_cleanable_dirty_ratio, 0.5);
+  EXPECT_EQ(d.delete_retention_ms, 86400000);
+}
+
+TEST(TopicConfig, BadCompactionValuesAreNamed) {
+  std::vector<std::pair<std::string, std::string>> rows{
+    {"cleanup.policy", "compacted"}, {"cleanup.policy", ""},
+    {"cleanup.policy", "compact,"},  {"cleanup.policy", "delete;compact"},
+    {"min.cleanable.dirty.ratio", "1.5"}, {"min.cleanable.dirty.ratio", "-0.1"},
+    {"min.cleanable.dirty.ratio", "half"}, {"min.cleanable.dirty.ratio", "nan"},
+    {"min.compaction.lag.ms", "-1"},  {"max.compaction.lag.ms", "0"},
+    {"delete.retention.ms", "-5"},    {"delete.retention.ms", "1d"},
+  };
+  for (auto& [key, value] : rows) {
+    auto cfg = apply_topic_config(topic_config{}, {{key, value}});
+    ASSERT_FALSE(cfg) << key << "=" << value;
+    EXPECT_TRUE(is(cfg.error(), ec::invalid_config)) << describe(cfg.error());
+    EXPECT_NE(context_of(cfg.error()).find(key), std::string::npos)
+      << context_of(cfg.error());
+  }
+  // max.compaction.lag.ms below min.compaction.lag.ms.
+  auto cfg = apply_topic_config(topic_config{}, {{"min.compaction.lag.ms", "5000"},
+                                                 {"max.compaction.lag.ms", "1000"}});
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(context_of(cfg.error()).find("max.compaction.lag.ms"), std::string::npos);
 }
 
 TEST(TopicConfig, FailedApplyChangesNothing) {

@@ -97,11 +97,17 @@ public:
     return ask<fetch_response>(fetch_atom_v, std::move(req));
   }
 
-  /// Every record value of the partition from offset 0 to the high
-  /// watermark, in offset order, with its offset.
-  std::vector<std::pair<int64_t, std::string>>
-  read_all(const std::string& topic, int32_t partition) {
-    std::vector<std::pair<int64_t, std::string>> out;
+  /// One record as read_records returns it.
+  struct read_record {
+    int64_t offset = 0;
+    std::optional<std::string> key;
+    std::optional<std::string> value;
+  };
+
+  /// Every record of the partition from offset 0 to the high watermark, in
+  /// offset order (a compacted partition has gaps).
+  std::vector<read_record> read_records(const std::string& topic, int32_t partition) {
+    std::vector<read_record> out;
     int64_t next = 0;
     for (int round = 0; round < 100000; ++round) {
       auto r = fetch(topic, partition, next);
@@ -121,7 +127,7 @@ public:
         for (auto& rec : b->records) {
           auto off = h->base_offset.value + rec.offset_delta;
           if (off >= next)
-            out.emplace_back(off, rec.value.value_or(""));
+            out.push_back({off, std::move(rec.key), std::move(rec.value)});
         }
         next = h->next_offset().value;
         rest.remove_prefix(h->total_size());
@@ -129,6 +135,16 @@ public:
       if (next >= r->high_watermark.value)
         break;
     }
+    return out;
+  }
+
+  /// Every record value of the partition from offset 0 to the high
+  /// watermark, in offset order, with its offset.
+  std::vector<std::pair<int64_t, std::string>>
+  read_all(const std::string& topic, int32_t partition) {
+    std::vector<std::pair<int64_t, std::string>> out;
+    for (auto& r : read_records(topic, partition))
+      out.emplace_back(r.offset, r.value.value_or(""));
     return out;
   }
 
@@ -743,4 +759,177 @@ TEST(SingleNode, SecondFerrydOnTheSameDataDirFailsClearly) {
             std::string::npos)
     << second.output();
   EXPECT_EQ(first.stop(), 0);
+}
+
+// -- log compaction (issue 19) -------------------------------------------------
+
+namespace {
+
+std::string keyed_batch(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  std::vector<record> recs;
+  for (size_t i = 0; i < kvs.size(); ++i) {
+    record r;
+    r.offset_delta = static_cast<int32_t>(i);
+    r.timestamp = 1000;
+    r.key = kvs[i].first;
+    r.value = kvs[i].second;
+    recs.push_back(std::move(r));
+  }
+  auto b = encode_batch(batch_meta{}, recs);
+  EXPECT_TRUE(b);
+  return b ? *b : std::string{};
+}
+
+topic_config compacted_config() {
+  topic_config tc;
+  tc.cleanup_policy = 2; // compact
+  tc.segment_ms = 100;   // every produce after a pause starts a segment
+  tc.min_cleanable_dirty_ratio = 0.01;
+  return tc;
+}
+
+/// Latest value per key, and whether any offset came twice or went back.
+std::map<std::string, std::string>
+latest_values(const std::vector<client::read_record>& recs, bool& ordered) {
+  std::map<std::string, std::string> out;
+  ordered = true;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (i > 0 && recs[i].offset <= recs[i - 1].offset)
+      ordered = false;
+    if (recs[i].key)
+      out[*recs[i].key] = recs[i].value.value_or("<tombstone>");
+  }
+  return out;
+}
+
+} // namespace
+
+TEST(Compaction, FerrydKeepsTheLatestValuePerKeyAndRefusesKeylessRecords) {
+  ferryd_process d{{"--journal", "off"}};
+  ASSERT_STARTED(d);
+  std::map<std::string, std::string> want;
+  {
+    client c{d.port()};
+    ASSERT_TRUE(c.connected()) << c.error();
+    ASSERT_TRUE(c.create("table", compacted_config()));
+    // Ten rounds of updates of 20 keys, each round in its own segment.
+    for (int round = 0; round < 10; ++round) {
+      std::vector<std::pair<std::string, std::string>> kvs;
+      for (int k = 0; k < 20; ++k) {
+        auto key = "k" + std::to_string(k);
+        auto value = "v" + std::to_string(round) + "-" + key;
+        kvs.emplace_back(key, value);
+        want[key] = value;
+      }
+      ASSERT_TRUE(c.produce("table", 0, keyed_batch(kvs)));
+      std::this_thread::sleep_for(150ms);
+    }
+    // This one starts the active segment: everything before is cleanable.
+    ASSERT_TRUE(c.produce("table", 0, keyed_batch({{"last", "x"}})));
+    want["last"] = "x";
+    // A record without a key has no place in a compacted topic.
+    record nokey;
+    nokey.value = "no key";
+    auto keyless = c.produce("table", 0, *encode_batch(batch_meta{}, {nokey}));
+    ASSERT_FALSE(keyless);
+    EXPECT_TRUE(is(keyless.error(), ec::malformed_record)) << describe(keyless.error());
+    EXPECT_NE(describe(keyless.error()).find("no key"), std::string::npos)
+      << describe(keyless.error());
+    // The tick (every second) hands the log to the cleaner.
+    std::vector<client::read_record> recs;
+    for (int i = 0; i < 150; ++i) {
+      recs = c.read_records("table", 0);
+      if (recs.size() == 21)
+        break;
+      std::this_thread::sleep_for(200ms);
+    }
+    ASSERT_EQ(recs.size(), 21u) << d.output();
+    bool ordered = false;
+    EXPECT_EQ(latest_values(recs, ordered), want);
+    EXPECT_TRUE(ordered);
+    // Offsets never change: k0's last value is at round 9's first offset.
+    EXPECT_EQ(recs.front().offset, 9 * 20);
+    auto td = c.ask<topic_description>(describe_atom_v, topic_atom_v,
+                                       std::string{"table"});
+    ASSERT_TRUE(td) << describe(td.error());
+    EXPECT_EQ(td->config.cleanup_policy, 2);
+    ASSERT_EQ(td->partitions.size(), 1u);
+    EXPECT_GE(td->partitions[0].dirty_ratio, 0.0);
+    EXPECT_GT(td->partitions[0].last_clean_ms, 0);
+    EXPECT_EQ(td->partitions[0].log_end, offset{201});
+  }
+  // A restart reads the cleaned segments as they are.
+  EXPECT_EQ(d.stop(), 0) << d.output();
+  ASSERT_TRUE(d.restart()) << d.output();
+  client c{d.port()};
+  ASSERT_TRUE(c.connected()) << c.error();
+  auto recs = c.read_records("table", 0);
+  bool ordered = false;
+  EXPECT_EQ(recs.size(), 21u);
+  EXPECT_EQ(latest_values(recs, ordered), want);
+  EXPECT_TRUE(ordered);
+}
+
+TEST(Compaction, SigkillInTheMiddleOfACleanLosesNoLatestValue) {
+  // Throttled to 1 MiB/s, the clean of ~3 MiB takes seconds: long enough
+  // to find its .cleaned file and kill ferryd then.
+  ferryd_process d{{"--journal", "off", "--cleaner-io-max-bytes-per-second", "1048576"}};
+  ASSERT_STARTED(d);
+  std::map<std::string, std::string> want;
+  {
+    client c{d.port()};
+    ASSERT_TRUE(c.connected()) << c.error();
+    auto tc = compacted_config();
+    tc.segment_ms = 7LL * 24 * 3600 * 1000; // roll by size (1 MiB) only
+    tc.segment_bytes = 1 << 20;
+    ASSERT_TRUE(c.create("big", tc));
+    std::string pad(1000, 'p');
+    for (int b = 0; b < 70; ++b) {
+      std::vector<std::pair<std::string, std::string>> kvs;
+      for (int i = 0; i < 50; ++i) {
+        auto key = "key-" + std::to_string((b * 50 + i) % 100);
+        auto value = std::to_string(b) + "/" + std::to_string(i) + pad;
+        kvs.emplace_back(key, value);
+        want[key] = value;
+      }
+      ASSERT_TRUE(c.produce("big", 0, keyed_batch(kvs)));
+    }
+  }
+  auto dir = d.data_dir() / "topics" / "big-0";
+  bool seen = false;
+  for (int i = 0; i < 300 && !seen; ++i) {
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(dir, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+      if (it->path().filename().string().ends_with(".cleaned"))
+        seen = true;
+    if (!seen)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(seen) << "no clean started: " << d.output();
+  d.kill9();
+  // The same data dir, now without the throttle.
+  ferryd_process again{d.data_dir(), {"--journal", "off"}};
+  ASSERT_STARTED(again);
+  client c{again.port()};
+  ASSERT_TRUE(c.connected()) << c.error();
+  auto recs = c.read_records("big", 0);
+  bool ordered = false;
+  EXPECT_EQ(latest_values(recs, ordered), want);
+  EXPECT_TRUE(ordered);
+  // The restarted node cleans again, and this time finishes.
+  int64_t last_clean = 0;
+  for (int i = 0; i < 600 && last_clean == 0; ++i) {
+    auto td = c.ask<topic_description>(describe_atom_v, topic_atom_v,
+                                       std::string{"big"});
+    ASSERT_TRUE(td) << describe(td.error());
+    last_clean = td->partitions.at(0).last_clean_ms;
+    if (last_clean == 0)
+      std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GT(last_clean, 0) << again.output();
+  auto after = c.read_records("big", 0);
+  EXPECT_LT(after.size(), recs.size());
+  EXPECT_EQ(latest_values(after, ordered), want);
+  EXPECT_TRUE(ordered);
 }
