@@ -29,12 +29,15 @@ caf::expected<topic_metadata> decode_topic(std::string_view key,
   if (value.empty()
       || static_cast<uint8_t>(value[0]) != fmt_::topic_value_version)
     return bad("unknown version");
-  topic_metadata md;
+  // Written before cleanup.policy existed: topic_config's first eight
+  // fields.
+  topic_metadata_v1 old;
   caf::binary_deserializer source{nullptr, value.data() + 1, value.size() - 1};
-  if (auto err = source(md))
+  if (auto err = source(old))
     return bad("does not decode: " + describe(err));
   if (source.remaining() != 0)
     return bad("trailing bytes");
+  auto md = std::move(old).upgrade();
   return md;
 }
 

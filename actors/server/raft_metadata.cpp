@@ -67,38 +67,6 @@ typename Inspector::result_type inspect(Inspector& f,
            x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
 }
 
-/// topic_config as command kind `create` and snapshots 1-6 store it:
-/// without cleanup.policy and the compaction settings.
-struct topic_config_v1 {
-  topic_config cfg;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, topic_config_v1& x) {
-  auto& c = x.cfg;
-  return f(caf::meta::type_name("ferry::topic_config"), c.partitions,
-           c.replication_factor, c.retention_ms, c.retention_bytes,
-           c.segment_bytes, c.segment_ms, c.max_message_bytes,
-           c.min_insync_replicas);
-}
-
-/// topic_metadata as snapshots 1-6 store it.
-struct topic_metadata_v1 {
-  std::string name;
-  topic_config_v1 config;
-  std::vector<partition_assignment> partitions;
-
-  topic_metadata upgrade() && {
-    return topic_metadata{std::move(name), config.cfg, std::move(partitions)};
-  }
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, topic_metadata_v1& x) {
-  return f(caf::meta::type_name("ferry::topic_metadata"), x.name, x.config,
-           x.partitions);
-}
-
 std::string command_head(metadata_command k) {
   return {static_cast<char>(command_version), static_cast<char>(k)};
 }

@@ -138,6 +138,39 @@ enum class metadata_command : uint8_t {
   create_v2 = 15,
 };
 
+/// topic_config as command kind `create`, snapshots 1-6 and the legacy
+/// LMDB topic records (metadata_import.hpp) store it: without
+/// cleanup.policy and the compaction settings.
+struct topic_config_v1 {
+  topic_config cfg;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_config_v1& x) {
+  auto& c = x.cfg;
+  return f(caf::meta::type_name("ferry::topic_config"), c.partitions,
+           c.replication_factor, c.retention_ms, c.retention_bytes,
+           c.segment_bytes, c.segment_ms, c.max_message_bytes,
+           c.min_insync_replicas);
+}
+
+/// topic_metadata as snapshots 1-6 store it.
+struct topic_metadata_v1 {
+  std::string name;
+  topic_config_v1 config;
+  std::vector<partition_assignment> partitions;
+
+  topic_metadata upgrade() && {
+    return topic_metadata{std::move(name), config.cfg, std::move(partitions)};
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, topic_metadata_v1& x) {
+  return f(caf::meta::type_name("ferry::topic_metadata"), x.name, x.config,
+           x.partitions);
+}
+
 /// Command encoders (see the file comment).
 std::string encode_create_topic(const std::string& name,
                                 const topic_config& tc);

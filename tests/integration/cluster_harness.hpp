@@ -567,11 +567,13 @@ public:
   }
 
   /// Creates a topic with RF 3 through any node, retrying retriable errors.
+  /// `base` gives every other setting (e.g. cleanup.policy).
   std::string create_topic(const std::string& name, int32_t partitions,
                            int32_t min_insync = 2,
-                           std::chrono::milliseconds timeout = std::chrono::seconds{20}) {
+                           std::chrono::milliseconds timeout = std::chrono::seconds{20},
+                           ferry::topic_config base = {}) {
     using namespace std::chrono_literals;
-    ferry::topic_config tc;
+    ferry::topic_config tc = base;
     tc.partitions = partitions;
     tc.replication_factor = 3;
     tc.min_insync_replicas = min_insync;

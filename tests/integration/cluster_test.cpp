@@ -490,6 +490,158 @@ TEST(Cluster, FollowerRestartCatchesUp) {
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
 }
 
+namespace {
+
+/// Every record of a stopped node's replica of topic-p, read from disk.
+std::vector<log_record> records_on_disk(cluster& c, int id, const std::string& topic,
+                                        int32_t p, std::string& why) {
+  std::vector<log_record> out;
+  auto dir = c.node(id).data_dir() / "topics" / (topic + "-" + std::to_string(p));
+  ferry::memory_checkpoint cp;
+  auto log = ferry::partition_log::open(dir, ferry::log_config{}, &cp);
+  if (!log) {
+    why = "open " + dir.string() + ": " + ferry::describe(log.error());
+    return out;
+  }
+  auto at = (*log)->log_start();
+  while (at < (*log)->log_end()) {
+    auto r = (*log)->read(at, 1 << 20, (*log)->log_end());
+    if (!r) {
+      why = "read: " + ferry::describe(r.error());
+      return out;
+    }
+    if (r->data.empty())
+      break;
+    if (!decode_batches(r->data, at.value, out, why))
+      return out;
+    at = r->next_offset;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> latest_per_key(const std::vector<log_record>& recs,
+                                                  bool& ordered) {
+  std::map<std::string, std::string> m;
+  ordered = true;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (i > 0 && recs[i].off <= recs[i - 1].off)
+      ordered = false;
+    m[recs[i].key] = recs[i].value;
+  }
+  return m;
+}
+
+} // namespace
+
+// Log compaction across replicas (issue 19): a follower that was down while
+// its leader compacted copies the compacted log (with its gaps) and ends with
+// the same latest values; after the leader is SIGKILLed the new leader goes
+// on producing and compacting, the old one comes back and catches up, and
+// all three replicas hold exactly the latest value of every key.
+TEST(Cluster, CompactedPartitionStaysConsistentThroughLeaderChanges) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "table";
+  ferry::topic_config tc;
+  tc.cleanup_policy = 2; // compact
+  tc.segment_ms = 100;
+  tc.min_cleanable_dirty_ratio = 0.01;
+  auto why = c.create_topic(topic, 1, 2, std::chrono::seconds{20}, tc);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  auto leader = c.leader_of(topic, 0);
+  ASSERT_GE(leader, 1) << c.dump();
+  int follower = leader % cluster::size + 1;
+  c.kill(follower);
+  auto prod = make_producer(c, c.endpoints());
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  std::map<std::string, std::string> want;
+  auto produce_round = [&](int round) {
+    std::vector<ferry::client_message> msgs;
+    for (int k = 0; k < 10; ++k) {
+      ferry::client_message m;
+      m.topic = topic;
+      m.has_key = true;
+      m.key = "k" + std::to_string(k);
+      m.value = "r" + std::to_string(round) + "-k" + std::to_string(k);
+      want[m.key] = m.value;
+      msgs.push_back(std::move(m));
+    }
+    auto reports = ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 45s,
+                                                            ferry::produce_atom_v, msgs);
+    return reports ? std::string{} : ferry::error_text(reports.error());
+  };
+  // Rounds in segments of their own (segment.ms 100), then one more to
+  // close the last of them.
+  for (int round = 0; round < 8; ++round) {
+    auto err = produce_round(round);
+    ASSERT_TRUE(err.empty()) << err << "\n" << c.dump();
+    std::this_thread::sleep_for(150ms);
+  }
+  ASSERT_TRUE(produce_round(8).empty()) << c.dump();
+  // The leader compacts.
+  bool cleaned = wait_until(30s, [&] {
+    auto st = c.status(leader, topic, 0);
+    return st && st->last_clean_ms > 0;
+  });
+  ASSERT_TRUE(cleaned) << "the leader did not clean\n" << c.dump();
+  // The follower comes back and copies the compacted log.
+  auto why2 = c.restart(follower);
+  ASSERT_TRUE(why2.empty()) << why2 << "\n" << c.dump();
+  bool caught_up = wait_until(rejoin_timeout, [&] {
+    auto lead = c.status(leader, topic, 0);
+    auto mine = c.status(follower, topic, 0);
+    return lead && mine && mine->log_end == lead->log_end && mine->high_watermark == lead->high_watermark;
+  });
+  ASSERT_TRUE(caught_up) << c.dump();
+  // SIGKILL the leader; the new one takes more updates and compacts too.
+  c.kill(leader);
+  int next_leader = -1;
+  ASSERT_TRUE(wait_until(30s, [&] {
+    next_leader = c.leader_of(topic, 0);
+    return next_leader >= 1 && next_leader != leader;
+  })) << c.dump();
+  for (int round = 9; round < 13; ++round) {
+    auto err = produce_round(round);
+    ASSERT_TRUE(err.empty()) << err << "\n" << c.dump();
+    std::this_thread::sleep_for(150ms);
+  }
+  ASSERT_TRUE(produce_round(13).empty()) << c.dump();
+  auto before = c.status(next_leader, topic, 0);
+  ASSERT_TRUE(before);
+  ASSERT_TRUE(wait_until(30s, [&] {
+    auto st = c.status(next_leader, topic, 0);
+    return st && st->last_clean_ms > before->last_clean_ms;
+  })) << "the new leader did not clean\n" << c.dump();
+  // The old leader comes back as a follower and catches up.
+  auto why3 = c.restart(leader);
+  ASSERT_TRUE(why3.empty()) << why3 << "\n" << c.dump();
+  ASSERT_TRUE(wait_until(rejoin_timeout, [&] {
+    auto lead = c.status(next_leader, topic, 0);
+    if (!lead)
+      return false;
+    for (int id = 1; id <= cluster::size; ++id) {
+      auto st = c.status(id, topic, 0);
+      if (!st || st->log_end != lead->log_end || st->high_watermark != lead->high_watermark)
+        return false;
+    }
+    return true;
+  })) << c.dump();
+  auto codes = c.stop_all();
+  for (auto& [id, code] : codes)
+    EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly";
+  for (int id = 1; id <= cluster::size; ++id) {
+    std::string err;
+    auto recs = records_on_disk(c, id, topic, 0, err);
+    ASSERT_TRUE(err.empty()) << "node " << id << ": " << err;
+    bool ordered = false;
+    EXPECT_EQ(latest_per_key(recs, ordered), want) << "node " << id;
+    EXPECT_TRUE(ordered) << "node " << id;
+    // 14 rounds of 10 keys were produced; compaction left far fewer.
+    EXPECT_LT(recs.size(), 140u) << "node " << id;
+  }
+}
+
 // The producer and the consumer send each partition's requests to its
 // leader's node over connections of their own: bootstrapped with node 1
 // only, once their leader links are up no node relays their produce or
