@@ -216,6 +216,32 @@ void write_records(char* out, const std::vector<record>& records,
   }
 }
 
+// Room for the fixed header, then the records section (`section` bytes
+// before compression) compressed with `codec`.
+caf::expected<std::string> header_and_records(compression codec,
+                                              const std::vector<record>& records,
+                                              timestamp_ms base_ts, size_t section) {
+  std::string out;
+  if (codec == compression::none) {
+    out.resize(L::header_size + section);
+    write_records(out.data() + L::header_size, records, base_ts);
+  } else {
+    scratch guard{encode_scratch};
+    std::string& plain = guard.get();
+    plain.resize(section);
+    write_records(plain.data(), records, base_ts);
+    out.reserve(L::header_size + section / 2 + 64);
+    out.resize(L::header_size);
+    if (auto err = compress(codec, plain, out))
+      return err;
+  }
+  if (out.size() - L::log_overhead > max_field)
+    return make_error(ec::length_overflow,
+                      "batch of " + std::to_string(out.size())
+                        + " bytes exceeds int32 batch_length");
+  return out;
+}
+
 } // namespace
 
 caf::expected<std::string> encode_batch(const batch_meta& meta,
@@ -251,24 +277,10 @@ caf::expected<std::string> encode_batch(const batch_meta& meta,
                           + " bytes exceed int32");
     section += varint::size_signed(static_cast<int64_t>(body)) + body;
   }
-  std::string out;
-  if (meta.codec == compression::none) {
-    out.resize(L::header_size + section);
-    write_records(out.data() + L::header_size, records, base_ts);
-  } else {
-    scratch guard{encode_scratch};
-    std::string& plain = guard.get();
-    plain.resize(section);
-    write_records(plain.data(), records, base_ts);
-    out.reserve(L::header_size + section / 2 + 64);
-    out.resize(L::header_size);
-    if (auto err = compress(meta.codec, plain, out))
-      return err;
-  }
-  if (out.size() - L::log_overhead > max_field)
-    return make_error(ec::length_overflow,
-                      "batch of " + std::to_string(out.size())
-                        + " bytes exceeds int32 batch_length");
+  auto body = header_and_records(meta.codec, records, base_ts, section);
+  if (!body)
+    return std::move(body.error());
+  std::string out = std::move(*body);
   char* p = out.data();
   uint16_t attrs = static_cast<uint16_t>(meta.codec);
   if (meta.ts_type == timestamp_type::log_append_time)
@@ -314,24 +326,10 @@ caf::expected<std::string> rebuild_batch(std::string_view original,
     section += varint::size_signed(static_cast<int64_t>(body)) + body;
   }
   auto codec = kept.empty() ? compression::none : h->codec();
-  std::string out;
-  if (codec == compression::none) {
-    out.resize(L::header_size + section);
-    write_records(out.data() + L::header_size, kept, h->base_timestamp);
-  } else {
-    scratch guard{encode_scratch};
-    std::string& plain = guard.get();
-    plain.resize(section);
-    write_records(plain.data(), kept, h->base_timestamp);
-    out.reserve(L::header_size + section / 2 + 64);
-    out.resize(L::header_size);
-    if (auto err = compress(codec, plain, out))
-      return err;
-  }
-  if (out.size() - L::log_overhead > max_field)
-    return make_error(ec::length_overflow,
-                      "batch of " + std::to_string(out.size())
-                        + " bytes exceeds int32 batch_length");
+  auto body = header_and_records(codec, kept, h->base_timestamp, section);
+  if (!body)
+    return std::move(body.error());
+  std::string out = std::move(*body);
   char* p = out.data();
   std::memcpy(p, original.data(), L::header_size);
   auto attrs = static_cast<uint16_t>(h->attributes);

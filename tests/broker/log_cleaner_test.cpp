@@ -69,6 +69,25 @@ struct read_record {
   std::optional<std::string> value;
 };
 
+/// "base-last/records" of every batch, for failure messages.
+std::string batches_of(partition_log& log) {
+  std::string out;
+  auto all = log.read(log.log_start(), 1 << 20, log.log_end());
+  if (!all)
+    return describe(all.error());
+  std::string_view v = all->data;
+  while (!v.empty()) {
+    auto h = parse_batch_header(v);
+    if (!h)
+      return out + describe(h.error());
+    out += std::to_string(h->base_offset.value) + "-" + std::to_string(h->last_offset().value)
+           + "/" + std::to_string(h->records_count) + " ";
+    v.remove_prefix(h->total_size());
+  }
+  return out + "(" + std::to_string(log.segment_count()) + " segments, end "
+         + std::to_string(log.log_end().value) + ")";
+}
+
 /// Every record from `from` to the log end, and the offsets of the batches'
 /// ends (to check they never go back).
 std::vector<read_record> read_all(partition_log& log, offset from = offset{-1},
@@ -97,13 +116,7 @@ std::vector<read_record> read_all(partition_log& log, offset from = offset{-1},
       }
       data.remove_prefix(h->total_size());
     }
-    EXPECT_GT(rd->next_offset, at) << [&] {
-      std::string d;
-      auto all = log.read(log.log_start(), 1 << 20, log.log_end());
-      std::string_view v = all->data;
-      while (!v.empty()) { auto h = parse_batch_header(v); d += std::to_string(h->base_offset.value) + "-" + std::to_string(h->last_offset().value) + "/" + std::to_string(h->records_count) + " "; v.remove_prefix(h->total_size()); }
-      return d + " segs=" + std::to_string(log.segment_count()) + " end=" + std::to_string(log.log_end().value);
-    }();
+    EXPECT_GT(rd->next_offset, at) << batches_of(log);
     if (rd->next_offset <= at)
       break;
     at = rd->next_offset;
