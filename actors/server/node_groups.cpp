@@ -304,10 +304,10 @@ caf::error stalled_home_error(self_ptr self) {
     return {};
   // A stall shorter than the fencing delay cannot have moved anything.
   auto limit = st.cfg.fence_after + st.cfg.cluster_tick;
-  // Time for the Raft leader's heartbeats to bring the metadata up to date
-  // (1.5 s was too short in a loaded CI run: the woken node served old
-  // offsets for 0.7 s after it; what should end it is the first contact
-  // with the Raft leader after the stall, see issue 18's notes).
+  // At least this long, and until the local Raft node applied what a
+  // current leader had committed after the stall (stall_watch's
+  // note_caught_up): a timer alone (1.5 s, then 3 s) was too short in
+  // loaded CI runs, where the woken node served old offsets after it.
   auto quarantine = std::max(std::chrono::milliseconds{3000},
                              std::chrono::duration_cast<std::chrono::milliseconds>(
                                3 * st.cfg.raft_tick * static_cast<int64_t>(st.cfg.election_ticks)));

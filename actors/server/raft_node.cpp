@@ -1,4 +1,5 @@
 #include "actors/server/raft_node.hpp"
+#include "actors/server/stall_watch.hpp"
 
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
@@ -209,9 +210,20 @@ raft_actor::behavior_type raft_node(self_ptr self, raft_node_config cfg) {
   self->delayed_send(self, st.cfg.tick_interval, tick_atom_v);
   return {
     [self](raft_atom, const raft_message& m) {
-      self->state.core->step(m);
+      auto& st = self->state;
+      st.core->step(m);
       flush(self);
       settle_leaderless(self);
+      // Evidence that this node's metadata is current, for a node back
+      // from a stall (stall_watch.hpp, stalled_home_error).
+      auto& core = *st.core;
+      bool from_leader = core.role() == raft_role::follower && m.from == core.leader()
+                         && (m.kind == raft_msg::append || m.kind == raft_msg::snapshot)
+                         && m.term == core.term() && st.last_applied >= m.commit;
+      bool still_leading = core.role() == raft_role::leader && m.term == core.term()
+                           && m.kind == raft_msg::append_reply && m.success;
+      if (from_leader || still_leading)
+        stall_watch::instance().note_caught_up();
     },
     [self](propose_atom, std::string& command) -> caf::result<raft_applied> {
       auto& st = self->state;

@@ -31,16 +31,29 @@ public:
   }
 
   /// True while the watch thread has not run for longer than `limit` (the
-  /// process is just resuming), or within `quarantine` after a gap longer
-  /// than `limit` ended.
+  /// process is just resuming), and after a gap longer than `limit` ended:
+  /// for `quarantine` at least, and until the metadata caught up with a
+  /// Raft leader after the gap (note_caught_up), plus a moment for the
+  /// node to take in what that brought.
   bool stalled(std::chrono::milliseconds limit, std::chrono::milliseconds quarantine) const {
     auto now = clock::now().time_since_epoch().count();
     auto beat = last_beat_.load(std::memory_order_acquire);
     if (now - beat > to_ticks(limit))
       return true;
     auto gap = last_gap_.load(std::memory_order_acquire);
+    if (gap <= to_ticks(limit))
+      return false;
     auto end = last_gap_end_.load(std::memory_order_acquire);
-    return gap > to_ticks(limit) && now - end < to_ticks(quarantine);
+    auto caught_up = caught_up_.load(std::memory_order_acquire);
+    return now - end < to_ticks(quarantine) || caught_up <= end
+           || now - caught_up < to_ticks(std::chrono::milliseconds{250});
+  }
+
+  /// The local Raft node applied everything a current leader had committed
+  /// (raft_node: a leader's append applied up to its commit index, or, as
+  /// the leader, a follower's acknowledgement in its term).
+  void note_caught_up() {
+    caught_up_.store(clock::now().time_since_epoch().count(), std::memory_order_release);
   }
 
   stall_watch(const stall_watch&) = delete;
@@ -83,6 +96,7 @@ private:
   std::atomic<int64_t> last_beat_{0};
   std::atomic<int64_t> last_gap_{0};
   std::atomic<int64_t> last_gap_end_{0};
+  std::atomic<int64_t> caught_up_{0};
   std::mutex mtx_;
   std::condition_variable cv_;
   bool stop_ = false;
