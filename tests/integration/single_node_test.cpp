@@ -929,7 +929,9 @@ TEST(Compaction, SigkillInTheMiddleOfACleanLosesNoLatestValue) {
   }
   ASSERT_GT(last_clean, 0) << again.output();
   auto after = c.read_records("big", 0);
-  EXPECT_LT(after.size(), recs.size());
+  // (The first read may already have come after that clean: compare with
+  // what was produced, not with it.)
+  EXPECT_LT(after.size(), 3500u);
   EXPECT_EQ(latest_values(after, ordered), want);
   EXPECT_TRUE(ordered);
 }
