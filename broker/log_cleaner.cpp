@@ -21,15 +21,6 @@ io_throttle::io_throttle(uint64_t bytes_per_second)
   : rate_(bytes_per_second), window_start_(std::chrono::steady_clock::now()) {
 }
 
-void io_throttle::set_rate(uint64_t bytes_per_second) {
-  rate_ = bytes_per_second;
-}
-
-std::chrono::nanoseconds io_throttle::slept() const {
-  std::lock_guard lk{mtx_};
-  return slept_;
-}
-
 void io_throttle::consume(uint64_t bytes) {
   using namespace std::chrono;
   auto rate = rate_.load();
@@ -50,7 +41,6 @@ void io_throttle::consume(uint64_t bytes) {
                                 / static_cast<double>(rate)});
   if (due > now) {
     auto wait = due - now;
-    slept_ += duration_cast<nanoseconds>(wait);
     lk.unlock();
     std::this_thread::sleep_for(wait);
   }
@@ -139,7 +129,6 @@ private:
       return got.error();
     if (throttle_)
       throttle_->consume(*got);
-    read_ += *got;
     buf_.resize(have + *got);
     if (buf_.size() < n)
       return make_error(ec::corrupt_segment,
@@ -148,10 +137,6 @@ private:
     return caf::none;
   }
 
-public:
-  uint64_t bytes_read() const { return read_; }
-
-private:
   static constexpr size_t chunk = size_t{1} << 20;
   file_handle& f_;
   uint64_t size_;
@@ -160,7 +145,6 @@ private:
   std::string buf_;
   size_t at_ = 0;
   uint64_t pos_ = 0;
-  uint64_t read_ = 0;
 };
 
 /// Key -> latest offset, with its memory counted against a budget.

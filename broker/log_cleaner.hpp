@@ -50,17 +50,11 @@ public:
   /// Accounts `bytes`, sleeping first if the rate would be exceeded.
   void consume(uint64_t bytes);
 
-  void set_rate(uint64_t bytes_per_second);
-  uint64_t rate() const { return rate_.load(); }
-  /// Time spent sleeping so far.
-  std::chrono::nanoseconds slept() const;
-
 private:
   std::atomic<uint64_t> rate_;
   mutable std::mutex mtx_;
   std::chrono::steady_clock::time_point window_start_;
   uint64_t window_bytes_ = 0;
-  std::chrono::nanoseconds slept_{0};
 };
 
 /// Producer id -> the last offset of that producer's newest batch in the
@@ -128,7 +122,6 @@ public:
   /// The owner swapped a clean in: counts its reclaimed bytes.
   void count_swapped(const clean_stats& stats);
 
-  const log_cleaner_options& options() const { return opts_; }
   uint64_t dedupe_buffer_bytes() const { return opts_.dedupe_buffer_bytes; }
   log_cleaner_stats stats() const;
 

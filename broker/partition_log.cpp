@@ -164,6 +164,8 @@ private:
   caf::error recover_clean_files();
   /// The closed segments a clean may read: [0, n) of segs_.
   size_t cleanable_segments(timestamp_ms now) const;
+  /// Bytes of the first n segments, and of those at or above the clean point.
+  void dirty_and_total(size_t n, uint64_t& dirty, uint64_t& total) const;
 
   std::filesystem::path dir_;
   log_config cfg_;
@@ -945,6 +947,18 @@ size_t disk_partition_log::cleanable_segments(timestamp_ms now) const {
   return n;
 }
 
+void disk_partition_log::dirty_and_total(size_t n, uint64_t& dirty,
+                                         uint64_t& total) const {
+  dirty = total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto size = segs_[i]->size();
+    total += size;
+    // A segment that holds the clean point counts as dirty.
+    if (segs_[i + 1]->base() > clean_point_)
+      dirty += size;
+  }
+}
+
 cleaning_status disk_partition_log::cleaning() const {
   cleaning_status st;
   st.clean_point = clean_point_;
@@ -953,14 +967,7 @@ cleaning_status disk_partition_log::cleaning() const {
   st.bytes_reclaimed = bytes_reclaimed_;
   if (!cfg_.compaction.compact || closed_)
     return st;
-  auto n = cleanable_segments(clock_());
-  for (size_t i = 0; i < n; ++i) {
-    auto size = segs_[i]->size();
-    st.cleanable_bytes += size;
-    // A segment that holds the clean point counts as dirty.
-    if (segs_[i + 1]->base() > clean_point_)
-      st.dirty_bytes += size;
-  }
+  dirty_and_total(cleanable_segments(clock_()), st.dirty_bytes, st.cleanable_bytes);
   if (st.cleanable_bytes > 0)
     st.dirty_ratio = static_cast<double>(st.dirty_bytes)
                      / static_cast<double>(st.cleanable_bytes);
@@ -977,17 +984,12 @@ disk_partition_log::begin_clean(timestamp_ms now) {
     return none;
   uint64_t total = 0;
   uint64_t dirty = 0;
+  dirty_and_total(n, dirty, total);
   bool overdue = false;
   auto max_lag = cfg_.compaction.max_compaction_lag;
-  for (size_t i = 0; i < n; ++i) {
-    auto& seg = *segs_[i];
-    total += seg.size();
-    if (segs_[i + 1]->base() <= clean_point_)
-      continue;
-    dirty += seg.size();
-    auto m = seg.max_timestamp();
-    if (max_lag != std::chrono::milliseconds::max() && m
-        && *m <= now - max_lag.count())
+  for (size_t i = 0; i < n && max_lag != std::chrono::milliseconds::max(); ++i) {
+    auto m = segs_[i]->max_timestamp();
+    if (segs_[i + 1]->base() > clean_point_ && m && *m <= now - max_lag.count())
       overdue = true;
   }
   bool ratio = total > 0 && dirty > 0
@@ -1010,8 +1012,7 @@ disk_partition_log::begin_clean(timestamp_ms now) {
                                        seg.size(),
                                        std::shared_ptr<file_handle>{std::move(*f)}});
   }
-  job.cleanable_end = job.sources.back().end;
-  job.first_dirty = std::min(job.first_dirty, job.cleanable_end);
+  job.first_dirty = std::min(job.first_dirty, job.sources.back().end);
   job.now = now;
   job.delete_retention = cfg_.compaction.delete_retention;
   job.max_output_bytes = std::min<uint64_t>(cfg_.segment_bytes, UINT32_MAX);

@@ -193,8 +193,6 @@ struct clean_job {
   /// Records at or above this are the dirty section: their keys are
   /// mapped, and an older record of a mapped key is removed.
   offset first_dirty{0};
-  /// sources.back().end: nothing at or above is read.
-  offset cleanable_end{0};
   /// The cleaner's "now" (tombstone expiry).
   timestamp_ms now = 0;
   std::chrono::milliseconds delete_retention{0};
@@ -207,7 +205,8 @@ struct clean_job {
   /// The log's truncation count at begin_clean.
   uint64_t generation = 0;
   // -- filled in by run_clean --
-  /// The mapped section ended here (cleanable_end unless the map filled):
+  /// The mapped section ended here (sources.back().end unless the map
+  /// filled):
   /// the log's clean point after end_clean.
   offset mapped_end{0};
   std::vector<clean_output> outputs;
