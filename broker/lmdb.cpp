@@ -178,7 +178,8 @@ void txn::end(bool do_commit, int* rc_out) {
     owner->writer_thread_.store(std::thread::id{});
     owner->writer_mutex_.unlock();
   }
-  owner->leave_txn();
+  if (!st_->child)
+    owner->leave_txn();
   if (rc_out != nullptr)
     *rc_out = rc;
 }
@@ -413,7 +414,97 @@ caf::expected<txn> env::begin_write() {
   return t;
 }
 
+struct env::group_frame {
+  env* owner = nullptr;
+  MDB_txn* outer = nullptr;
+  bool map_full = false;
+};
+
+namespace {
+
+// The write_group() the calling thread is in, if any.
+thread_local env::group_frame* current_group = nullptr;
+
+} // namespace
+
+caf::error env::run_child(group_frame& g, const txn_fn& fn, bool keep) {
+  MDB_txn* h = nullptr;
+  int rc = mdb_txn_begin(handle_, g.outer, 0, &h);
+  if (rc != MDB_SUCCESS) {
+    if (rc == MDB_MAP_FULL)
+      g.map_full = true;
+    return make_lmdb_error(rc, "mdb_txn_begin (nested)");
+  }
+  auto st = std::make_unique<txn::state>();
+  st->owner = this;
+  st->handle = h;
+  st->write = true;
+  st->managed = true;
+  st->child = true;
+  txn t{std::move(st)};
+  auto err = fn(t);
+  if (t.map_full()) {
+    g.map_full = true;
+    t.end(false, nullptr);
+    return err ? err : make_lmdb_error(MDB_MAP_FULL, "write group");
+  }
+  if (err || !keep) {
+    t.end(false, nullptr);
+    return err;
+  }
+  rc = MDB_SUCCESS;
+  t.end(true, &rc);
+  if (rc == MDB_MAP_FULL)
+    g.map_full = true;
+  if (rc != MDB_SUCCESS)
+    return make_lmdb_error(rc, "mdb_txn_commit (nested)");
+  return caf::none;
+}
+
+caf::error env::write_group(const std::function<caf::error()>& fn) {
+  if (current_group != nullptr) {
+    if (current_group->owner == this)
+      return fn();
+    return make_error(ec::invalid_argument,
+                      "write_group: already in a group of another env");
+  }
+  if (writer_thread_.load() == std::this_thread::get_id())
+    return make_error(ec::invalid_argument,
+                      "write_group: nested in a write txn of the same env");
+  std::lock_guard<std::mutex> guard{writer_mutex_};
+  writer_mark mark{writer_thread_};
+  for (;;) {
+    auto t = begin(true);
+    if (!t)
+      return std::move(t.error());
+    t->st_->managed = true;
+    group_frame frame{this, t->native(), false};
+    current_group = &frame;
+    auto err = fn();
+    current_group = nullptr;
+    if (frame.map_full || t->map_full()) {
+      ++map_full_in_txn_;
+      t->end(false, nullptr);
+    } else if (err) {
+      t->end(false, nullptr);
+      return err;
+    } else {
+      int rc = MDB_SUCCESS;
+      t->end(true, &rc);
+      if (rc == MDB_SUCCESS)
+        return caf::none;
+      if (rc != MDB_MAP_FULL)
+        return make_lmdb_error(rc, "mdb_txn_commit");
+      ++map_full_in_commit_;
+    }
+    if (auto gerr = grow())
+      return gerr;
+  }
+}
+
 caf::error env::read(const txn_fn& fn) {
+  if (auto* g = current_group; g != nullptr && g->owner == this)
+    return run_child(*g, fn, false);
   auto t = begin(false);
   if (!t)
     return std::move(t.error());
@@ -424,6 +515,8 @@ caf::error env::read(const txn_fn& fn) {
 }
 
 caf::error env::write(const txn_fn& fn) {
+  if (auto* g = current_group; g != nullptr && g->owner == this)
+    return run_child(*g, fn, true);
   if (writer_thread_.load() == std::this_thread::get_id())
     return make_error(ec::invalid_argument,
                       "write: nested in a write txn of the same env");

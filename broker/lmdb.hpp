@@ -149,6 +149,8 @@ private:
     bool managed = false;
     // begin_write() txns hold env::writer_mutex_ until they end.
     bool holds_writer = false;
+    // A nested txn of a write_group(): does not count as a live txn.
+    bool child = false;
     std::vector<cursor*> cursors;
   };
 
@@ -232,6 +234,22 @@ public:
   /// Runs fn in a read-only txn, which ends when fn returns.
   caf::error read(const txn_fn& fn);
 
+  /// Runs fn with every write() and read() this thread makes inside it on
+  /// one write txn, committed once (one fsync) when fn returns no error:
+  /// each write() is a nested txn (mdb_txn_begin with a parent) that
+  /// commits into the group or aborts alone, and each read() sees what the
+  /// group wrote so far. On MDB_MAP_FULL anywhere in it the whole group is
+  /// discarded, the map grows, and fn runs again from scratch (so fn must be
+  /// safe to rerun). Holds the writer lock throughout: keep groups short.
+  /// open_db() of a name not opened before fails inside a group: open the
+  /// sub-databases first. ec::invalid_argument if this thread is already in
+  /// a write txn or in a group of another env; inside a group of this env fn
+  /// just runs (joins it).
+  caf::error write_group(const std::function<caf::error()>& fn);
+
+  /// The state of a write_group() (implementation detail).
+  struct group_frame;
+
   /// A read txn the caller ends (destroy, abort or commit it).
   caf::expected<txn> begin_read();
 
@@ -254,6 +272,8 @@ private:
   caf::expected<txn> begin(bool write);
   // write() with writer_mutex_ already held by this thread.
   caf::error write_locked(const txn_fn& fn);
+  // write()/read() inside this thread's write_group().
+  caf::error run_child(group_frame& g, const txn_fn& fn, bool keep);
   // Counts live txns (in any thread) so growth can wait for zero.
   caf::error enter_txn();
   void leave_txn();

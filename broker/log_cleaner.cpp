@@ -379,6 +379,10 @@ caf::error run_clean(clean_job& job, const producer_last_offsets& producers,
             ++job.stats.keyless_removed;
             continue;
           }
+          if (job.keep_key && job.keep_key(*r.key)) {
+            kept.push_back(std::move(r));
+            continue;
+          }
           if (map.get(*r.key) > off.value)
             continue; // a newer value of the key exists
           if (!r.value) {

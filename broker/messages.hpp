@@ -173,6 +173,9 @@ struct partition_status {
   /// When the leader's log was last cleaned, ms since the epoch (0: not
   /// since it opened).
   int64_t last_clean_ms = 0;
+  /// Log records the answering replica applied to its node's stores when it
+  /// started (its replay of __consumer_state); -1 for other topics.
+  int64_t replayed_records = -1;
 };
 
 template <class Inspector>
@@ -180,7 +183,7 @@ typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
   return f(caf::meta::type_name("ferry::partition_status"), x.partition,
            x.leader, x.epoch, x.replicas, x.isr, x.log_start, x.log_end,
            x.high_watermark, x.size_bytes, x.online, x.dirty_ratio,
-           x.last_clean_ms);
+           x.last_clean_ms, x.replayed_records);
 }
 
 /// A topic with the live state of each partition.

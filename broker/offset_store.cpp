@@ -254,6 +254,14 @@ caf::expected<std::vector<group_record>> offset_store::list_groups() {
   return out;
 }
 
+caf::error offset_store::erase(std::string_view group, std::string_view topic,
+                               partition_id p) {
+  auto key = of::encode_offset_key(group, topic, p);
+  if (!key)
+    return std::move(key.error());
+  return store_.erase(of::offsets_db, *key);
+}
+
 caf::error offset_store::delete_group(std::string_view group) {
   if (group.empty() || group.find('\0') != std::string_view::npos)
     return make_error(ec::invalid_argument,

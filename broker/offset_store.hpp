@@ -132,6 +132,10 @@ public:
   /// Every group entry, ordered by name.
   caf::expected<std::vector<group_record>> list_groups();
 
+  /// Erases one committed offset (not an error if there is none).
+  caf::error erase(std::string_view group, std::string_view topic,
+                   partition_id p);
+
   /// Erases the group's offsets and its entry in one txn.
   caf::error delete_group(std::string_view group);
 

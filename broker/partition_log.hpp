@@ -204,6 +204,10 @@ struct clean_job {
   uint64_t map_budget_bytes = 0;
   /// The log's truncation count at begin_clean.
   uint64_t generation = 0;
+  /// A record whose key this returns true for is never removed (null:
+  /// none); set by the owner for keys that do not name one row (e.g.
+  /// __consumer_state's format-1 keys).
+  std::function<bool(std::string_view key)> keep_key;
   // -- filled in by run_clean --
   /// The mapped section ended here (sources.back().end unless the map
   /// filled):

@@ -227,11 +227,15 @@ caf::error queue_state_store::scan_keys(std::string_view prefix,
 
 caf::error queue_state_store::save(std::string_view group,
                                    std::string_view topic, partition_id p,
-                                   const queue_changes& ch) {
+                                   const queue_changes& changes,
+                                   bool position) {
+  const auto& ch = changes;
+  auto committed = position ? ch.committed : offset{0};
+  bool full = position && ch.full;
   auto prefix = qf::encode_partition_prefix(group, topic, p);
   if (!prefix)
     return std::move(prefix.error());
-  if (ch.committed.value < 0)
+  if (committed.value < 0)
     return make_error(ec::invalid_argument,
                       where(group, topic, p) + ": negative position");
   for (const auto& r : ch.upserts)
@@ -241,9 +245,9 @@ caf::error queue_state_store::save(std::string_view group,
   metadata_batch batch;
   std::set<std::string> kept;
   for (const auto& r : ch.upserts)
-    if (r.off >= ch.committed)
+    if (r.off >= committed)
       kept.insert(qf::record_key(*prefix, r.off));
-  if (ch.full) {
+  if (full) {
     std::vector<std::string> keys;
     if (auto err = scan_keys(*prefix, keys))
       return err;
@@ -257,13 +261,14 @@ caf::error queue_state_store::save(std::string_view group,
       batch.erase(qf::queue_db, qf::record_key(*prefix, off));
   for (const auto& r : ch.upserts) {
     auto key = qf::record_key(*prefix, r.off);
-    if (r.off < ch.committed)
+    if (r.off < committed)
       batch.erase(qf::queue_db, key);
     else
       batch.put(qf::queue_db, key, qf::encode_record_value(r));
   }
-  batch.put(qf::queue_db, qf::position_key(*prefix),
-            qf::encode_position_value(ch.committed));
+  if (position)
+    batch.put(qf::queue_db, qf::position_key(*prefix),
+              qf::encode_position_value(committed));
   return store_.write_batch(batch);
 }
 

@@ -133,9 +133,12 @@ public:
   /// position, the upserted rows, the erased rows (with changes.full: every
   /// other row of the partition). Rows below the position are erased instead
   /// of written. ec::invalid_argument (nothing written) for bad names or a
-  /// negative offset.
+  /// negative offset. With `position` false only the rows are written (the
+  /// stored position and every other row stay; changes.committed and
+  /// changes.full are ignored).
   caf::error save(std::string_view group, std::string_view topic,
-                  partition_id p, const queue_changes& changes);
+                  partition_id p, const queue_changes& changes,
+                  bool position = true);
 
   /// Replaces the partition's state by `snap` in one txn.
   caf::error replace(std::string_view group, std::string_view topic,

@@ -694,20 +694,22 @@ void handle_expire(self_ptr self, const std::string& id, uint64_t token) {
   on_member_removed(self);
 }
 
-/// Writes `batch` to the group's __consumer_state partition (acks=all) and
-/// calls `done` with the outcome; without a state topic at once with none.
+/// Writes `recs` (one batch) to the group's __consumer_state partition
+/// (acks=all) and calls `done` with the outcome; without a state topic at
+/// once with none.
 template <class Done>
-void replicate_offsets(self_ptr self,
-                       const std::vector<committed_offset>& batch, Done done) {
+void replicate_state(self_ptr self,
+                     const std::vector<consumer_state_record>& recs,
+                     Done done) {
   auto& st = self->state;
-  if (st.cfg.state_topic.empty() || batch.empty()) {
+  if (st.cfg.state_topic.empty() || recs.empty()) {
     done(caf::error{});
     return;
   }
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
                .count();
-  auto bytes = make_commit_batch(st.cfg.group, batch, now);
+  auto bytes = make_consumer_state_batch(recs, now);
   if (!bytes) {
     done(std::move(bytes.error()));
     return;
@@ -721,12 +723,27 @@ void replicate_offsets(self_ptr self,
                 std::move(pr))
     .then([done](const produce_response&) mutable { done(caf::error{}); },
           [self, done](caf::error& err) mutable {
-            log::warn("group {}: offsets not replicated: {}",
+            log::warn("group {}: state not replicated: {}",
                       self->state.cfg.group, err);
             done(make_error(ec::coordinator_not_available,
-                            "the commit was not replicated: "
+                            "the change was not replicated: "
                               + describe(err)));
           });
+}
+
+/// Writes the commit `batch` through replicate_state.
+template <class Done>
+void replicate_offsets(self_ptr self,
+                       const std::vector<committed_offset>& batch, Done done) {
+  if (batch.empty()) {
+    done(caf::error{});
+    return;
+  }
+  consumer_state_record x;
+  x.kind = consumer_state_kind::commit;
+  x.group = self->state.cfg.group;
+  x.offsets = batch;
+  replicate_state(self, {x}, std::move(done));
 }
 
 /// Stores a commit in this node's offset store, which offset fetches and
@@ -1088,6 +1105,21 @@ handle_reset(self_ptr self, const reset_offsets_request& req) {
   return rp;
 }
 
+/// Forgets the deleted group's state in this coordinator and the node's
+/// offset store.
+caf::error forget_group(self_ptr self) {
+  auto& st = self->state;
+  if (auto err = st.cfg.offsets->delete_group(st.cfg.group))
+    return err;
+  st.registered = false;
+  st.generation = 0;
+  st.assignor.clear();
+  if (st.cfg.probe)
+    st.cfg.probe->clear();
+  log::info("group {}: deleted", st.cfg.group);
+  return caf::none;
+}
+
 caf::result<void> handle_delete(self_ptr self) {
   auto& st = self->state;
   if (!st.members.empty())
@@ -1101,15 +1133,36 @@ caf::result<void> handle_delete(self_ptr self) {
     return std::move(committed.error());
   if (!*rec && committed->empty())
     return make_error(ec::unknown_group, "group '" + st.cfg.group + "'");
-  if (auto err = st.cfg.offsets->delete_group(st.cfg.group))
-    return err;
-  st.registered = false;
-  st.generation = 0;
-  st.assignor.clear();
-  if (st.cfg.probe)
-    st.cfg.probe->clear();
-  log::info("group {}: deleted", st.cfg.group);
-  return caf::unit;
+  if (st.cfg.state_topic.empty()) {
+    if (auto err = forget_group(self))
+      return err;
+    return caf::unit;
+  }
+  // Cluster mode: the replicas learn it from __consumer_state (a tombstone
+  // per committed partition, so compaction drops the commits, and the
+  // group's delete tombstone), then this node forgets it.
+  consumer_state_record erase;
+  erase.kind = consumer_state_kind::commit;
+  erase.group = st.cfg.group;
+  erase.erase = true;
+  erase.offsets = std::move(*committed);
+  consumer_state_record del;
+  del.kind = consumer_state_kind::stream_group_delete;
+  del.group = st.cfg.group;
+  std::vector<consumer_state_record> recs;
+  if (!erase.offsets.empty())
+    recs.push_back(std::move(erase));
+  recs.push_back(std::move(del));
+  auto rp = self->make_response_promise();
+  replicate_state(self, recs, [self, rp](caf::error err) mutable {
+    if (!err)
+      err = forget_group(self);
+    if (err)
+      rp.deliver(std::move(err));
+    else
+      rp.deliver(caf::unit);
+  });
+  return rp;
 }
 
 // -- metrics ------------------------------------------------------------------

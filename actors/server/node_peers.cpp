@@ -5,6 +5,7 @@
 
 #include "actors/server/node_internal.hpp"
 #include "actors/server/stall_watch.hpp"
+#include "broker/topic_config.hpp"
 
 #include "actors/client/tls.hpp"
 
@@ -125,11 +126,19 @@ void control(self_ptr self) {
     tc.partitions = st.cfg.state_partitions;
     tc.replication_factor = static_cast<int16_t>(std::max<size_t>(
       1, std::min<size_t>(3, st.machine->placement().size())));
-    // Kept forever: queue change sets are deltas and a commit may be the
-    // only one of its group, so a replica built from scratch (a move, a new
-    // broker) must find every record. Not compacted in this version.
+    // Compacted, never deleted by age or size: every record's key names the
+    // row it sets (broker/consumer_state.hpp), so the cleaner keeps the
+    // latest record of each row and a replica built from scratch (a move, a
+    // new broker) still finds every live one. Small segments bound what a
+    // restart replays beyond the compacted part (the active segment), like
+    // Kafka's __consumer_offsets (100 MiB there). A cluster whose topic was
+    // created by an earlier version keeps its `delete` policy (its format-1
+    // records are deltas that compaction must not reorder against
+    // tombstones; see the file comment there).
     tc.retention_ms = -1;
     tc.retention_bytes = -1;
+    tc.cleanup_policy = cleanup_compact;
+    tc.segment_bytes = consumer_state_segment_bytes;
     st.creating_state_topic = true;
     self
       ->request(st.cfg.metadata, std::chrono::seconds{5}, create_atom_v,

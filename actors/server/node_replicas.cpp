@@ -108,10 +108,14 @@ void spawn_replica(self_ptr self, const topic_partition& key,
       // Runs on the replica's thread: both stores are thread-safe LMDB.
       rc.on_replicated = [offsets = st.offsets, store = st.cfg.store](
                            std::string_view batches) {
-        auto n = apply_consumer_state(*offsets, *store, batches);
-        return n ? caf::error{} : std::move(n.error());
+        return apply_consumer_state(*offsets, *store, batches);
       };
     if (key.topic == consumer_state_topic) {
+      // Format-1 records (before compaction) share one key per group: never
+      // cleaned away.
+      rc.clean_keep_key = [](std::string_view k) {
+        return consumer_state_legacy_key(k);
+      };
       auto loaded = std::make_shared<std::atomic<bool>>(false);
       r.loaded = loaded;
       rc.on_loaded = [loaded] { loaded->store(true); };
@@ -340,6 +344,7 @@ void gather_status(self_ptr self, const topic_metadata& md,
       slot.size_bytes = ps.size_bytes;
       slot.dirty_ratio = ps.dirty_ratio;
       slot.last_clean_ms = ps.last_clean_ms;
+      slot.replayed_records = ps.replayed_records;
       if (!ps.isr.empty())
         slot.isr = ps.isr;
       slot.online = ps.online;

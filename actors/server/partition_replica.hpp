@@ -178,7 +178,8 @@ struct partition_replica_config {
   /// a follower, with the batches each fetch appended, once they are
   /// durable: the node applies __consumer_state records to its offset
   /// store this way. An error is logged (the data stays appended).
-  std::function<caf::error(std::string_view batches)> on_replicated;
+  /// Returns the log records it applied.
+  std::function<caf::expected<size_t>(std::string_view batches)> on_replicated;
   /// Called once (on the replica's thread) when its start is done, i.e.
   /// after the whole log went through on_replicated. Until then the node's
   /// stores may show older state than the log holds: the replay rewinds
@@ -240,6 +241,8 @@ struct partition_replica_config {
   /// the cleaner's thread, and swaps the result in when the cleaner's
   /// callback wakes it with a clean_atom. Null: never compacted.
   std::shared_ptr<log_cleaner> cleaner;
+  /// Keys the cleaner never removes (clean_job::keep_key); may be null.
+  std::function<bool(std::string_view key)> clean_keep_key;
   /// The node's batched metadata writes (with `store`): the tick's HW
   /// checkpoint and producer snapshot, and their erasure on delete, are
   /// queued there and written for many partitions in one LMDB transaction;
@@ -327,6 +330,9 @@ struct partition_replica_state {
   /// through cfg.on_replicated once durable, and the leader's HW it gave.
   std::vector<std::string> replicated_pending;
   offset leader_hw{-1};
+  /// Records the start's replay applied through cfg.on_replicated (-1:
+  /// none, no on_replicated).
+  int64_t replayed_records = -1;
   /// Set by a failed flush: answered to every later produce and fetch.
   caf::error fenced;
 

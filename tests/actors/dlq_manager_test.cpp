@@ -622,7 +622,9 @@ caf::behavior fake_broker(caf::event_based_actor*,
           return make_error(ec::not_leader, "not the leader (test)");
         EXPECT_EQ(req.acks, acks_mode::all);
         for (auto& r : b->records) {
-          EXPECT_EQ(*r.key, dlq_home_key("x.dlq"));
+          // dlq_home_key, NUL, the record's tag and fields (format 2).
+          EXPECT_EQ(r.key->substr(0, dlq_home_key("x.dlq").size() + 1),
+                    dlq_home_key("x.dlq") + std::string(1, '\0'));
           EXPECT_EQ(req.partition.value,
                     partition_for_key(dlq_home_key("x.dlq"), 4));
           fc->events.push_back("state:"

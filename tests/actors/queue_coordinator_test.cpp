@@ -1344,14 +1344,16 @@ TEST_F(QueueCoordinatorTest, AlterAndLeaveThroughTheNodeArePersisted) {
 // The decoded __consumer_state records the coordinator produced, in order.
 std::vector<consumer_state_record> state_log(const fake_world& w) {
   std::vector<consumer_state_record> out;
-  for (auto& s : read_topic(w, "__consumer_state")) {
-    EXPECT_TRUE(s.rec.key && s.rec.value);
-    auto x = decode_consumer_state_value(s.rec.value.value_or(""));
-    EXPECT_TRUE(x) << describe(x.error());
-    if (!x)
+  auto t = w.topics.find("__consumer_state");
+  if (t == w.topics.end())
+    return out;
+  for (auto& b : t->second.at(0).batches) {
+    auto xs = decode_consumer_state_batches(b.bytes);
+    EXPECT_TRUE(xs) << describe(xs.error());
+    if (!xs)
       continue;
-    x->group = s.rec.key.value_or("");
-    out.push_back(std::move(*x));
+    for (auto& x : *xs)
+      out.push_back(std::move(x));
   }
   return out;
 }

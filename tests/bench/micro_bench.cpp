@@ -1,7 +1,10 @@
 // ferry-micro-bench (Google Benchmark): the codec's hot paths.
 
+#include "broker/consumer_state.hpp"
 #include "broker/crc32c.hpp"
 #include "broker/log_cleaner.hpp"
+#include "broker/metadata_store.hpp"
+#include "broker/offset_store.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/record_batch.hpp"
 
@@ -202,5 +205,86 @@ void BM_append_while_cleaning(benchmark::State& st) {
 }
 BENCHMARK(BM_append_while_cleaning)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)
   ->MinTime(5.0)->UseRealTime();
+
+// -- __consumer_state restart ---------------------------------------------------
+
+/// A __consumer_state log (its 4 MiB segments) holding `commits` commits of
+/// one group, one partition of four each; rolled and committed, and cleaned
+/// when `compact`.
+std::unique_ptr<partition_log> commit_log(const std::filesystem::path& dir,
+                                          partition_checkpoint& ck,
+                                          int64_t commits, bool compact) {
+  std::filesystem::remove_all(dir);
+  log_config cfg;
+  cfg.segment_bytes = static_cast<uint64_t>(consumer_state_segment_bytes);
+  cfg.retention_ms = std::chrono::milliseconds{-1};
+  cfg.compaction.compact = true;
+  auto log = std::move(*partition_log::open(dir, cfg, &ck));
+  committed_offset o;
+  o.topic = "orders";
+  for (int64_t i = 0; i < commits; ++i) {
+    o.partition = partition_id{static_cast<int32_t>(i % 4)};
+    o.committed = offset{i / 4 + 1};
+    auto b = *make_commit_batch("busy", {o}, 1'700'000'000'000);
+    (void) log->append(std::span<char>{b.data(), b.size()});
+  }
+  (void) log->roll();
+  (void) log->flush();
+  log->set_high_watermark(log->log_end());
+  if (compact) {
+    auto job = log->begin_clean(system_now_ms());
+    if (job && *job) {
+      job->value().map_budget_bytes = 128u << 20;
+      auto err = run_clean(job->value(), {});
+      (void) log->end_clean(job->value(), std::move(err));
+    }
+  }
+  return log;
+}
+
+/// A node's start-up replay of its __consumer_state partition into LMDB
+/// (synced, as ferryd opens it) after state.range(1) commits of one group:
+///   arg 0 = 0: the log as it was before compaction, applied as before this
+///              version (one LMDB transaction, so one fsync, per record);
+///   arg 0 = 1: the same log, applied in one LMDB write group per 1 MiB read
+///              (apply_consumer_state now);
+///   arg 0 = 2: the log compacted, applied as now.
+/// Items processed: the commits the log stands for.
+void BM_consumer_state_restart(benchmark::State& st) {
+  scratch_dir d{"ferry-bench-state-restart"};
+  auto mode = st.range(0);
+  auto commits = st.range(1);
+  memory_checkpoint ck;
+  auto log = commit_log(d.path / "log", ck, commits, mode == 2);
+  int64_t replayed = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::filesystem::remove_all(d.path / "meta");
+    auto md = std::move(*metadata_store::open(d.path / "meta"));
+    offset_store offsets{*md};
+    st.ResumeTiming();
+    replayed = 0;
+    for (auto at = log->log_start(); at < log->log_end();) {
+      auto rd = log->read(at, size_t{1} << 20, log->log_end());
+      if (!rd || rd->data.empty())
+        break;
+      if (mode == 0) {
+        auto recs = decode_consumer_state_batches(rd->data);
+        for (auto& x : *recs)
+          (void) apply_consumer_state_record(offsets, *md, x);
+        replayed += static_cast<int64_t>(recs->size());
+      } else {
+        replayed += static_cast<int64_t>(*apply_consumer_state(offsets, *md, rd->data));
+      }
+      at = rd->next_offset;
+    }
+  }
+  st.counters["replayed_records"] = static_cast<double>(replayed);
+  st.counters["log_MiB"] = static_cast<double>(log->size_bytes()) / (1 << 20);
+  st.SetItemsProcessed(st.iterations() * commits);
+}
+BENCHMARK(BM_consumer_state_restart)
+  ->Args({0, 20'000})->Args({1, 20'000})->Args({1, 1'000'000})->Args({2, 1'000'000})
+  ->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 
 } // namespace

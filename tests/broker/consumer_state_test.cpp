@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 using namespace ferry;
 namespace fs = std::filesystem;
@@ -228,7 +229,7 @@ TEST(consumer_state, every_queue_kind_round_trips) {
 }
 
 TEST(consumer_state, an_unknown_kind_is_its_own_error) {
-  for (int k : {0, 11, 200}) {
+  for (int k : {0, 13, 200}) {
     auto r = decode_consumer_state_value(std::string(1, static_cast<char>(k))
                                          + "rest");
     ASSERT_FALSE(r);
@@ -336,7 +337,9 @@ TEST_F(consumer_state_apply, a_log_of_every_kind_applies_in_order) {
   log += batch({second, change_set("other", 7, {})});
   auto n = apply_consumer_state(*offsets_, *md_, log);
   ASSERT_TRUE(n) << describe(n.error());
-  EXPECT_EQ(*n, 6u);
+  // Log records: the first batch 1 + 1 + 1 + (position + 3 rows), the
+  // second (position + 1 erased + 1 row) + position.
+  EXPECT_EQ(*n, 11u);
   auto check = [&] {
     auto offs = offsets_->fetch("stream");
     ASSERT_TRUE(offs);
@@ -406,7 +409,7 @@ TEST_F(consumer_state_apply, an_unknown_kind_stops_with_its_error) {
   auto good = batch({cfg});
   record r;
   r.key = std::string{"q"};
-  r.value = std::string{"\x0b" "future"};
+  r.value = std::string{"\x0d" "future"};
   auto future = encode_batch(batch_meta{}, {r});
   ASSERT_TRUE(future);
   auto n = apply_consumer_state(*offsets_, *md_, good + *future);
@@ -467,4 +470,319 @@ TEST_F(consumer_state_apply, a_dlq_record_with_a_bad_topic_is_refused) {
   EXPECT_TRUE(apply_consumer_state_record(*offsets_, *md_, bad));
   auto neg = dlq_mark("d", 0, -1, 1);
   EXPECT_TRUE(apply_consumer_state_record(*offsets_, *md_, neg));
+}
+
+// -- format 2: one key per row, so __consumer_state can be compacted ---------
+
+namespace {
+
+std::vector<record> records_of(const std::string& batch) {
+  auto b = decode_batch(batch);
+  EXPECT_TRUE(b) << describe(b.error());
+  return b ? b->records : std::vector<record>{};
+}
+
+std::string nul_key(std::string_view group, std::string_view rest) {
+  std::string k{group};
+  k.push_back('\0');
+  k += rest;
+  return k;
+}
+
+} // namespace
+
+TEST(consumer_state_format2, every_record_comes_back_from_its_batch) {
+  committed_offset a;
+  a.topic = "t";
+  a.partition = partition_id{0};
+  a.committed = offset{5};
+  a.commit_timestamp = 1000;
+  a.metadata = "m";
+  auto b = a;
+  b.partition = partition_id{3};
+  b.committed = offset{9};
+  consumer_state_record commit;
+  commit.kind = kind::commit;
+  commit.group = "g";
+  commit.offsets = {a, b};
+  consumer_state_record cfg;
+  cfg.kind = kind::queue_group;
+  cfg.group = "g";
+  cfg.row = std::string{"\x01config", 7};
+  consumer_state_record del;
+  del.kind = kind::queue_group_delete;
+  del.group = "g";
+  auto lease = rec(9, queue_record_phase::leased, 1);
+  lease.member = "member-1";
+  lease.lease_id = 77;
+  lease.deadline = 123456;
+  auto cs = change_set("g", 4,
+                       {rec(5, queue_record_phase::retry, 2),
+                        rec(6, queue_record_phase::done, 0), lease},
+                       {offset{8}});
+  auto full = change_set("g", 4, {rec(7, queue_record_phase::dead_letter, 3)},
+                         {}, true);
+  consumer_state_record prod;
+  prod.kind = kind::queue_dlq_producer;
+  prod.group = "g";
+  prod.topic = "orders";
+  prod.partition = partition_id{3};
+  prod.row = "producer-row";
+  consumer_state_record erase;
+  erase.kind = kind::queue_partition_erase;
+  erase.group = "g";
+  erase.topic = "orders";
+  erase.partition = partition_id{1};
+  for (auto& x : {commit, cfg, del, cs, full, prod, erase, dlq_mark("d", 1, 7, 9),
+                  dlq_producer_row("d", 1, 7, 4), dlq_erase_below("d", 3, 12),
+                  dlq_topic_erase("d")}) {
+    auto bytes = make_consumer_state_batch({x}, 1000);
+    ASSERT_TRUE(bytes) << describe(bytes.error());
+    auto back = decode_consumer_state_batches(*bytes);
+    ASSERT_TRUE(back) << describe(back.error());
+    ASSERT_EQ(back->size(), 1u) << "kind " << int(x.kind);
+    EXPECT_EQ((*back)[0].group, x.group);
+    expect_same((*back)[0], x);
+    // Every log record has a format-2 key; no two of one record share one.
+    std::set<std::string> keys;
+    for (auto& r : records_of(*bytes)) {
+      ASSERT_TRUE(r.key);
+      EXPECT_FALSE(consumer_state_legacy_key(*r.key));
+      EXPECT_TRUE(keys.insert(*r.key).second);
+    }
+  }
+  // A stream group delete: commit tombstones, then the group's tombstone.
+  auto gone = commit;
+  gone.erase = true;
+  consumer_state_record sdel;
+  sdel.kind = kind::stream_group_delete;
+  sdel.group = "g";
+  auto bytes = make_consumer_state_batch({gone, sdel}, 1000);
+  ASSERT_TRUE(bytes);
+  auto recs = records_of(*bytes);
+  ASSERT_EQ(recs.size(), 3u);
+  for (auto& r : recs)
+    EXPECT_FALSE(r.value); // all tombstones
+  auto back = decode_consumer_state_batches(*bytes);
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_TRUE((*back)[0].erase);
+  EXPECT_EQ((*back)[0].offsets.size(), 2u);
+  EXPECT_EQ((*back)[1].kind, kind::stream_group_delete);
+}
+
+TEST(consumer_state_format2, keys_name_one_row_each) {
+  committed_offset o;
+  o.topic = "t";
+  o.partition = partition_id{0};
+  o.committed = offset{5};
+  o.commit_timestamp = 1000;
+  auto bytes = make_commit_batch("g", {o}, 1000);
+  ASSERT_TRUE(bytes);
+  auto recs = records_of(*bytes);
+  ASSERT_EQ(recs.size(), 1u);
+  // The documented example: "g" NUL 'c' "t" 0.
+  EXPECT_EQ(*recs[0].key, std::string("g\0c\0\x01t\0\0\0\0", 10));
+  EXPECT_EQ(*recs[0].value, encode_offsets_value({o}));
+  // A change set: its position ('p'), then one record per row ('r'), the
+  // rows below the position as tombstones.
+  auto cs = change_set("g", 6,
+                       {rec(5, queue_record_phase::retry, 2),
+                        rec(7, queue_record_phase::retry, 1)},
+                       {offset{8}});
+  bytes = make_consumer_state_batch({cs}, 1000);
+  ASSERT_TRUE(bytes);
+  recs = records_of(*bytes);
+  ASSERT_EQ(recs.size(), 4u);
+  std::string tp{"\0\x01t\0\0\0\x02", 7};
+  EXPECT_EQ(*recs[0].key, nul_key("g", "p" + tp));
+  auto row_key = [&](int64_t off) {
+    std::string k = nul_key("g", "r" + tp);
+    for (int i = 7; i >= 0; --i)
+      k.push_back(static_cast<char>((off >> (8 * i)) & 0xff));
+    return k;
+  };
+  EXPECT_EQ(*recs[1].key, row_key(8));
+  EXPECT_FALSE(recs[1].value);
+  EXPECT_EQ(*recs[2].key, row_key(5));
+  EXPECT_FALSE(recs[2].value); // below the position: erased
+  EXPECT_EQ(*recs[3].key, row_key(7));
+  ASSERT_TRUE(recs[3].value);
+  EXPECT_EQ((*recs[3].value)[0], '\x0c');
+  // Format-1 keys are the group or the DLQ home key alone.
+  EXPECT_TRUE(consumer_state_legacy_key("g"));
+  EXPECT_TRUE(consumer_state_legacy_key(dlq_home_key("d.dlq")));
+  EXPECT_FALSE(consumer_state_legacy_key(nul_key("g", "g")));
+  EXPECT_FALSE(consumer_state_legacy_key(dlq_home_key("d.dlq") + '\0' + "T"));
+  // Names that cannot form a key are refused before anything is written.
+  auto bad = cs;
+  bad.group = std::string("a\0b", 3);
+  EXPECT_TRUE(is(make_consumer_state_batch({bad}, 1000).error(),
+                 ec::invalid_argument));
+  bad = cs;
+  bad.topic = "";
+  EXPECT_TRUE(is(make_consumer_state_batch({bad}, 1000).error(),
+                 ec::invalid_argument));
+}
+
+TEST(consumer_state_format2, malformed_keys_and_values_give_their_errors) {
+  auto one = [](std::string key, std::optional<std::string> value) {
+    record r;
+    r.key = std::move(key);
+    r.value = std::move(value);
+    auto b = encode_batch(batch_meta{}, {r});
+    EXPECT_TRUE(b);
+    return decode_consumer_state_batches(b ? *b : std::string{});
+  };
+  std::string tp{"\0\x01t\0\0\0\x02", 7};
+  auto corrupt = [](const caf::expected<std::vector<consumer_state_record>>& x) {
+    return !x && is(x.error(), ec::corrupt_segment);
+  };
+  EXPECT_TRUE(corrupt(one(std::string("g\0", 2), "\x03")));           // no tag
+  EXPECT_TRUE(corrupt(one(nul_key("g", "c\0"), std::nullopt)));       // cut topic
+  EXPECT_TRUE(corrupt(one(nul_key("g", "G" + tp), "\x03")));          // extra bytes
+  EXPECT_TRUE(corrupt(one(nul_key("g", "r" + tp), "\x0c")));          // no offset
+  auto future = one(nul_key("g", "z"), "\x02x");
+  ASSERT_FALSE(future);
+  EXPECT_TRUE(is(future.error(), ec::unknown_record_kind));
+  // A row record must hold a row; a commit record exactly one offset; a
+  // position record no rows and the full flag its tag says.
+  std::string off8(8, '\0');
+  EXPECT_TRUE(corrupt(one(nul_key("g", "r" + tp + off8), "\x02x")));
+  committed_offset o;
+  o.topic = "t";
+  EXPECT_TRUE(
+    corrupt(one(nul_key("g", "c" + tp), encode_offsets_value({o, o}))));
+  auto full = change_set("g", 1, {}, {}, true);
+  EXPECT_TRUE(
+    corrupt(one(nul_key("g", "p" + tp), encode_consumer_state_value(full))));
+  auto rows = change_set("g", 1, {rec(5, queue_record_phase::retry, 1)});
+  EXPECT_TRUE(
+    corrupt(one(nul_key("g", "p" + tp), encode_consumer_state_value(rows))));
+  // A value that sets another row than its key names.
+  o.partition = partition_id{0};
+  EXPECT_TRUE(corrupt(one(nul_key("g", "c" + tp), encode_offsets_value({o}))));
+  auto other = change_set("g", 1, {});
+  other.topic = "u";
+  EXPECT_TRUE(
+    corrupt(one(nul_key("g", "p" + tp), encode_consumer_state_value(other))));
+  EXPECT_TRUE(corrupt(one(nul_key("g", "g"), "\x03")));
+  auto mark = dlq_mark("d", 1, 7, 9);
+  auto mark_bytes = make_consumer_state_batch({mark}, 1000);
+  ASSERT_TRUE(mark_bytes);
+  auto mark_rec = records_of(*mark_bytes).at(0);
+  EXPECT_TRUE(corrupt(one(*mark_rec.key,
+                          encode_consumer_state_value(dlq_mark("d", 1, 8, 9)))));
+  // Tombstones of kept records' keys apply nothing.
+  auto none = one(nul_key("g", "G"), std::nullopt);
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+}
+
+TEST_F(consumer_state_apply, format1_records_still_apply_beside_format2) {
+  // What an earlier version wrote: key = group, a whole commit and a whole
+  // change set per record.
+  committed_offset a;
+  a.topic = "s";
+  a.partition = partition_id{0};
+  a.committed = offset{10};
+  auto b = a;
+  b.partition = partition_id{1};
+  b.committed = offset{20};
+  std::vector<record> old;
+  record r;
+  r.key = std::string{"stream"};
+  r.value = encode_offsets_value({a, b});
+  old.push_back(r);
+  r.offset_delta = 1;
+  r.key = std::string{"q"};
+  r.value = encode_consumer_state_value(
+    change_set("q", 2, {rec(3, queue_record_phase::retry, 1),
+                        rec(4, queue_record_phase::retry, 1)}));
+  old.push_back(r);
+  auto legacy = encode_batch(batch_meta{}, old);
+  ASSERT_TRUE(legacy);
+  // Then this version: a newer commit of partition 1 and a change set that
+  // erases row 3.
+  b.committed = offset{25};
+  consumer_state_record commit;
+  commit.kind = kind::commit;
+  commit.group = "stream";
+  commit.offsets = {b};
+  auto log = *legacy
+             + batch({commit, change_set("q", 2, {}, {offset{3}})});
+  auto n = apply_consumer_state(*offsets_, *md_, log);
+  ASSERT_TRUE(n) << describe(n.error());
+  auto offs = offsets_->fetch("stream");
+  ASSERT_TRUE(offs);
+  ASSERT_EQ(offs->size(), 2u);
+  EXPECT_EQ((*offs)[0].committed, offset{10});
+  EXPECT_EQ((*offs)[1].committed, offset{25});
+  auto s = state("q");
+  ASSERT_TRUE(s && *s);
+  ASSERT_EQ((*s)->records.size(), 1u);
+  EXPECT_EQ((*s)->records[0].off, offset{4});
+}
+
+TEST_F(consumer_state_apply, tombstones_erase_what_their_keys_name) {
+  committed_offset a;
+  a.topic = "s";
+  a.partition = partition_id{0};
+  a.committed = offset{10};
+  auto b = a;
+  b.partition = partition_id{1};
+  consumer_state_record commit;
+  commit.kind = kind::commit;
+  commit.group = "stream";
+  commit.offsets = {a, b};
+  consumer_state_record cfg;
+  cfg.kind = kind::queue_group;
+  cfg.group = "q";
+  cfg.row = "config";
+  consumer_state_record prod;
+  prod.kind = kind::queue_dlq_producer;
+  prod.group = "q";
+  prod.topic = "t";
+  prod.partition = partition_id{2};
+  prod.row = "producer";
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({commit, cfg, prod})));
+  ASSERT_TRUE(offsets_->get_group("stream").value());
+  // One partition's commit erased, then the group.
+  auto erase_one = commit;
+  erase_one.erase = true;
+  erase_one.offsets = {a};
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({erase_one})));
+  EXPECT_EQ(offsets_->fetch("stream")->size(), 1u);
+  consumer_state_record sdel;
+  sdel.kind = kind::stream_group_delete;
+  sdel.group = "stream";
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({sdel})));
+  EXPECT_TRUE(offsets_->fetch("stream")->empty());
+  EXPECT_FALSE(offsets_->get_group("stream").value());
+  // A queue config tombstone and a DLQ producer row tombstone.
+  cfg.erase = true;
+  prod.erase = true;
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({cfg, prod})));
+  EXPECT_TRUE(is(md_->get(qf::groups_db, "q").error(), ec::not_found));
+  EXPECT_TRUE(is(md_->get(qf::producers_db,
+                          qf::producer_key("q", "t", partition_id{2}))
+                   .error(),
+                 ec::not_found));
+}
+
+TEST_F(consumer_state_apply, rows_without_their_position_keep_the_stored_one) {
+  // A compacted log may keep a change set's row records and drop its
+  // position record (a newer one exists further on).
+  ASSERT_TRUE(apply_consumer_state(
+    *offsets_, *md_,
+    batch({change_set("q", 5, {rec(6, queue_record_phase::retry, 1)})})));
+  auto rows_only = change_set("q", 0, {rec(7, queue_record_phase::retry, 2)},
+                              {offset{6}});
+  rows_only.has_position = false;
+  ASSERT_TRUE(apply_consumer_state(*offsets_, *md_, batch({rows_only})));
+  auto s = state("q");
+  ASSERT_TRUE(s && *s);
+  EXPECT_EQ((*s)->committed, offset{5});
+  ASSERT_EQ((*s)->records.size(), 1u);
+  EXPECT_EQ((*s)->records[0].off, offset{7});
 }

@@ -400,6 +400,103 @@ TEST_F(lmdb_env_test, NestedWriteIsRefusedInsteadOfDeadlocking) {
   EXPECT_TRUE(is(inner_open, ec::invalid_argument)) << describe(inner_open);
 }
 
+TEST_F(lmdb_env_test, AWriteGroupCommitsItsWritesTogether) {
+  auto e = open_env(tiny_map());
+  auto db = e->open_db("data");
+  ASSERT_TRUE(db);
+  std::string seen_inside;
+  caf::error failed_write;
+  auto err = e->write_group([&]() -> caf::error {
+    for (int i = 0; i < 10; ++i)
+      if (auto err = e->write([&](lmdb::txn& t) {
+            return t.put(*db, key_of(i), value_of(i, 16));
+          }))
+        return err;
+    // A write that fails is undone alone; the group goes on.
+    failed_write = e->write([&](lmdb::txn& t) -> caf::error {
+      if (auto err = t.put(*db, "undone", "x"))
+        return err;
+      return make_error(ec::invalid_argument, "refused");
+    });
+    // Reads see what the group wrote so far.
+    auto rerr = e->read([&](lmdb::txn& t) -> caf::error {
+      auto v = t.get(*db, key_of(3));
+      if (!v)
+        return std::move(v.error());
+      seen_inside.assign(*v);
+      return caf::none;
+    });
+    if (rerr)
+      return rerr;
+    // Another thread's read does not see them before the group commits.
+    bool outside = true;
+    std::thread reader([&] {
+      auto r = e->begin_read();
+      outside = r && static_cast<bool>(r->get(*db, key_of(3)));
+    });
+    reader.join();
+    if (outside)
+      return make_error(ec::invalid_argument, "visible before the commit");
+    // Joining a group of the same env just runs.
+    return e->write_group([&] {
+      return e->write([&](lmdb::txn& t) { return t.put(*db, "joined", "y"); });
+    });
+  });
+  ASSERT_FALSE(err) << describe(err);
+  EXPECT_TRUE(is(failed_write, ec::invalid_argument));
+  EXPECT_EQ(seen_inside, value_of(3, 16));
+  expect_all(*e, *db, 10, 16);
+  auto r = e->begin_read();
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(is(r->get(*db, "undone").error(), ec::not_found));
+  EXPECT_EQ(*r->get(*db, "joined"), "y");
+}
+
+TEST_F(lmdb_env_test, AFailedWriteGroupLeavesNothing) {
+  auto e = open_env(tiny_map());
+  auto db = e->open_db("data");
+  ASSERT_TRUE(db);
+  auto err = e->write_group([&]() -> caf::error {
+    if (auto err = e->write([&](lmdb::txn& t) { return t.put(*db, "a", "1"); }))
+      return err;
+    return make_error(ec::invalid_argument, "give up");
+  });
+  EXPECT_TRUE(is(err, ec::invalid_argument));
+  auto r = e->begin_read();
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(is(r->get(*db, "a").error(), ec::not_found));
+  r->abort();
+  // Inside a plain write, a group is refused instead of deadlocking.
+  caf::error inner;
+  err = e->write([&](lmdb::txn& t) -> caf::error {
+    inner = e->write_group([] { return caf::error{}; });
+    return t.put(*db, "b", "2");
+  });
+  EXPECT_FALSE(err);
+  EXPECT_TRUE(is(inner, ec::invalid_argument)) << describe(inner);
+}
+
+TEST_F(lmdb_env_test, AWriteGroupGrowsTheMapAndRunsAgain) {
+  auto e = open_env(tiny_map());
+  auto db = e->open_db("data");
+  ASSERT_TRUE(db);
+  int runs = 0;
+  auto err = e->write_group([&]() -> caf::error {
+    ++runs;
+    for (int i = 0; i < 1024; ++i)
+      if (auto err = e->write([&](lmdb::txn& t) {
+            return t.put(*db, key_of(i), value_of(i, 4 * KiB));
+          }))
+        return err;
+    return caf::none;
+  });
+  ASSERT_FALSE(err) << describe(err);
+  auto s = e->stats();
+  EXPECT_GT(s.map_growths, 0u);
+  EXPECT_EQ(runs, static_cast<int>(1 + s.map_growths));
+  expect_all(*e, *db, 1024, 4 * KiB);
+}
+
 TEST_F(lmdb_env_test, CursorIteratesAPrefixAndDeletes) {
   auto e = open_env(tiny_map());
   auto db = e->open_db("data");

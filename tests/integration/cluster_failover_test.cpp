@@ -20,6 +20,11 @@
 //      produce at once: it must not be acknowledged. L rejoins as a
 //      follower, drops what it appended on its own, and the three replicas
 //      hold exactly the 300 acknowledged messages, byte for byte.
+//   ClusterFailover.ACompactedConsumerStateReplaysOnlyTheLiveOffsets: a
+//      group commits 24,000 times; once its compacted __consumer_state
+//      partition was cleaned, its leader is SIGKILLed and restarted and
+//      replays under 500 records (partition_status::replayed_records), and
+//      the group's last offsets are intact.
 // Every wait is bounded; every ferryd is killed when the test ends, also on
 // failure. FERRY_TEST_LOG_LEVEL=debug gives the nodes --log-level debug.
 
@@ -33,6 +38,7 @@
 #include <caf/sec.hpp>
 #include <caf/io/middleman.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -866,4 +872,149 @@ TEST(ClusterFailover, ACoordinatorBackFromAPauseDoesNotServeOldOffsets) {
             << (first ? "offset " + std::to_string(first->front().committed.value)
                       : ferry::error_text(first.error()))
             << "\n";
+}
+
+// Issue 19: __consumer_state is compacted. A group commits 24,000 times
+// (the state topic's segments made 1 MiB and rolled every second); once its
+// state partition was cleaned, the coordinator (that partition's leader) is
+// SIGKILLed and restarted: its replay reads a few dozen records, not
+// 24,000, and every node still answers the last committed offsets.
+TEST(ClusterFailover, ACompactedConsumerStateReplaysOnlyTheLiveOffsets) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "orders";
+  const std::string group = "busy-committer";
+  constexpr int32_t partitions = 4;
+  constexpr int commits = 24'000;
+  constexpr int threads = 8;
+  auto why = c.create_topic(topic, partitions);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, partitions)) << c.dump();
+  ASSERT_TRUE(c.wait_placed(ferry::consumer_state_topic, 0))
+    << "__consumer_state not created with leaders and full ISRs\n" << c.dump();
+  // Created compacted; small, quickly rolled segments so the test fills
+  // several.
+  {
+    auto cd = c.describe_controller();
+    ASSERT_TRUE(cd) << c.dump();
+    auto st = find_topic(*cd, ferry::consumer_state_topic);
+    ASSERT_TRUE(st) << render(*cd, true);
+    EXPECT_EQ(st->config.cleanup_policy, 2) << "__consumer_state is not compact";
+    EXPECT_EQ(st->config.segment_bytes, ferry::consumer_state_segment_bytes);
+  }
+  std::map<std::string, std::string> changes{{"segment.bytes", "1048576"},
+                                             {"segment.ms", "1000"},
+                                             {"min.cleanable.dirty.ratio", "0.1"}};
+  ASSERT_TRUE(wait_until(30s, [&] {
+    for (int id = 1; id <= cluster::size; ++id) {
+      auto b = c.broker(id);
+      if (!b)
+        continue;
+      if (ask<ferry::topic_metadata>(*c.cs.sys, *b, 10s, ferry::alter_atom_v,
+                                     ferry::topic_atom_v,
+                                     std::string{ferry::consumer_state_topic}, changes))
+        return true;
+    }
+    return false;
+  })) << c.dump();
+  int coordinator = -1, state_partition = -1;
+  auto find_coordinator = [&] {
+    auto cd = c.describe_controller();
+    if (!cd)
+      return false;
+    auto st = find_topic(*cd, ferry::consumer_state_topic);
+    if (!st || st->partitions.empty())
+      return false;
+    state_partition =
+      ferry::partition_for_key(group, static_cast<int32_t>(st->partitions.size()));
+    auto ps = find_partition(*cd, ferry::consumer_state_topic, state_partition);
+    coordinator = ps ? ps->leader : -1;
+    return coordinator >= 1;
+  };
+  ASSERT_TRUE(wait_until(20s, find_coordinator)) << c.dump();
+  auto b = c.broker(coordinator);
+  ASSERT_TRUE(b) << ferry::error_text(b.error());
+  auto commit_req = [&](int32_t p, int64_t off) {
+    ferry::commit_offsets_request req;
+    req.group = group;
+    req.generation = -1;
+    req.offsets.push_back(
+      ferry::partition_offset{topic, ferry::partition_id{p}, ferry::offset{off}, ""});
+    return req;
+  };
+  // 24,000 commits from 8 threads, each waiting for its commit's answer
+  // (the order per partition is not fixed: the last values come below).
+  std::atomic<int> failed{0};
+  {
+    std::vector<std::thread> committers;
+    for (int t = 0; t < threads; ++t)
+      committers.emplace_back([&, t] {
+        caf::scoped_actor me{*c.cs.sys};
+        for (int j = t; j < commits; j += threads)
+          me->request(*b, 30s, ferry::commit_atom_v,
+                      commit_req(j % partitions, j / partitions + 1))
+            .receive([] {}, [&](caf::error&) { ++failed; });
+      });
+    for (auto& th : committers)
+      th.join();
+  }
+  caf::scoped_actor self{*c.cs.sys};
+  ASSERT_EQ(failed.load(), 0) << c.dump();
+  // A segment.ms later: the last commits start a new segment, so all of the
+  // above is in closed segments the cleaner may take.
+  std::this_thread::sleep_for(1200ms);
+  std::map<int32_t, int64_t> want;
+  for (int32_t p = 0; p < partitions; ++p) {
+    want[p] = 100'000 + p;
+    std::optional<caf::error> answer;
+    self->request(*b, 30s, ferry::commit_atom_v, commit_req(p, want[p]))
+      .receive([&] { answer = caf::error{}; }, [&](caf::error& err) { answer = err; });
+    ASSERT_TRUE(answer && !*answer) << ferry::error_text(answer ? *answer : caf::error{})
+                                    << "\n" << c.dump();
+  }
+  // The leader cleans everything closed (the node journal may hold a
+  // segment back up to its 30 s checkpoint).
+  std::optional<ferry::partition_status> cleaned;
+  ASSERT_TRUE(wait_until(90s, [&] {
+    auto st = c.status(coordinator, ferry::consumer_state_topic, state_partition);
+    if (!st || st->last_clean_ms <= 0 || st->dirty_ratio != 0)
+      return false;
+    cleaned = *st;
+    return true;
+  }, 500ms)) << "the state partition was not cleaned\n" << c.dump();
+  std::cout << "[compacted] " << ferry::consumer_state_topic << "-" << state_partition
+            << " on node " << coordinator << ": log " << cleaned->log_start.value << ".."
+            << cleaned->log_end.value << ", " << cleaned->size_bytes << " bytes after "
+            << commits + partitions << " commits\n";
+  // SIGKILL the coordinator and bring it back on its data.
+  c.kill(coordinator);
+  auto why2 = c.restart(coordinator);
+  ASSERT_TRUE(why2.empty()) << why2 << "\n" << c.dump();
+  std::optional<ferry::partition_status> restarted;
+  ASSERT_TRUE(wait_until(30s, [&] {
+    auto st = c.status(coordinator, ferry::consumer_state_topic, state_partition);
+    if (!st || st->replayed_records < 0)
+      return false;
+    restarted = *st;
+    return true;
+  }, 300ms)) << c.dump();
+  std::cout << "[compacted] after the restart node " << coordinator << " replayed "
+            << restarted->replayed_records << " records of "
+            << ferry::consumer_state_topic << "-" << state_partition << "\n";
+  // The live commits (4), the last batch of each cleaned file, the tail.
+  EXPECT_GT(restarted->replayed_records, 0);
+  EXPECT_LT(restarted->replayed_records, 500) << c.dump();
+  // Every node answers the last offsets (the restarted one from its replay).
+  for (int id = 1; id <= cluster::size; ++id) {
+    std::map<int32_t, int64_t> got;
+    bool same = wait_until(30s, [&] {
+      auto r = fetch_committed(c, id, group, topic);
+      if (!r)
+        return false;
+      got = *r;
+      return got == want;
+    }, 300ms);
+    EXPECT_TRUE(same) << "node " << id << ": " << render_offsets(got) << ", want "
+                      << render_offsets(want) << "\n" << c.dump();
+  }
 }
