@@ -126,7 +126,12 @@ table_model<topic_row>* make_topics_model(QObject* parent) {
         return r.config.value(QStringLiteral("cleanup.policy"), QStringLiteral("delete"));
       }),
       col<R>("Size", [](const R& r) { return format_bytes(r.size_bytes()); }),
-      col<R>("Messages", [](const R& r) { return r.messages(); }),
+      col<R>("Messages", [](const R& r) -> QVariant {
+        // A compacted log has gaps: its offset span is only an upper bound.
+        if (r.config.value(QStringLiteral("cleanup.policy")).contains(QStringLiteral("compact")))
+          return QStringLiteral("\u2264 %1").arg(r.messages());
+        return r.messages();
+      }),
       col<R>("In msg/s", [](const R& r) {
         return r.messages_in_per_sec < 0 ? QStringLiteral("-")
                                          : QString::number(r.messages_in_per_sec, 'f', 1);
