@@ -502,25 +502,19 @@ caf::expected<parsed_key> parse_key(std::string_view key) {
   out.name.assign(key.substr(0, nul));
   out.tag = key[nul + 1];
   key.remove_prefix(nul + 2);
-  auto need_tp = [&] {
-    int32_t p = 0;
-    if (!get_string16(key, out.topic) || !be::read(key, p))
-      return false;
-    out.partition = partition_id{p};
-    return true;
-  };
-  auto need_off = [&] {
-    int64_t off = 0;
-    if (!be::read(key, off))
-      return false;
-    out.off = offset{off};
-    return true;
-  };
   auto need_part = [&] {
     int32_t p = 0;
     if (!be::read(key, p))
       return false;
     out.partition = partition_id{p};
+    return true;
+  };
+  auto need_tp = [&] { return get_string16(key, out.topic) && need_part(); };
+  auto need_off = [&] {
+    int64_t off = 0;
+    if (!be::read(key, off))
+      return false;
+    out.off = offset{off};
     return true;
   };
   bool ok = true;

@@ -473,33 +473,17 @@ caf::error env::write_group(const std::function<caf::error()>& fn) {
                       "write_group: nested in a write txn of the same env");
   std::lock_guard<std::mutex> guard{writer_mutex_};
   writer_mark mark{writer_thread_};
-  for (;;) {
-    auto t = begin(true);
-    if (!t)
-      return std::move(t.error());
-    t->st_->managed = true;
-    group_frame frame{this, t->native(), false};
+  // write_locked's txn is the group's outer one: a MDB_MAP_FULL in a nested
+  // txn marks it, so the whole group is discarded and run again.
+  return write_locked([&](txn& t) -> caf::error {
+    group_frame frame{this, t.native(), false};
     current_group = &frame;
     auto err = fn();
     current_group = nullptr;
-    if (frame.map_full || t->map_full()) {
-      ++map_full_in_txn_;
-      t->end(false, nullptr);
-    } else if (err) {
-      t->end(false, nullptr);
-      return err;
-    } else {
-      int rc = MDB_SUCCESS;
-      t->end(true, &rc);
-      if (rc == MDB_SUCCESS)
-        return caf::none;
-      if (rc != MDB_MAP_FULL)
-        return make_lmdb_error(rc, "mdb_txn_commit");
-      ++map_full_in_commit_;
-    }
-    if (auto gerr = grow())
-      return gerr;
-  }
+    if (frame.map_full)
+      t.st_->map_full = true;
+    return err;
+  });
 }
 
 caf::error env::read(const txn_fn& fn) {
