@@ -1383,6 +1383,117 @@ void delete_group(call& c) {
     group_atom_v, name);
 }
 
+/// GET /v1/groups/{g}/queue: a queue group's settings and state.
+void describe_queue_group(call& c) {
+  if (!permitted(c, "group", c.params[0], "describe"))
+    return;
+  ask<queue_group_description>(
+    c, timeout_of(c.core),
+    [](queue_group_description& d) { return reply(200, http_api::to_json(d)); },
+    describe_atom_v, queue_atom_v, c.params[0]);
+}
+
+/// PUT /v1/groups/{g}/queue: creates a queue group with the body's settings
+/// (the others at their defaults), so that its first receive does not take
+/// the defaults: 201. The same settings again: 200; a group that exists with
+/// others: 409 (PATCH changes them).
+void create_queue_group(call& c) {
+  auto body = body_of(c);
+  if (!body)
+    return;
+  auto qc = http_api::parse_queue_config(*body, queue_group_config{});
+  if (!qc)
+    return c.sink->post_error(qc.error());
+  if (!admin(c, "group", c.params[0], "create"))
+    return;
+  admin_audit note{c};
+  auto broker = c.core.broker;
+  auto sink = c.sink;
+  auto timeout = timeout_of(c.core);
+  auto name = c.params[0];
+  auto want = *qc;
+  spawn_bridge(c.core, [=](caf::event_based_actor* self) {
+    auto failed = [sink, note](caf::error& err) {
+      note(&err);
+      sink->post_error(err);
+    };
+    auto answer = [sink, note, name](unsigned status, const queue_group_config& x) {
+      note(nullptr);
+      sink->post([status, name, x] {
+        return reply(status, json{{"group", name}, {"mode", "queue"},
+                                  {"config", http_api::to_json(x)}});
+      });
+    };
+    self->request(broker, timeout, describe_atom_v, queue_atom_v, name)
+      .then(
+        [=](queue_group_description& d) {
+          if (d.config == want) {
+            answer(200, d.config);
+            return;
+          }
+          auto why = "queue group " + name
+                     + " exists with other settings: PATCH changes them";
+          auto err = make_error(ec::invalid_request, why);
+          note(&err);
+          sink->post_error(409, ec::invalid_request, why);
+        },
+        [=](caf::error& err) {
+          if (!is(err, ec::unknown_group)) {
+            failed(err);
+            return;
+          }
+          self->request(broker, timeout, create_atom_v, group_atom_v, name, want)
+            .then([=](queue_group_config& x) { answer(201, x); }, failed);
+        });
+  });
+}
+
+/// PATCH /v1/groups/{g}/queue: changes the body's settings of a queue group;
+/// the others stay as they are.
+void alter_queue_group(call& c) {
+  auto body = body_of(c);
+  if (!body)
+    return;
+  // Bad input is a 400 before the group is asked for.
+  if (auto checked = http_api::parse_queue_config(*body, queue_group_config{});
+      !checked)
+    return c.sink->post_error(checked.error());
+  if (!admin(c, "group", c.params[0], "alter"))
+    return;
+  admin_audit note{c};
+  auto broker = c.core.broker;
+  auto sink = c.sink;
+  auto timeout = timeout_of(c.core);
+  auto name = c.params[0];
+  auto patch = *body;
+  spawn_bridge(c.core, [=](caf::event_based_actor* self) {
+    auto failed = [sink, note](caf::error& err) {
+      note(&err);
+      sink->post_error(err);
+    };
+    self->request(broker, timeout, describe_atom_v, queue_atom_v, name)
+      .then(
+        [=](queue_group_description& d) {
+          auto qc = http_api::parse_queue_config(patch, d.config);
+          if (!qc) {
+            failed(qc.error());
+            return;
+          }
+          self->request(broker, timeout, alter_atom_v, group_atom_v, name, *qc)
+            .then(
+              [sink, note, name](queue_group_config& x) {
+                note(nullptr);
+                sink->post([name, x] {
+                  return reply(200, json{{"group", name}, {"mode", "queue"},
+                                         {"config", http_api::to_json(x)}});
+                });
+              },
+              failed);
+        },
+        failed);
+  });
+}
+
 void reset_group(call& c) {
   auto body = body_of(c);
   if (!body)
@@ -1826,6 +1937,10 @@ const std::vector<route_entry>& routes() {
     {{"v1", "groups", "{}"}, {{v::get, describe_group}, {v::delete_, delete_group}}},
     {{"v1", "groups", "{}", "offsets"}, {{v::post, commit_group}}},
     {{"v1", "groups", "{}", "reset"}, {{v::post, reset_group}}},
+    {{"v1", "groups", "{}", "queue"},
+     {{v::get, describe_queue_group},
+      {v::put, create_queue_group},
+      {v::patch, alter_queue_group}}},
     {{"v1", "groups", "{}", "queue", "{}", "receive"}, {{v::post, queue_receive}}},
     {{"v1", "groups", "{}", "queue", "{}", "ack"},
      {{v::post, queue_settle<queue_ack_kind::ack>}}},

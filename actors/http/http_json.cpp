@@ -9,6 +9,7 @@
 #include <array>
 #include <charconv>
 #include <limits>
+#include <set>
 #include <utility>
 
 namespace ferry::http_api {
@@ -1085,6 +1086,103 @@ json to_json(const cluster_description& x) {
               {"raftTerm", x.raft_term},
               {"nodes", std::move(nodes)},
               {"topics", std::move(topics)}};
+}
+
+caf::expected<queue_group_config> parse_queue_config(const json& body,
+                                                     queue_group_config base) {
+  if (!body.is_object())
+    return bad("the body must be a JSON object of queue settings (maxAttempts, "
+               "initialBackoffMs, maxBackoffMs, backoffMultiplier, jitter, "
+               "visibilityTimeoutMs, ordering, dlqTopic)");
+  static const std::set<std::string> known{
+    "maxAttempts",         "initialBackoffMs", "maxBackoffMs", "backoffMultiplier",
+    "jitter",              "visibilityTimeoutMs", "ordering",  "dlqTopic"};
+  for (auto& [k, v] : body.items())
+    if (known.count(k) == 0)
+      return bad("unknown queue setting \"" + k + "\"");
+  auto qc = base;
+  std::optional<int64_t> n;
+  if (auto err = int_field(body, "maxAttempts", 1, 1'000'000, n))
+    return err;
+  if (n)
+    qc.max_attempts = static_cast<int32_t>(*n);
+  n.reset();
+  if (auto err = int_field(body, "initialBackoffMs", 0, 86'400'000, n))
+    return err;
+  if (n)
+    qc.initial_backoff_ms = *n;
+  n.reset();
+  if (auto err = int_field(body, "maxBackoffMs", 0, 86'400'000, n))
+    return err;
+  if (n)
+    qc.max_backoff_ms = *n;
+  n.reset();
+  if (auto err = int_field(body, "visibilityTimeoutMs", 1, 43'200'000, n))
+    return err;
+  if (n)
+    qc.visibility_timeout_ms = *n;
+  auto real = [&](const char* name, double lo, double hi,
+                  double& out) -> caf::error {
+    auto i = body.find(name);
+    if (i == body.end() || i->is_null())
+      return {};
+    if (!i->is_number() || !(i->get<double>() >= lo && i->get<double>() <= hi))
+      return bad(std::string{"\""} + name + "\" must be a number in ["
+                 + json(lo).dump() + ", " + json(hi).dump() + "]");
+    out = i->get<double>();
+    return {};
+  };
+  if (auto err = real("backoffMultiplier", 1.0, 100.0, qc.backoff_multiplier))
+    return err;
+  if (auto err = real("jitter", 0.0, 1.0, qc.jitter))
+    return err;
+  std::optional<std::string> text;
+  if (auto err = string_field(body, "ordering", text))
+    return err;
+  if (text) {
+    if (*text != "none" && *text != "key")
+      return bad("\"ordering\" must be none or key, not '" + *text + "'");
+    qc.ordering = *text;
+  }
+  text.reset();
+  if (auto err = string_field(body, "dlqTopic", text))
+    return err;
+  if (text)
+    qc.dlq_topic = *text;
+  return qc;
+}
+
+json to_json(const queue_group_config& x) {
+  return json{{"maxAttempts", x.max_attempts},
+              {"initialBackoffMs", x.initial_backoff_ms},
+              {"maxBackoffMs", x.max_backoff_ms},
+              {"backoffMultiplier", x.backoff_multiplier},
+              {"jitter", x.jitter},
+              {"visibilityTimeoutMs", x.visibility_timeout_ms},
+              {"ordering", x.ordering},
+              {"dlqTopic", x.dlq_topic}};
+}
+
+json to_json(const queue_group_description& x) {
+  json parts = json::array();
+  for (auto& p : x.partitions)
+    parts.push_back(json{{"topic", p.topic},
+                         {"partition", p.partition.value},
+                         {"committed", p.committed.value},
+                         {"readEnd", p.read_end.value},
+                         {"highWatermark", p.high_watermark.value},
+                         {"available", p.available},
+                         {"delayed", p.delayed},
+                         {"leased", p.leased},
+                         {"deadLetterPending", p.dead_letter_pending},
+                         {"done", p.done},
+                         {"dlqTopic", p.dlq_topic},
+                         {"deadLettered", p.dead_lettered}});
+  return json{{"group", x.group},
+              {"mode", "queue"},
+              {"config", to_json(x.config)},
+              {"partitions", std::move(parts)},
+              {"waitingReceives", x.waiting_receives}};
 }
 
 json to_json(const group_description& x) {

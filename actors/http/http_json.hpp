@@ -213,6 +213,17 @@ json to_json(const topic_metadata& x);
 json to_json(const topic_description& x);
 json to_json(const cluster_description& x);
 json to_json(const group_description& x);
+
+/// A queue group's config from a JSON object with any of maxAttempts,
+/// initialBackoffMs, maxBackoffMs, backoffMultiplier, jitter,
+/// visibilityTimeoutMs, ordering and dlqTopic; a field left out keeps its
+/// value in `base` (the defaults when creating, the group's config when
+/// altering). Other fields and bad values are ec::invalid_request (the
+/// broker checks the ranges that depend on each other).
+caf::expected<queue_group_config> parse_queue_config(const json& body,
+                                                     queue_group_config base);
+json to_json(const queue_group_config& x);
+json to_json(const queue_group_description& x);
 json to_json(const std::vector<partition_offset>& x);
 
 // -- DLQ operations (GET/POST /v1/dlq...) ------------------------------------

@@ -2,7 +2,9 @@
 //
 //   ferryctl work TOPIC --group G [--mode queue|stream] --exec CMD
 //                 [--concurrency N] [--max-idle 20s]
-//                 [--max-attempts N] [--backoff-ms MS] [--visibility-ms MS]
+//                 [--max-attempts N] [--backoff-ms MS] [--max-backoff-ms MS]
+//                 [--backoff-multiplier X] [--jitter J] [--visibility-ms MS]
+//                 [--ordering none|key] [--dlq-topic T]
 //
 // CMD runs through /bin/sh -c with the record's value on stdin and in its
 // environment FERRY_TOPIC, FERRY_PARTITION, FERRY_OFFSET, FERRY_KEY (or
@@ -21,8 +23,10 @@
 // Queue mode (default): a queue_consumer member; up to N children run at
 // once on dedicated threads (never on CAF's), each lease is extended while
 // its child runs longer than half the visibility timeout. --max-attempts,
-// --backoff-ms and --visibility-ms create the group with them, or alter an
-// existing group's settings (other settings are kept).
+// the backoff settings (the retry after failure n waits a random time up
+// to min(max, backoff * multiplier^(n-1)), of which the share `jitter` is
+// random), --visibility-ms, --ordering and --dlq-topic create the group with
+// them, or alter an existing group's settings (other settings are kept).
 //
 // Stream mode: a stream group member (no auto commit) plus the stream_dlq
 // helper: a failed run is retried in the worker with backoff, after
@@ -97,6 +101,8 @@ struct work_options {
   std::optional<int64_t> backoff_ms;
   std::optional<int64_t> visibility_ms;
   std::optional<int64_t> max_backoff_ms;
+  std::optional<double> backoff_multiplier;
+  std::optional<double> jitter;
   std::optional<std::string> ordering;
   std::optional<std::string> dlq_topic;
   int64_t request_timeout_ms = 30000;
@@ -474,7 +480,7 @@ private:
 void apply_group_settings(admin_client& admin) {
   auto& o = opts();
   if (!o.max_attempts && !o.backoff_ms && !o.visibility_ms && !o.max_backoff_ms
-      && !o.ordering && !o.dlq_topic)
+      && !o.backoff_multiplier && !o.jitter && !o.ordering && !o.dlq_topic)
     return;
   std::optional<queue_group_config> current;
   auto described = admin.request<queue_group_description>(describe_atom_v,
@@ -497,6 +503,10 @@ void apply_group_settings(admin_client& admin) {
     if (!o.backoff_ms)
       qc.initial_backoff_ms = std::min(qc.initial_backoff_ms, *o.max_backoff_ms);
   }
+  if (o.backoff_multiplier)
+    qc.backoff_multiplier = *o.backoff_multiplier;
+  if (o.jitter)
+    qc.jitter = *o.jitter;
   if (o.ordering)
     qc.ordering = *o.ordering;
   if (o.dlq_topic) // the broker refuses to change it on an existing group
@@ -701,6 +711,10 @@ int run_stream(caf::actor_system& sys, connection_actor conn, milliseconds max_i
   dcfg.retry.max_backoff = o.max_backoff_ms
                              ? milliseconds{*o.max_backoff_ms}
                              : std::max(dcfg.retry.initial_backoff, milliseconds{60000});
+  if (o.backoff_multiplier)
+    dcfg.retry.multiplier = *o.backoff_multiplier;
+  if (o.jitter)
+    dcfg.retry.jitter = *o.jitter;
   if (o.dlq_topic)
     dcfg.dlq_topic = *o.dlq_topic;
   dcfg.request_timeout = timeout;
@@ -869,6 +883,14 @@ void add_work_command(CLI::App& app, std::function<void()> on_selected) {
   w->add_option("--max-backoff-ms", o.max_backoff_ms,
                 "cap of the retry backoff in ms (queue: sets the group's config)")
     ->check(CLI::Range(int64_t{0}, int64_t{86400000}));
+  w->add_option("--backoff-multiplier", o.backoff_multiplier,
+                "growth of the backoff per failed attempt (default 2; queue: sets "
+                "the group's config)")
+    ->check(CLI::Range(1.0, 100.0));
+  w->add_option("--jitter", o.jitter,
+                "share of each backoff drawn at random: 1 full jitter (default), 0.5 "
+                "equal, 0 none (queue: sets the group's config)")
+    ->check(CLI::Range(0.0, 1.0));
   w->add_option("--ordering", o.ordering,
                 "none (any member, any record) or key (one record of a key at a "
                 "time, in order; queue: sets the group's config)")

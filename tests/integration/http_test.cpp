@@ -223,6 +223,9 @@ protected:
   http_reply patch(const std::string& target, const json& body) {
     return call(port_, http::verb::patch, target, body.dump());
   }
+  http_reply put(const std::string& target, const json& body) {
+    return call(port_, http::verb::put, target, body.dump());
+  }
   http_reply del(const std::string& target) {
     return call(port_, http::verb::delete_, target);
   }
@@ -736,6 +739,85 @@ struct bad_case {
   int status;
   const char* code;
 };
+
+// Issue 20: a queue group is created with its settings over HTTP (so its
+// first receive does not take the defaults), described, and altered one
+// setting at a time; the settings apply to the leases it hands out.
+TEST_F(http_api, queue_group_settings_create_describe_alter) {
+  create_topic("tasks", 1);
+  auto c = put("/v1/groups/crew/queue",
+               {{"maxAttempts", 3}, {"initialBackoffMs", 200}, {"maxBackoffMs", 5000},
+                {"backoffMultiplier", 3.0}, {"jitter", 0.5},
+                {"visibilityTimeoutMs", 45000}, {"ordering", "key"}});
+  ASSERT_EQ(c.status, 201) << c.body << c.error;
+  EXPECT_EQ(c.j()["config"]["maxAttempts"], 3);
+  EXPECT_EQ(c.j()["config"]["dlqTopic"], "");
+  auto d = get("/v1/groups/crew/queue");
+  ASSERT_EQ(d.status, 200) << d.body;
+  auto cfg = d.j()["config"];
+  EXPECT_EQ(d.j()["mode"], "queue");
+  EXPECT_EQ(cfg["initialBackoffMs"], 200);
+  EXPECT_EQ(cfg["maxBackoffMs"], 5000);
+  EXPECT_EQ(cfg["backoffMultiplier"], 3.0);
+  EXPECT_EQ(cfg["jitter"], 0.5);
+  EXPECT_EQ(cfg["visibilityTimeoutMs"], 45000);
+  EXPECT_EQ(cfg["ordering"], "key");
+  // The same create again is fine; one with other settings is a conflict
+  // and the settings stay.
+  auto same = put("/v1/groups/crew/queue",
+                  {{"maxAttempts", 3}, {"initialBackoffMs", 200}, {"maxBackoffMs", 5000},
+                   {"backoffMultiplier", 3.0}, {"jitter", 0.5},
+                   {"visibilityTimeoutMs", 45000}, {"ordering", "key"}});
+  EXPECT_EQ(same.status, 200) << same.body;
+  auto again = put("/v1/groups/crew/queue", {{"maxAttempts", 9}});
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_NE(again.body.find("PATCH"), std::string::npos) << again.body;
+  // Altering one setting keeps the others.
+  auto a = patch("/v1/groups/crew/queue", {{"jitter", 0.0}, {"maxAttempts", 4}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  d = get("/v1/groups/crew/queue");
+  ASSERT_EQ(d.status, 200) << d.body;
+  cfg = d.j()["config"];
+  EXPECT_EQ(cfg["jitter"], 0.0);
+  EXPECT_EQ(cfg["maxAttempts"], 4);
+  EXPECT_EQ(cfg["initialBackoffMs"], 200);
+  EXPECT_EQ(cfg["ordering"], "key");
+  // The group's visibility timeout is what a receive without one gets.
+  produce("tasks", {{"records", {{{"key", "a"}, {"value", "one"}}}}});
+  auto t0 = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::system_clock::now().time_since_epoch()).count();
+  auto r = post("/v1/groups/crew/queue/tasks/receive", {{"member", "m1"}, {"waitMs", 5000}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j()["records"].size(), 1u) << r.body;
+  auto deadline = r.j()["records"][0]["deadline"].get<int64_t>();
+  EXPECT_GE(deadline, t0 + 44000) << r.body;
+  EXPECT_LE(deadline, t0 + 60000) << r.body;
+  // Bad settings are refused before anything changes.
+  struct bad_case {
+    const char* name;
+    http::verb method;
+    const char* target;
+    json body;
+    unsigned status;
+  };
+  for (auto& b : {bad_case{"jitter above 1", http::verb::patch, "/v1/groups/crew/queue",
+                           {{"jitter", 1.5}}, 400},
+                  bad_case{"multiplier below 1", http::verb::put, "/v1/groups/crew2/queue",
+                           {{"backoffMultiplier", 0.5}}, 400},
+                  bad_case{"unknown setting", http::verb::put, "/v1/groups/crew2/queue",
+                           {{"retries", 3}}, 400},
+                  bad_case{"bad ordering", http::verb::patch, "/v1/groups/crew/queue",
+                           {{"ordering", "random"}}, 400},
+                  bad_case{"not an object", http::verb::put, "/v1/groups/crew2/queue",
+                           json::array(), 400},
+                  bad_case{"alter an unknown group", http::verb::patch,
+                           "/v1/groups/nobody/queue", {{"jitter", 0.1}}, 404}}) {
+    auto x = call(port_, b.method, b.target, b.body.dump());
+    EXPECT_EQ(x.status, b.status) << b.name << ": " << x.body;
+  }
+  EXPECT_EQ(get("/v1/groups/crew/queue").j()["config"]["jitter"], 0.0);
+  EXPECT_EQ(get("/v1/groups/crew2/queue").status, 404);
+}
 
 TEST_F(http_api, bad_requests_get_their_status_and_error_code) {
   create_topic("orders", 2);

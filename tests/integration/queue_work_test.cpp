@@ -514,8 +514,9 @@ TEST(QueueWork, FerryctlWorkAcksDeadLettersRejectsAndExhaustedNacks) {
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
-// Every queue setting can be chosen from the command line, and `group
-// describe` shows them; what cannot change is refused with its reason.
+// Every queue setting can be chosen from the command line (every backoff
+// knob too), and `group describe` shows them; what cannot change is refused
+// with its reason.
 TEST(QueueWork, FerryctlWorkSetsOrderingBackoffCapAndDlqTopic) {
   ferryd_process broker;
   ASSERT_TRUE(broker.start()) << broker.output();
@@ -524,13 +525,16 @@ TEST(QueueWork, FerryctlWorkSetsOrderingBackoffCapAndDlqTopic) {
   auto r = ctl(broker,
                {"work", "ord", "--group", "og", "--exec", "exit 1", "--max-idle", "2s",
                 "--max-attempts", "2", "--backoff-ms", "20", "--max-backoff-ms", "40",
-                "--ordering", "key", "--dlq-topic", "ord-dead"},
+                "--backoff-multiplier", "3", "--jitter", "0.25", "--ordering", "key",
+                "--dlq-topic", "ord-dead"},
                90s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("dead-letter after 2 attempts"), std::string::npos) << r.out;
   auto d = ctl(broker, {"group", "describe", "og"});
   ASSERT_EQ(d.exit_code, 0) << d.err;
-  EXPECT_NE(d.out.find("Queue: max_attempts=2 backoff_ms=20..40"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("Queue: max_attempts=2 backoff_ms=20..40 (x3, jitter 0.25)"),
+            std::string::npos)
+    << d.out;
   EXPECT_NE(d.out.find("ordering=key dlq=ord-dead"), std::string::npos) << d.out;
   // Every record failed twice: all five are in the chosen DLQ.
   auto list = ctl(broker, {"dlq", "list"});
@@ -550,6 +554,21 @@ TEST(QueueWork, FerryctlWorkSetsOrderingBackoffCapAndDlqTopic) {
   auto bad = ctl(broker, {"work", "ord", "--group", "og", "--exec", "true", "--ordering",
                           "random"});
   EXPECT_NE(bad.exit_code, 0);
+  // Backoff knobs out of range are refused by the command line.
+  for (std::vector<std::string> knob : {std::vector<std::string>{"--jitter", "1.5"},
+                                        {"--backoff-multiplier", "0.5"}}) {
+    std::vector<std::string> args{"work", "ord", "--group", "og", "--exec", "true"};
+    args.insert(args.end(), knob.begin(), knob.end());
+    auto r2 = ctl(broker, args);
+    EXPECT_NE(r2.exit_code, 0) << knob[0];
+    EXPECT_NE(r2.err.find(knob[0]), std::string::npos) << r2.err;
+  }
+  // Altering one knob keeps the others.
+  auto alter = ctl(broker, {"work", "ord", "--group", "og", "--exec", "true", "--max-idle",
+                            "1s", "--jitter", "1"});
+  EXPECT_EQ(alter.exit_code, 0) << alter.err;
+  auto d2 = ctl(broker, {"group", "describe", "og"});
+  EXPECT_NE(d2.out.find("backoff_ms=20..40 (x3, jitter 1)"), std::string::npos) << d2.out;
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
