@@ -1,5 +1,7 @@
 #include "actors/server/group_coordinator.hpp"
 
+#include "actors/server/record_time.hpp"
+
 #include "broker/error.hpp"
 #include "broker/consumer_state.hpp"
 #include "broker/kafka_group_protocol.hpp"
@@ -1178,25 +1180,6 @@ void report_members(self_ptr self) {
     st.cfg.probe->members(st.members.size());
 }
 
-// The timestamp of the record at `at` in fetched data, whose first batch
-// contains `at`.
-std::optional<timestamp_ms> timestamp_at(std::string_view data, offset at) {
-  auto h = parse_batch_header(data);
-  if (!h || at < h->base_offset || at > h->last_offset())
-    return std::nullopt;
-  if (h->ts_type() == timestamp_type::log_append_time)
-    return h->max_timestamp;
-  if (at == h->base_offset || h->records_count <= 1)
-    return h->base_timestamp;
-  auto batch = decode_batch(data.substr(0, h->total_size()));
-  if (!batch)
-    return h->base_timestamp; // damaged: the batch's first record is close
-  for (const auto& r : batch->records)
-    if (h->base_offset + r.offset_delta >= at)
-      return r.timestamp;
-  return h->base_timestamp;
-}
-
 // Lag and lag seconds from list offsets (and one fetch per lagging partition).
 void finish_lag(self_ptr self, const std::vector<partition_ref>& parts,
                 const std::vector<offset>& committed,
@@ -1239,7 +1222,7 @@ void finish_lag(self_ptr self, const std::vector<partition_ref>& parts,
         [self, ref, from, done](fetch_response& resp) {
           auto& st = self->state;
           if (st.cfg.probe && visible(st)) {
-            if (auto ts = timestamp_at(resp.data, from)) {
+            if (auto ts = record_timestamp_at(resp.data, from)) {
               auto now = st.cfg.clock ? st.cfg.clock() : system_now_ms();
               st.cfg.probe->lag_seconds(
                 ref.topic, ref.partition,

@@ -1,5 +1,7 @@
 #include "actors/server/queue_coordinator.hpp"
 
+#include "actors/server/record_time.hpp"
+
 #include "broker/big_endian.hpp"
 #include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -1340,6 +1343,8 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
   auto& st = self->state;
   if (auto err = check_group(self, req.group))
     return err;
+  if (!req.member_id.empty())
+    st.members_seen[req.member_id] = now_ms(self);
   auto i = st.partitions.find(topic_partition{req.topic, req.partition});
   if (i == st.partitions.end() || !i->second.table)
     return make_error(ec::lease_not_found,
@@ -1420,6 +1425,7 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
 // parked receives answer with nothing.
 int64_t on_leave(self_ptr self, const std::string& member) {
   auto& st = self->state;
+  st.members_seen.erase(member);
   int64_t released = 0;
   for (auto& [key, p] : st.partitions)
     if (p.table) {
@@ -1533,12 +1539,89 @@ queue_group_description describe_queue(self_ptr self) {
   return out;
 }
 
+// -- metrics ------------------------------------------------------------------
+
+/// The tick_atom token of the metrics refresh (timer tokens count up from 1).
+constexpr uint64_t metrics_token = std::numeric_limits<uint64_t>::max();
+
+/// Members seen within max(visibility timeout, 30 s); older ones are
+/// forgotten.
+std::vector<std::string> live_members(self_ptr self) {
+  auto& st = self->state;
+  auto horizon = std::max<int64_t>(st.cfg.settings.visibility_timeout_ms, 30'000);
+  auto now = now_ms(self);
+  std::vector<std::string> out;
+  for (auto i = st.members_seen.begin(); i != st.members_seen.end();) {
+    if (now - i->second > horizon) {
+      i = st.members_seen.erase(i);
+      continue;
+    }
+    out.push_back(i->first);
+    ++i;
+  }
+  return out;
+}
+
+void schedule_metrics(self_ptr self) {
+  auto& st = self->state;
+  if (st.cfg.probe && st.cfg.metrics_interval.count() > 0)
+    send_self(self, st.cfg.metrics_interval, tick_atom_v, metrics_token);
+}
+
+/// Members now; per partition the lag and lag seconds once a 1-byte fetch
+/// at the committed offset (as an internal reader, replica -2) answered. The
+/// answer's high watermark also refreshes the partition's for describe.
+void refresh_metrics(self_ptr self) {
+  auto& st = self->state;
+  if (!st.cfg.probe)
+    return;
+  st.cfg.probe->members(live_members(self).size());
+  for (auto& [key, p] : st.partitions) {
+    if (!p.table)
+      continue;
+    auto committed = p.table->committed();
+    fetch_request req{key.topic, key.partition, committed, 1, 0, 0, -2};
+    auto inc = p.incarnation;
+    self
+      ->request(st.cfg.broker, st.cfg.broker_timeout, fetch_atom_v,
+                std::move(req))
+      .then(
+        [self, key, inc, committed](fetch_response& resp) {
+          auto& st = self->state;
+          auto* p = find_part(self, key, inc);
+          if (!st.cfg.probe || !p || resp.high_watermark.value < 0)
+            return;
+          p->high_watermark = std::max(p->high_watermark, resp.high_watermark);
+          auto lag = std::max<int64_t>(0, resp.high_watermark - committed);
+          st.cfg.probe->lag(key.topic, key.partition, lag);
+          if (lag == 0) {
+            st.cfg.probe->lag_seconds(key.topic, key.partition, 0.0);
+            return;
+          }
+          if (auto ts = record_timestamp_at(resp.data, committed))
+            st.cfg.probe->lag_seconds(
+              key.topic, key.partition,
+              static_cast<double>(std::max<int64_t>(0, now_ms(self) - *ts))
+                / 1000.0);
+        },
+        [self, key](caf::error& err) {
+          log::debug("queue group {}: no lag for {}: {}", self->state.cfg.group,
+                     tp_text(key), err);
+        });
+  }
+}
+
 group_description describe_group(self_ptr self) {
   auto& st = self->state;
   group_description out;
   out.group = st.cfg.group;
   out.mode = "queue";
   out.state = st.partitions.empty() ? "Empty" : "Stable";
+  for (auto& m : live_members(self)) {
+    member_description md;
+    md.member_id = m;
+    out.members.push_back(std::move(md));
+  }
   for (auto& [key, p] : st.partitions) {
     if (!p.table)
       continue;
@@ -1591,6 +1674,7 @@ queue_coordinator(
       flush(self);
     self->quit(std::move(msg.reason));
   });
+  schedule_metrics(self);
   return {
     [self](receive_atom, queue_receive_request& req)
       -> caf::result<std::vector<leased_message>> {
@@ -1612,6 +1696,7 @@ queue_coordinator(
       if (auto err = activate(self, req.topic))
         return err;
       auto now = now_ms(self);
+      st.members_seen[req.member_id] = now;
       auto got = acquire_for(self, req, now);
       if (!got)
         return std::move(got.error());
@@ -1695,6 +1780,11 @@ queue_coordinator(
     },
     [self](flush_atom) { flush(self); },
     [self](tick_atom, uint64_t token) {
+      if (token == metrics_token) {
+        refresh_metrics(self);
+        schedule_metrics(self);
+        return;
+      }
       if (token == self->state.timer_token)
         on_tick(self);
     },

@@ -106,7 +106,13 @@
 // Metrics (with cfg.probe): committed per partition after each save;
 // redelivered (a lease with attempt > 1), lease_expired, dead_lettered (after
 // the DLQ produce), dlq_depth (DLQ high watermark - log start as produce
-// answers report it, summed over the DLQ partitions this group wrote).
+// answers report it, summed over the DLQ partitions this group wrote); every
+// cfg.metrics_interval the members (seen within max(visibility timeout,
+// 30 s)) and, per partition, the lag (high watermark - committed, records
+// not yet done) and lag seconds (age of the record at the committed offset)
+// from a 1-byte fetch there, like a stream group's (same series, so the
+// lag alerts and dashboards cover queue groups). describe_group shows the
+// same lag and members.
 //
 // Stored configs: the node keeps each queue group's queue_group_config in
 // the "queue_groups" sub-database (save_queue_group / load_queue_groups), so
@@ -235,6 +241,9 @@ struct queue_coordinator_config {
   uint64_t seed = 0;
   /// Metrics of this group; null: none.
   std::shared_ptr<metrics::group_probe> probe;
+  /// With a probe: how often members, lag and lag seconds are refreshed
+  /// (one 1-byte fetch per partition at its committed offset); 0: never.
+  caf::timespan metrics_interval = std::chrono::seconds{5};
   /// Cluster mode: the group's partition of __consumer_state. Non-empty:
   /// every state change (and DLQ producer row) is produced there with
   /// acks=all before it is applied to `store` and answered, and leases are
@@ -336,6 +345,9 @@ struct queue_coordinator_state {
   timestamp_ms timer_at = 0; ///< 0 = no timer
   /// DLQ depth per (DLQ topic, partition), for the probe.
   std::map<topic_partition, int64_t> dlq_depths;
+  /// Members: when each last received or acked (leave forgets it). One
+  /// seen within max(visibility timeout, 30 s) counts as a member.
+  std::map<std::string, timestamp_ms> members_seen;
 
   static inline const char* name = "queue_coordinator";
 };

@@ -983,6 +983,65 @@ TEST_F(QueueCoordinatorTest, ProbeCountsExpiriesRedeliveriesAndDeadLetters) {
   EXPECT_EQ(metric(text, "ferry_dlq_depth"), 1) << text;
 }
 
+// Issue 20: a queue group exports the stream groups' series, so the lag
+// alerts and dashboards see it: lag (records not yet done past the
+// committed offset), lag seconds (age of the record at the committed
+// offset) and members (seen within max(visibility timeout, 30 s)), every
+// metrics_interval (5 s).
+TEST_F(QueueCoordinatorTest, ProbeReportsLagLagSecondsAndMembersLikeAStreamGroup) {
+  auto reg = std::make_shared<metrics::registry>();
+  probe = std::make_shared<metrics::group_probe>(reg, "g");
+  settings.visibility_timeout_ms = 60000; // no lease runs out in this test
+  start();
+  auto members = [&] {
+    auto text = reg->text();
+    auto pos = text.find("ferry_consumergroup_members{");
+    if (pos == std::string::npos)
+      return -1.0;
+    auto eol = text.find('\n', pos);
+    auto line = text.substr(pos, eol - pos);
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  };
+  auto t0 = now();
+  produce("t", 0, {{"a", "1"}, {"b", "2"}, {"c", "3"}});
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 3u);
+  ack_ok("m1", got[0]);
+  receive("m2"); // a second member, with nothing to do
+  advance(5000ms);
+  sched->run();
+  auto text = reg->text();
+  EXPECT_EQ(metric(text, "ferry_consumergroup_lag"), 2) << text;
+  // The oldest record not done (offset 1) was written 5 s ago.
+  auto age = metric(text, "ferry_consumergroup_lag_seconds");
+  EXPECT_GE(age, 4.9) << text;
+  EXPECT_LE(age, static_cast<double>(now() - t0) / 1000.0 + 0.001) << text;
+  EXPECT_EQ(members(), 2) << text;
+  // group describe shows the same.
+  auto d = ask<group_description>(describe_atom_v, group_atom_v);
+  ASSERT_TRUE(d->value);
+  EXPECT_EQ(d->value->members.size(), 2u);
+  ASSERT_EQ(d->value->partitions.size(), 1u);
+  EXPECT_EQ(d->value->partitions[0].lag, 2);
+  // Done: no lag. m2 left; m1 is gone once not seen for max(visibility
+  // timeout, 30 s) = 60 s.
+  ack_ok("m1", got[1]);
+  ack_ok("m1", got[2]);
+  ask<int64_t>(leave_atom_v, queue_atom_v, std::string{"m2"});
+  advance(5000ms);
+  sched->run();
+  text = reg->text();
+  EXPECT_EQ(metric(text, "ferry_consumergroup_lag"), 0) << text;
+  EXPECT_EQ(metric(text, "ferry_consumergroup_lag_seconds"), 0) << text;
+  EXPECT_EQ(members(), 1) << text;
+  advance(30000ms);
+  sched->run();
+  EXPECT_EQ(members(), 1) << reg->text();
+  advance(30000ms);
+  sched->run();
+  EXPECT_EQ(members(), 0) << reg->text();
+}
+
 // -- long poll ---------------------------------------------------------------------
 
 TEST_F(QueueCoordinatorTest, LongPollReceiveIsWokenByNewData) {
