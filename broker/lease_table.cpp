@@ -145,9 +145,17 @@ caf::expected<lease_table> lease_table::restore(lease_table_config cfg,
     e.last_failure = r.last_failure;
     e.available_at = r.available_at;
     e.last_error = cut_error(r.last_error);
+    if (r.phase == queue_record_phase::done) {
+      // Done records are not in the window: an interval of done offsets.
+      if (t->window_.count(r.off) > 0 || t->done_contains(r.off))
+        return make_error(ec::invalid_argument,
+                          "queue: duplicate row " + off_str(r.off));
+      t->done_insert(t->done_, r.off);
+      t->done_insert(t->done_rows_, r.off);
+      continue;
+    }
     switch (r.phase) {
       case queue_record_phase::retry: e.st = state::available; break;
-      case queue_record_phase::done: e.st = state::done; break;
       case queue_record_phase::dead_letter: e.st = state::dead_letter; break;
       case queue_record_phase::leased:
         if (cfg.persist_leases) {
@@ -167,7 +175,7 @@ caf::expected<lease_table> lease_table::restore(lease_table_config cfg,
                           "queue: row " + off_str(r.off) + " has phase "
                             + std::to_string(static_cast<int>(r.phase)));
     }
-    if (!t->window_.emplace(r.off, std::move(e)).second)
+    if (t->done_contains(r.off) || !t->window_.emplace(r.off, std::move(e)).second)
       return make_error(ec::invalid_argument,
                         "queue: duplicate row " + off_str(r.off));
     if (r.phase == queue_record_phase::dead_letter)
@@ -186,6 +194,14 @@ caf::error lease_table::offer(offset off, std::optional<std::string_view> key,
     return make_error(ec::invalid_argument,
                       "queue: offered " + off_str(off)
                         + " below the read position " + off_str(read_end_));
+  if (done_contains(off)) { // restored as done: nothing to deliver
+    for (auto i = window_.lower_bound(read_end_);
+         i != window_.end() && i->first < off;)
+      i = drop(i);
+    read_end_ = off + 1;
+    pop_prefix();
+    return caf::none;
+  }
   auto it = window_.find(off);
   if (it == window_.end() && window_.size() >= cfg_.window
       && (window_.empty() || off > window_.rbegin()->first)) {
@@ -302,6 +318,10 @@ lease_table::find_lease(std::string_view member, offset off,
                       "record " + off_str(off)
                         + " is below the committed position "
                         + off_str(committed_));
+  if (done_contains(off))
+    return make_error(ec::lease_not_found,
+                      "lease " + std::to_string(lease_id) + ": record "
+                        + off_str(off) + " is done");
   auto it = window_.find(off);
   // A restored lease may be answered before the reader offered its record.
   if (it == window_.end()
@@ -409,7 +429,7 @@ std::vector<expired_lease> lease_table::expire(timestamp_ms now) {
 }
 
 caf::error lease_table::dead_lettered(offset off) {
-  if (off < committed_)
+  if (off < committed_ || done_contains(off))
     return caf::none;
   auto it = window_.find(off);
   if (it == window_.end())
@@ -499,6 +519,12 @@ std::optional<timestamp_ms> lease_table::next_retry() const {
 }
 
 std::optional<record_view> lease_table::find(offset off) const {
+  if (done_contains(off)) {
+    record_view v;
+    v.off = off;
+    v.status = record_status::done;
+    return v;
+  }
   auto it = window_.find(off);
   if (it == window_.end())
     return std::nullopt;
@@ -535,14 +561,12 @@ lease_table_stats lease_table::stats() const {
   lease_table_stats s;
   s.committed = committed_;
   s.read_end = read_end_;
-  s.tracked = window_.size();
+  s.done = done_count();
+  s.tracked = window_.size() + s.done;
   s.available = ready_.size();
   s.delayed = waiting_.size();
   s.leased = deadlines_.size();
   s.dead_letter = dead_letters_.size();
-  for (const auto& [off, e] : window_)
-    if (e.st == state::done)
-      ++s.done;
   return s;
 }
 
@@ -559,8 +583,16 @@ queue_changes lease_table::take_changes() {
   ch.full = full_;
   for (auto off : dirty_) {
     auto it = window_.find(off);
-    if (it == window_.end())
+    if (it == window_.end()) {
+      if (done_contains(off)) {
+        queue_record r;
+        r.off = off;
+        r.phase = queue_record_phase::done;
+        ch.upserts.push_back(std::move(r));
+        done_insert(done_rows_, off);
+      }
       continue;
+    }
     auto& e = it->second;
     if (needs_row(e)) {
       ch.upserts.push_back(to_record(off, e));
@@ -587,6 +619,10 @@ void lease_table::mark_all_dirty() {
     dirty_.insert(off);
     e.persisted = false;
   }
+  for (auto& [from, to] : done_)
+    for (auto off = from; off < to; ++off)
+      dirty_.insert(offset{off});
+  done_rows_.clear(); // the full rewrite writes them again
 }
 
 queue_snapshot lease_table::snapshot() const {
@@ -595,6 +631,15 @@ queue_snapshot lease_table::snapshot() const {
   for (const auto& [off, e] : window_)
     if (needs_row(e))
       s.records.push_back(to_record(off, e));
+  for (const auto& [from, to] : done_)
+    for (auto off = from; off < to; ++off) {
+      queue_record r;
+      r.off = offset{off};
+      r.phase = queue_record_phase::done;
+      s.records.push_back(std::move(r));
+    }
+  std::sort(s.records.begin(), s.records.end(),
+            [](const queue_record& a, const queue_record& b) { return a.off < b.off; });
   return s;
 }
 
@@ -640,10 +685,21 @@ caf::error lease_table::verify() const {
   if (!window_.empty() && window_.begin()->first < committed_)
     return broken("record " + off_str(window_.begin()->first)
                   + " below committed");
-  if (!window_.empty() && window_.begin()->first < read_end_
-      && window_.begin()->second.st == state::done)
-    return broken("done record " + off_str(window_.begin()->first)
-                  + " at the head was not popped");
+  for (const auto& [off, e] : window_)
+    if (e.st == state::done)
+      return broken("done record " + off_str(off) + " in the window");
+  for (const auto& [from, to] : done_) {
+    if (from >= to || offset{from} < committed_)
+      return broken("done interval [" + std::to_string(from) + ", "
+                    + std::to_string(to) + ") below committed or empty");
+    auto w = window_.lower_bound(offset{from});
+    if (w != window_.end() && w->first < offset{to})
+      return broken("record " + off_str(w->first) + " both done and tracked");
+  }
+  for (const auto& [from, to] : done_rows_)
+    for (auto off = from; off < to; ++off)
+      if (!done_contains(offset{off}))
+        return broken("done row " + std::to_string(off) + " not done");
   auto expect_committed = window_.empty()
                             ? read_end_
                             : std::min(window_.begin()->first, read_end_);
@@ -763,9 +819,16 @@ void lease_table::end_lease(offset off, entry& e) {
 }
 
 void lease_table::set_done(offset off, entry& e) {
-  e.st = state::done;
-  e.member.clear();
+  // Leaves the window (which bounds the records not done): an interval
+  // of done offsets remembers it until the committed position passes it.
   release_key(off, e);
+  ready_.erase(off);
+  waiting_.erase({e.available_at, off});
+  dead_letters_.erase(off);
+  if (e.persisted) // its retry or lease row is replaced by a done row
+    done_insert(done_rows_, off);
+  window_.erase(off);
+  done_insert(done_, off);
   dirty_.insert(off);
   pop_prefix();
 }
@@ -815,14 +878,68 @@ lease_table::window_map::iterator lease_table::drop(window_map::iterator it) {
 }
 
 void lease_table::pop_prefix() {
-  while (!window_.empty()) {
-    auto it = window_.begin();
-    if (it->first >= read_end_ || it->second.st != state::done)
-      break;
-    drop(it);
-  }
   committed_ = window_.empty() ? read_end_
                                : std::min(window_.begin()->first, read_end_);
+  // Done offsets below the position are forgotten; their rows (if written)
+  // go with the next change set.
+  while (!done_.empty() && offset{done_.begin()->first} < committed_) {
+    auto [from, to] = *done_.begin();
+    done_.erase(done_.begin());
+    auto cut = std::min(to, committed_.value);
+    if (to > cut)
+      done_.emplace(cut, to);
+    for (auto off = from; off < cut; ++off)
+      dirty_.erase(offset{off});
+  }
+  while (!done_rows_.empty() && offset{done_rows_.begin()->first} < committed_) {
+    auto [from, to] = *done_rows_.begin();
+    done_rows_.erase(done_rows_.begin());
+    auto cut = std::min(to, committed_.value);
+    if (to > cut)
+      done_rows_.emplace(cut, to);
+    for (auto off = from; off < cut; ++off)
+      erased_.push_back(offset{off});
+  }
+}
+
+bool lease_table::done_contains(offset off) const {
+  auto it = done_.upper_bound(off.value);
+  if (it == done_.begin())
+    return false;
+  --it;
+  return off.value < it->second;
+}
+
+void lease_table::done_insert(interval_set& set, offset off) {
+  auto x = off.value;
+  auto next = set.upper_bound(x);
+  if (next != set.begin()) {
+    auto prev = std::prev(next);
+    if (x < prev->second)
+      return; // already in
+    if (prev->second == x) {
+      prev->second = x + 1;
+      if (next != set.end() && next->first == x + 1) {
+        prev->second = next->second;
+        set.erase(next);
+      }
+      return;
+    }
+  }
+  if (next != set.end() && next->first == x + 1) {
+    auto end = next->second;
+    set.erase(next);
+    set.emplace(x, end);
+    return;
+  }
+  set.emplace(x, x + 1);
+}
+
+size_t lease_table::done_count() const {
+  size_t n = 0;
+  for (const auto& [from, to] : done_)
+    n += static_cast<size_t>(to - from);
+  return n;
 }
 
 } // namespace ferry

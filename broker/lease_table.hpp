@@ -45,9 +45,13 @@
 // keys, it never reorders one.
 //
 // Memory is bounded by config().window: offer() refuses new records with
-// ec::throttled while that many records are tracked (done ones above
-// committed() included), so acquire() has nothing new until the prefix
-// advances. Errors are kept to max_error_bytes.
+// ec::throttled while that many records are tracked that are not done
+// (available, waiting for a retry, parked behind their key, leased or
+// pending dead-letter). Done records leave the window at once: above
+// committed() they are kept as intervals of offsets (one interval for any
+// run of done records, so a record that keeps failing does not stall the
+// records behind it: the window slides past them and the committed
+// position waits). Errors are kept to max_error_bytes.
 //
 // Persistence: the table tracks what changed since take_changes(); a change
 // set holds committed(), the records to upsert (failed at least once, done
@@ -280,7 +284,7 @@ struct record_view {
 struct lease_table_stats {
   offset committed{0};
   offset read_end{0};
-  size_t tracked = 0;   ///< records in the window
+  size_t tracked = 0;   ///< records not done in the window + done above committed
   size_t available = 0; ///< ready to lease (ignoring key order)
   size_t delayed = 0;   ///< waiting for a retry
   size_t leased = 0;
@@ -475,6 +479,11 @@ private:
   window_map::iterator drop(window_map::iterator it);
   void pop_prefix();
   bool needs_row(const entry& e) const;
+  /// Disjoint half-open intervals [first, second) of offsets.
+  using interval_set = std::map<int64_t, int64_t>;
+  bool done_contains(offset off) const;
+  static void done_insert(interval_set& set, offset off);
+  size_t done_count() const;
   queue_record to_record(offset off, const entry& e) const;
 
   lease_table_config cfg_;
@@ -484,7 +493,13 @@ private:
   /// The largest `now` seen: records due by then go to ready_.
   timestamp_ms clock_ = 0;
   uint64_t next_lease_id_ = 1;
+  /// The records not done (and restored rows not read again yet).
   window_map window_;
+  /// Done records above committed_ (not in window_).
+  interval_set done_;
+  /// The subset of done_ with a row in the store (written by a change set or
+  /// restored): erased when committed_ passes them.
+  interval_set done_rows_;
   /// Available records whose retry time has come.
   std::set<offset> ready_;
   /// Available records waiting for their retry time.

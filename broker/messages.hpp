@@ -777,6 +777,11 @@ struct queue_group_config {
   int64_t visibility_timeout_ms = 30000;
   std::string ordering = "none";      ///< "none" or "key"
   std::string dlq_topic;              ///< "" = "<topic>.<group>.dlq"
+  /// Where a partition the group has no state for begins, the first time
+  /// the group reads its topic (broker/start_position.hpp): -2 earliest,
+  /// -1 latest, else the first record at or after this timestamp (ms).
+  /// Partitions the topic gains later begin at their start.
+  int64_t start = -2;
   bool operator==(const queue_group_config&) const = default;
 };
 
@@ -785,7 +790,7 @@ typename Inspector::result_type inspect(Inspector& f, queue_group_config& x) {
   return f(caf::meta::type_name("ferry::queue_group_config"), x.mode,
            x.max_attempts, x.initial_backoff_ms, x.max_backoff_ms,
            x.backoff_multiplier, x.jitter, x.visibility_timeout_ms, x.ordering,
-           x.dlq_topic);
+           x.dlq_topic, x.start);
 }
 
 /// Leases up to max_records records of `topic` to a member.

@@ -1,5 +1,6 @@
 #include "actors/http/http_json.hpp"
 
+#include "broker/start_position.hpp"
 #include "broker/topic_config.hpp"
 
 #include <caf/atom.hpp>
@@ -1093,10 +1094,11 @@ caf::expected<queue_group_config> parse_queue_config(const json& body,
   if (!body.is_object())
     return bad("the body must be a JSON object of queue settings (maxAttempts, "
                "initialBackoffMs, maxBackoffMs, backoffMultiplier, jitter, "
-               "visibilityTimeoutMs, ordering, dlqTopic)");
+               "visibilityTimeoutMs, ordering, dlqTopic, start)");
   static const std::set<std::string> known{
     "maxAttempts",         "initialBackoffMs", "maxBackoffMs", "backoffMultiplier",
-    "jitter",              "visibilityTimeoutMs", "ordering",  "dlqTopic"};
+    "jitter",              "visibilityTimeoutMs", "ordering",  "dlqTopic",
+    "start"};
   for (auto& [k, v] : body.items())
     if (known.count(k) == 0)
       return bad("unknown queue setting \"" + k + "\"");
@@ -1149,6 +1151,21 @@ caf::expected<queue_group_config> parse_queue_config(const json& body,
     return err;
   if (text)
     qc.dlq_topic = *text;
+  // "earliest", "latest", an ISO 8601 date-time, or epoch ms (a number).
+  if (auto i = body.find("start"); i != body.end() && !i->is_null()) {
+    if (i->is_number_integer() && i->get<int64_t>() >= 0) {
+      qc.start = i->get<int64_t>();
+    } else if (i->is_string()) {
+      auto start = parse_start_position(i->get<std::string>());
+      if (!start)
+        return bad("\"start\" must be earliest, latest, an ISO 8601 date-time "
+                   "or epoch milliseconds, not '" + i->get<std::string>() + "'");
+      qc.start = *start;
+    } else {
+      return bad("\"start\" must be earliest, latest, an ISO 8601 date-time "
+                 "or epoch milliseconds");
+    }
+  }
   return qc;
 }
 
@@ -1160,7 +1177,8 @@ json to_json(const queue_group_config& x) {
               {"jitter", x.jitter},
               {"visibilityTimeoutMs", x.visibility_timeout_ms},
               {"ordering", x.ordering},
-              {"dlqTopic", x.dlq_topic}};
+              {"dlqTopic", x.dlq_topic},
+              {"start", start_position_text(x.start)}};
 }
 
 json to_json(const queue_group_description& x) {

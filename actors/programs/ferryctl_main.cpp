@@ -19,6 +19,7 @@
 #include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
+#include "broker/start_position.hpp"
 #include "broker/topic_config.hpp"
 
 #include <caf/actor_system.hpp>
@@ -295,72 +296,13 @@ std::string offset_text(offset o) {
   return o.value < 0 ? std::string{"-"} : std::to_string(o.value);
 }
 
-/// Parses ISO 8601 date-times: 2024-05-01, 2024-05-01T12:30:00,
-/// 2024-05-01T12:30:00.250Z, 2024-05-01T12:30:00+02:00 (UTC if no zone).
-int64_t parse_datetime_ms(const std::string& s) {
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
-  int consumed = 0;
-  auto bad = [&]() -> int64_t {
-    fail(make_error(ec::invalid_config,
-                    "--to-datetime '" + s + "': expected YYYY-MM-DD[THH:MM[:SS[.mmm]]][Z|+HH:MM]"));
-  };
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &consumed) != 3)
-    return bad();
-  size_t pos = static_cast<size_t>(consumed);
-  int64_t millis = 0;
-  int64_t zone_s = 0;
-  if (pos < s.size() && (s[pos] == 'T' || s[pos] == ' ')) {
-    ++pos;
-    int n = 0;
-    if (std::sscanf(s.c_str() + pos, "%2d:%2d%n", &h, &mi, &n) != 2)
-      return bad();
-    pos += static_cast<size_t>(n);
-    if (pos < s.size() && s[pos] == ':') {
-      ++pos;
-      if (std::sscanf(s.c_str() + pos, "%2d%n", &sec, &n) != 1)
-        return bad();
-      pos += static_cast<size_t>(n);
-      if (pos < s.size() && s[pos] == '.') {
-        ++pos;
-        int digits = 0;
-        while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
-          if (digits < 3)
-            millis = millis * 10 + (s[pos] - '0');
-          ++digits;
-          ++pos;
-        }
-        for (; digits < 3; ++digits)
-          millis *= 10;
-      }
-    }
-    if (pos < s.size()) {
-      if (s[pos] == 'Z') {
-        ++pos;
-      } else if (s[pos] == '+' || s[pos] == '-') {
-        int zh = 0, zm = 0;
-        int sign = s[pos] == '-' ? -1 : 1;
-        ++pos;
-        if (std::sscanf(s.c_str() + pos, "%2d:%2d%n", &zh, &zm, &n) == 2
-            || std::sscanf(s.c_str() + pos, "%2d%2d%n", &zh, &zm, &n) == 2)
-          pos += static_cast<size_t>(n);
-        else
-          return bad();
-        zone_s = sign * (zh * 3600 + zm * 60);
-      }
-    }
-  }
-  if (pos != s.size() || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59
-      || sec > 60)
-    return bad();
-  std::tm tm{};
-  tm.tm_year = y - 1900;
-  tm.tm_mon = mo - 1;
-  tm.tm_mday = d;
-  tm.tm_hour = h;
-  tm.tm_min = mi;
-  tm.tm_sec = sec;
-  auto t = timegm(&tm);
-  return (static_cast<int64_t>(t) - zone_s) * 1000 + millis;
+/// --to-datetime: ISO 8601 (broker/start_position.hpp), UTC if no zone.
+int64_t datetime_option_ms(const std::string& s) {
+  auto t = ferry::parse_datetime_ms(s);
+  if (!t)
+    fail(make_error(ec::invalid_config, "--to-datetime '" + s
+                                          + "': expected YYYY-MM-DD[THH:MM[:SS[.fff]]][Z|+HH:MM]"));
+  return *t;
 }
 
 // -- topic commands -----------------------------------------------------------------
@@ -772,7 +714,7 @@ int group_describe(context& ctx) {
               << " visibility_ms=" << c.visibility_timeout_ms
               << " ordering=" << c.ordering << " dlq="
               << (c.dlq_topic.empty() ? "<topic>." + q.group + ".dlq" : c.dlq_topic)
-              << '\n';
+              << " start=" << start_position_text(c.start) << '\n';
     std::vector<std::vector<std::string>> qrows;
     for (auto& p : q.partitions)
       qrows.push_back({p.topic, std::to_string(p.partition.value),
@@ -824,7 +766,7 @@ int group_reset_offsets(context& ctx) {
     req.to = "latest";
   } else if (!opt.to_datetime.empty()) {
     req.to = "timestamp";
-    req.value = parse_datetime_ms(opt.to_datetime);
+    req.value = datetime_option_ms(opt.to_datetime);
   } else {
     req.to = "offset";
     req.value = *opt.to_offset;

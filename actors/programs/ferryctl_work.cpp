@@ -50,6 +50,7 @@
 #include "actors/client/queue_consumer.hpp"
 #include "actors/client/stream_dlq.hpp"
 #include "broker/error.hpp"
+#include "broker/start_position.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
@@ -105,6 +106,7 @@ struct work_options {
   std::optional<double> jitter;
   std::optional<std::string> ordering;
   std::optional<std::string> dlq_topic;
+  std::optional<std::string> start;
   int64_t request_timeout_ms = 30000;
 };
 
@@ -480,7 +482,8 @@ private:
 void apply_group_settings(admin_client& admin) {
   auto& o = opts();
   if (!o.max_attempts && !o.backoff_ms && !o.visibility_ms && !o.max_backoff_ms
-      && !o.backoff_multiplier && !o.jitter && !o.ordering && !o.dlq_topic)
+      && !o.backoff_multiplier && !o.jitter && !o.ordering && !o.dlq_topic
+      && !o.start)
     return;
   std::optional<queue_group_config> current;
   auto described = admin.request<queue_group_description>(describe_atom_v,
@@ -511,6 +514,13 @@ void apply_group_settings(admin_client& admin) {
     qc.ordering = *o.ordering;
   if (o.dlq_topic) // the broker refuses to change it on an existing group
     qc.dlq_topic = *o.dlq_topic;
+  if (o.start) {
+    auto start = parse_start_position(*o.start);
+    if (!start)
+      fail(make_error(ec::invalid_config, "--" + describe(start.error()).substr(
+                                                    std::string_view{"invalid_config: "}.size())));
+    qc.start = *start;
+  }
   if (current && *current == qc)
     return;
   if (current)
@@ -688,6 +698,15 @@ int run_stream(caf::actor_system& sys, connection_actor conn, milliseconds max_i
   ccfg.group_id = o.group;
   ccfg.topics = {o.topic};
   ccfg.auto_offset_reset = "earliest";
+  if (o.start) {
+    if (*o.start != "earliest" && *o.start != "latest")
+      fail(make_error(ec::invalid_config,
+                      "--start '" + *o.start
+                        + "': a stream group starts at earliest or latest "
+                          "(ferryctl group reset-offsets --to-datetime moves it "
+                          "to a time)"));
+    ccfg.auto_offset_reset = *o.start;
+  }
   ccfg.enable_auto_commit = false;
   ccfg.session_timeout = milliseconds{10000};
   ccfg.heartbeat_interval = milliseconds{1000};
@@ -895,6 +914,10 @@ void add_work_command(CLI::App& app, std::function<void()> on_selected) {
                 "none (any member, any record) or key (one record of a key at a "
                 "time, in order; queue: sets the group's config)")
     ->check(CLI::IsMember({"none", "key"}));
+  w->add_option("--start", o.start,
+                "where a new group begins on a partition it has no position on: "
+                "earliest (default), latest, or a time (2026-12-01T08:00:00Z, or "
+                "epoch ms; queue: sets the group's config)");
   w->add_option("--dlq-topic", o.dlq_topic,
                 "dead-letter topic (default <topic>.<group>.dlq; queue: only when "
                 "the group is created)");

@@ -292,6 +292,10 @@ using queue_coordinator_actor = caf::typed_actor<
   /// The member left: releases its leases, answers its parked receives
   /// with nothing; answers how many leases were released.
   caf::replies_to<leave_atom, queue_atom, std::string>::with<int64_t>,
+  /// Moves the group's position on the named topics (all it reads if none)
+  /// and forgets their tracked records (retries, parked keys, pending dead
+  /// letters); group_not_empty while records of them are leased.
+  caf::replies_to<reset_atom, reset_offsets_request>::with<std::vector<partition_offset>>,
   /// The stream-mode view (mode "queue") for group list and describe.
   caf::replies_to<describe_atom, group_atom>::with<group_description>,
   /// Erases the group's state; group_not_empty while leases or receives

@@ -1,5 +1,6 @@
 #include "actors/server/group_coordinator.hpp"
 
+#include "actors/server/offset_lookup.hpp"
 #include "actors/server/record_time.hpp"
 
 #include "broker/error.hpp"
@@ -879,43 +880,11 @@ handle_fetch_offsets(self_ptr self, const fetch_offsets_request& req) {
 
 // -- describe and reset: list offsets fan-out ---------------------------------
 
-// Asks the broker for (timestamp) of each partition; calls done(results) with
-// one caf::expected<offset> per partition, in order, when all are back.
-using offsets_done
-  = std::function<void(std::vector<caf::expected<offset>>&)>;
-
+// Asks the broker for (timestamp) of each partition (offset_lookup.hpp).
 void list_offsets(self_ptr self, const std::vector<partition_ref>& parts,
                   int64_t timestamp, offsets_done done) {
-  struct job {
-    std::vector<caf::expected<offset>> results;
-    size_t pending = 0;
-    offsets_done done;
-  };
-  auto j = std::make_shared<job>();
-  j->results.assign(parts.size(), caf::expected<offset>{offset{-1}});
-  j->pending = parts.size();
-  j->done = std::move(done);
-  if (parts.empty()) {
-    j->done(j->results);
-    return;
-  }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    list_offsets_request req{parts[i].topic, parts[i].partition, timestamp};
-    self
-      ->request(self->state.cfg.broker, self->state.cfg.broker_timeout,
-                offsets_atom_v, std::move(req))
-      .then(
-        [j, i](offset o) {
-          j->results[i] = o;
-          if (--j->pending == 0)
-            j->done(j->results);
-        },
-        [j, i](caf::error& err) {
-          j->results[i] = std::move(err);
-          if (--j->pending == 0)
-            j->done(j->results);
-        });
-  }
+  list_offsets_of(self, self->state.cfg.broker, self->state.cfg.broker_timeout,
+                  parts, timestamp, std::move(done));
 }
 
 caf::result<group_description> handle_describe(self_ptr self) {
@@ -984,21 +953,8 @@ handle_reset(self_ptr self, const reset_offsets_request& req) {
     return make_error(ec::group_not_empty,
                       "offsets can only be reset while the group has no "
                       "members");
-  int64_t ts = 0;
-  if (req.to == "earliest")
-    ts = -2;
-  else if (req.to == "latest")
-    ts = -1;
-  else if (req.to == "timestamp" || req.to == "offset") {
-    if (req.value < 0)
-      return make_error(ec::invalid_request,
-                        "reset to " + req.to + " needs a value >= 0");
-    ts = req.value;
-  } else {
-    return make_error(ec::invalid_request,
-                      "reset target '" + req.to
-                        + "' is not earliest, latest, timestamp or offset");
-  }
+  if (auto ts = reset_lookup(req); !ts)
+    return std::move(ts.error());
   std::vector<std::string> topics = req.topics;
   if (topics.empty()) {
     auto committed = st.cfg.offsets->fetch(st.cfg.group);
@@ -1059,51 +1015,14 @@ handle_reset(self_ptr self, const reset_offsets_request& req) {
     }
     rp.deliver(std::move(out));
   };
-  auto first_error = [](auto& results) -> caf::error {
-    for (auto& r : results)
-      if (!r)
-        return r.error();
-    return caf::none;
-  };
-  if (req.to != "offset") {
-    list_offsets(self, parts, ts,
-                 [finish, first_error, rp](auto& results) mutable {
-                   if (auto err = first_error(results)) {
-                     rp.deliver(std::move(err));
-                     return;
-                   }
-                   std::vector<offset> targets;
-                   for (auto& r : results)
-                     targets.push_back(*r);
-                   finish(std::move(targets));
-                 });
-  } else {
-    // Kafka clamps a requested offset into [log start, log end].
-    list_offsets(self, parts, -2,
-                 [self, parts, ts, finish, first_error,
-                  rp](auto& starts) mutable {
-                   if (auto err = first_error(starts)) {
-                     rp.deliver(std::move(err));
-                     return;
-                   }
-                   list_offsets(self, parts, -1,
-                                [starts, ts, finish, first_error,
-                                 rp](auto& ends) mutable {
-                                  if (auto err = first_error(ends)) {
-                                    rp.deliver(std::move(err));
-                                    return;
-                                  }
-                                  std::vector<offset> targets;
-                                  for (size_t i = 0; i < ends.size(); ++i) {
-                                    auto lo = *starts[i];
-                                    auto hi = std::max(lo, *ends[i]);
-                                    targets.push_back(
-                                      std::clamp(offset{ts}, lo, hi));
-                                  }
-                                  finish(std::move(targets));
-                                });
-                 });
-  }
+  resolve_reset_targets(self, st.cfg.broker, st.cfg.broker_timeout, parts,
+                        req,
+                        [finish, rp](caf::expected<std::vector<offset>> t) mutable {
+                          if (!t)
+                            rp.deliver(std::move(t.error()));
+                          else
+                            finish(std::move(*t));
+                        });
   return rp;
 }
 

@@ -640,6 +640,10 @@ caf::result<group_description> describe_group(self_ptr self,
 caf::result<std::vector<partition_offset>>
 reset_offsets(self_ptr self, reset_offsets_request& req) {
   auto group = req.group;
+  if (known_queue_group(self, group))
+    return to_queue<std::vector<partition_offset>>(
+      self, group, false, std::make_tuple(reset_atom_v, req), reset_atom_v,
+      req);
   return to_group<std::vector<partition_offset>>(self, group, true,
                                                  reset_atom_v,
                                                  std::move(req));

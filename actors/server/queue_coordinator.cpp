@@ -1,5 +1,6 @@
 #include "actors/server/queue_coordinator.hpp"
 
+#include "actors/server/offset_lookup.hpp"
 #include "actors/server/record_time.hpp"
 
 #include "broker/big_endian.hpp"
@@ -9,6 +10,7 @@
 #include "broker/metadata_store.hpp"
 #include "broker/producer_state.hpp"
 #include "broker/queue_state_store.hpp"
+#include "broker/start_position.hpp"
 #include "broker/topic_config.hpp"
 #include "metrics/group_probe.hpp"
 
@@ -79,6 +81,10 @@ std::string encode_group_value(const queue_group_config& x) {
   out.push_back(static_cast<char>(x.ordering == "key" ? 1 : 0));
   be::append(out, static_cast<uint16_t>(x.dlq_topic.size()));
   out.append(x.dlq_topic);
+  if (x.start != start_earliest) { // version 2: the start position follows
+    out[0] = static_cast<char>(group_value_version_start);
+    be::append(out, x.start);
+  }
   return out;
 }
 
@@ -95,7 +101,12 @@ caf::expected<queue_group_config> decode_group_value(std::string_view value) {
   auto ordering = rd.get<uint8_t>();
   auto len = rd.get<uint16_t>();
   x.dlq_topic = rd.bytes(len);
-  if (!rd.done() || version != group_value_version || ordering > 1)
+  if (version == group_value_version_start)
+    x.start = rd.get<int64_t>();
+  if (!rd.done()
+      || (version != group_value_version
+          && version != group_value_version_start)
+      || ordering > 1 || validate_start_position(x.start))
     return make_error(ec::corrupt_segment,
                       "queue group config: bad value of "
                         + std::to_string(value.size()) + " bytes");
@@ -126,7 +137,7 @@ caf::error validate(const queue_group_config& x) {
     if (auto err = validate_topic_name(x.dlq_topic))
       return make_error(ec::invalid_config,
                         "dlq topic: " + describe(err));
-  return caf::none;
+  return validate_start_position(x.start);
 }
 
 lease_table_config to_lease_table_config(const queue_group_config& x) {
@@ -402,10 +413,20 @@ void open_partition(self_ptr self, const topic_partition& key,
     return;
   auto tc = st.table_cfg;
   tc.seed = partition_seed(st.cfg.seed, key);
-  auto t = snap != nullptr
-             ? lease_table::restore(tc, *snap)
-             : st.queue_store->open_table(st.cfg.group, key.topic,
-                                          key.partition, tc, offset{0});
+  bool fresh = false; // no state: a new table
+  caf::expected<lease_table> t{make_error(ec::invalid_argument)};
+  if (snap != nullptr) {
+    t = lease_table::restore(tc, *snap);
+  } else if (auto loaded = st.queue_store->load(st.cfg.group, key.topic,
+                                                key.partition);
+             !loaded) {
+    t = std::move(loaded.error());
+  } else if (*loaded) {
+    t = lease_table::restore(tc, **loaded);
+  } else {
+    fresh = true;
+    t = lease_table::make(tc, offset{0});
+  }
   if (!t) {
     log::error("queue group {}: cannot open the state of {}: {}",
                st.cfg.group, tp_text(key), t.error());
@@ -438,8 +459,16 @@ void open_partition(self_ptr self, const topic_partition& key,
               "pending dead-letter)",
               st.cfg.group, tp_text(key), s.committed, s.leased,
               s.tracked - s.done - s.leased - s.dead_letter, s.dead_letter);
-  if (p.table->has_changes())
+  // The group's start position applies to the partitions of a topic it
+  // reads for the first time; the position is stored once resolved (a
+  // restart before that resolves it again).
+  if (fresh && st.settings_start() != start_earliest
+      && (key.topic == st.first_read_topic
+          || st.start_pending_again.count(key) > 0)) {
+    p.start_pending = true;
+  } else if (p.table->has_changes()) {
     mark_dirty(self, p);
+  }
   maybe_fetch(self, p);
 }
 
@@ -516,8 +545,13 @@ caf::error activate(self_ptr self, const std::string& topic) {
       return make_error(ec::unknown_topic,
                         "topic " + topic + " does not exist");
   }
-  if (st.active.insert(topic).second)
+  if (st.active.insert(topic).second) {
+    // No stored state on any partition (else the topic was active from the
+    // start): the group reads it for the first time.
+    st.first_read_topic = topic;
     reconcile(self);
+    st.first_read_topic.clear();
+  }
   return caf::none;
 }
 
@@ -561,7 +595,10 @@ void on_fetched(self_ptr self, queue_partition_state& p,
   offset next = from;
   size_t pos = 0;
   caf::error bad;
-  while (pos < data.size()) {
+  // Decode no more than the table takes (a window with little room would
+  // otherwise decode a whole fetch to keep a few records of it).
+  auto room = p.table->room();
+  while (pos < data.size() && recs.size() < room) {
     auto hdr = parse_batch_header(data.substr(pos));
     if (!hdr) {
       // A fetch may end inside a batch that did not fit max_bytes.
@@ -630,6 +667,43 @@ void on_fetched(self_ptr self, queue_partition_state& p,
   schedule_timer(self);
 }
 
+// A partition the group reads for the first time begins at the group's
+// start position (latest, or a time): one offset lookup, then the table
+// skips there and its position is stored before anything is leased.
+void resolve_start(self_ptr self, queue_partition_state& p) {
+  auto& st = self->state;
+  p.fetching = true;
+  auto key = p.key;
+  auto inc = p.incarnation;
+  list_offsets_request req{key.topic, key.partition, st.settings_start()};
+  self->request(st.cfg.broker, st.cfg.broker_timeout, offsets_atom_v, req)
+    .then(
+      [self, key, inc](offset start) {
+        auto* p = find_part(self, key, inc);
+        if (!p)
+          return;
+        p->fetching = false;
+        p->start_pending = false;
+        auto& st = self->state;
+        if (start > p->table->read_end()) {
+          p->table->skip_to(start);
+          p->fetch_at = std::max(start, p->table->read_end());
+        }
+        log::info("queue group {}: {} starts at {} ({})", st.cfg.group,
+                  tp_text(key), p->fetch_at,
+                  start_position_text(st.settings_start()));
+        mark_dirty(self, *p);
+        maybe_fetch(self, *p);
+      },
+      [self, key, inc](caf::error& err) {
+        auto* p = find_part(self, key, inc);
+        if (!p)
+          return;
+        p->fetching = false;
+        fetch_failed(self, *p, std::move(err));
+      });
+}
+
 // The log start moved past the read position (retention): skip there.
 void on_out_of_range(self_ptr self, queue_partition_state& p) {
   auto& st = self->state;
@@ -676,13 +750,20 @@ void maybe_fetch(self_ptr self, queue_partition_state& p) {
   auto& st = self->state;
   if (!p.table || p.fetching || p.fetch_retry_at != 0 || !st.cfg.broker)
     return;
+  if (p.start_pending) {
+    resolve_start(self, p);
+    return;
+  }
   if (p.table->room() == 0 || p.cached_bytes >= st.cfg.max_cached_bytes)
     return;
   fetch_request req;
   req.topic = p.key.topic;
   req.partition = p.key.partition;
   req.from = p.fetch_at;
-  req.max_bytes = st.cfg.fetch_max_bytes;
+  // A window with little room reads a little (about 1 KiB a record).
+  req.max_bytes = static_cast<int32_t>(std::min<size_t>(
+    static_cast<size_t>(st.cfg.fetch_max_bytes),
+    std::max<size_t>(size_t{64} << 10, p.table->room() << 10)));
   req.min_bytes = 1;
   req.max_wait_ms = p.read_once
                       ? static_cast<int32_t>(span_ms(st.cfg.fetch_wait))
@@ -859,6 +940,12 @@ void flush(self_ptr self) {
   st.after_flush.clear();
   for (auto& r : replies)
     r.promise.deliver(std::move(r.response));
+  auto calls = std::move(st.after_flush_calls);
+  st.after_flush_calls.clear();
+  for (auto& f : calls)
+    f(failed ? make_error(ec::io_error, "queue group " + st.cfg.group
+                                          + ": state not saved; retrying")
+             : caf::error{});
   for (auto& [key, p] : st.partitions)
     pump_dlq(self, p);
   schedule_timer(self);
@@ -870,6 +957,7 @@ struct queue_flight {
   std::vector<std::pair<topic_partition, uint64_t>> parts; // + incarnation
   std::vector<queue_pending_reply> replies;
   std::vector<queue_pending_receive> receives;
+  std::vector<std::function<void(const caf::error&)>> calls;
 };
 
 // The state produce of `f` is over: apply it and answer (ok), or answer
@@ -902,6 +990,8 @@ void finish_flight(self_ptr self, queue_flight& f, caf::error err) {
       x.promise.deliver(std::move(x.response));
     for (auto& x : f.receives)
       x.promise.deliver(std::move(x.messages));
+    for (auto& x : f.calls)
+      x(caf::error{});
   } else {
     log::warn("queue group {}: state not replicated to {}-{}: {}; retrying",
               st.cfg.group, st.cfg.state_topic, st.cfg.state_partition, err);
@@ -915,6 +1005,8 @@ void finish_flight(self_ptr self, queue_flight& f, caf::error err) {
                              + ": state not replicated: " + describe(err));
     for (auto& x : f.replies)
       x.promise.deliver(fail);
+    for (auto& x : f.calls)
+      x(fail);
     // The member never saw these leases: they end without a failed attempt.
     for (auto& x : f.receives) {
       for (auto& m : x.messages) {
@@ -928,7 +1020,8 @@ void finish_flight(self_ptr self, queue_flight& f, caf::error err) {
     }
     st.flush_retry_at = now_ms(self) + span_ms(st.cfg.retry_backoff);
   }
-  bool more = !st.after_flush.empty() || !st.receives_after_flush.empty();
+  bool more = !st.after_flush.empty() || !st.receives_after_flush.empty()
+              || !st.after_flush_calls.empty();
   for (auto& [key, p] : st.partitions) {
     pump_dlq(self, p);
     more = more || p.dirty;
@@ -968,6 +1061,8 @@ void flush_replicated(self_ptr self) {
   st.after_flush.clear();
   f->receives = std::move(st.receives_after_flush);
   st.receives_after_flush.clear();
+  f->calls = std::move(st.after_flush_calls);
+  st.after_flush_calls.clear();
   if (f->records.empty()) {
     finish_flight(self, *f, caf::error{});
     return;
@@ -1467,9 +1562,14 @@ caf::result<queue_group_config> on_alter(self_ptr self,
   // change set of each is a full rewrite.
   std::map<topic_partition, queue_snapshot> snaps;
   std::map<topic_partition, std::optional<dlq_producer>> producers;
+  // Partitions still waiting for their start position keep waiting.
+  st.start_pending_again.clear();
+  for (auto& [key, p] : st.partitions)
+    if (p.start_pending)
+      st.start_pending_again.insert(key);
   if (cluster(self)) {
     for (auto& [key, p] : st.partitions)
-      if (p.table) {
+      if (p.table && !p.start_pending) {
         snaps.emplace(key, p.table->snapshot());
         producers.emplace(key, p.producer);
       }
@@ -1500,6 +1600,7 @@ caf::result<queue_group_config> on_alter(self_ptr self,
         i->second.producer = pr;
   }
   reconcile(self);
+  st.start_pending_again.clear();
   for (auto& [key, n] : dead_lettered)
     if (auto i = st.partitions.find(key); i != st.partitions.end())
       i->second.dead_lettered = n;
@@ -1509,6 +1610,105 @@ caf::result<queue_group_config> on_alter(self_ptr self,
             qc.ordering);
   schedule_timer(self);
   return st.cfg.settings;
+}
+
+// Reset: every partition of the topics starts over at its target as a
+// table with nothing tracked (a full rewrite of its state); answered once
+// that is stored (cluster mode: replicated).
+caf::result<std::vector<partition_offset>>
+on_reset(self_ptr self, const reset_offsets_request& req) {
+  auto& st = self->state;
+  if (auto ts = reset_lookup(req); !ts)
+    return std::move(ts.error());
+  std::vector<std::string> topics = req.topics;
+  if (topics.empty())
+    topics.assign(st.active.begin(), st.active.end());
+  std::vector<topic_partition> parts;
+  for (auto& t : topics) {
+    auto i = st.topics.find(t);
+    if (i == st.topics.end())
+      return make_error(ec::unknown_topic, "topic '" + t + "'");
+    for (auto& pa : i->second.partitions)
+      parts.push_back(topic_partition{t, pa.partition});
+  }
+  auto leased = [self, topics]() -> caf::error {
+    auto& st = self->state;
+    for (auto& [key, p] : st.partitions)
+      if (p.table && std::count(topics.begin(), topics.end(), key.topic) > 0)
+        if (auto n = p.table->stats().leased; n > 0)
+          return make_error(ec::group_not_empty,
+                            "queue group " + st.cfg.group + " has " + std::to_string(n)
+                              + " leased records on " + tp_text(key)
+                              + "; stop its workers and reset once their "
+                                "leases ended (acked, or the visibility "
+                                "timeout passed)");
+    return caf::none;
+  };
+  if (auto err = leased())
+    return err;
+  if (parts.empty())
+    return std::vector<partition_offset>{};
+  if (!st.cfg.broker)
+    return make_error(ec::coordinator_not_available,
+                      "the coordinator has no broker to list offsets");
+  auto rp = self->make_response_promise<std::vector<partition_offset>>();
+  resolve_reset_targets(
+    self, st.cfg.broker, st.cfg.broker_timeout, parts, req,
+    [self, rp, parts, topics, leased, dry = req.dry_run](
+      caf::expected<std::vector<offset>> targets) mutable {
+      if (!targets) {
+        rp.deliver(std::move(targets.error()));
+        return;
+      }
+      std::vector<partition_offset> out;
+      for (size_t i = 0; i < parts.size(); ++i)
+        out.push_back(partition_offset{parts[i].topic, parts[i].partition,
+                                       (*targets)[i], {}});
+      if (dry) {
+        rp.deliver(std::move(out));
+        return;
+      }
+      if (auto err = leased()) { // a receive came in meanwhile
+        rp.deliver(std::move(err));
+        return;
+      }
+      auto& st = self->state;
+      for (auto& t : topics)
+        st.active.insert(t);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        auto& key = parts[i];
+        std::optional<dlq_producer> producer;
+        int64_t dead_lettered = 0;
+        if (auto j = st.partitions.find(key); j != st.partitions.end()) {
+          producer = j->second.producer;
+          dead_lettered = j->second.dead_lettered;
+          st.partitions.erase(j);
+        }
+        queue_snapshot snap;
+        snap.committed = (*targets)[i];
+        open_partition(self, key, &snap); // a full rewrite: marked dirty
+        if (auto j = st.partitions.find(key); j != st.partitions.end()) {
+          j->second.producer = producer;
+          j->second.dead_lettered = dead_lettered;
+          mark_dirty(self, j->second);
+        }
+      }
+      log::info("queue group {}: reset to {} on {} partitions", st.cfg.group,
+                out.empty() ? std::string{"-"}
+                            : std::to_string(out.front().committed.value),
+                out.size());
+      st.after_flush_calls.push_back(
+        [rp, out = std::move(out)](const caf::error& err) mutable {
+          if (err)
+            rp.deliver(err);
+          else
+            rp.deliver(std::move(out));
+        });
+      flush(self);
+      serve_waiters(self, now_ms(self));
+      schedule_timer(self);
+    });
+  return rp;
 }
 
 queue_group_description describe_queue(self_ptr self) {
@@ -1730,6 +1930,10 @@ queue_coordinator(
     [self](alter_atom, group_atom,
            queue_group_config& qc) -> caf::result<queue_group_config> {
       return on_alter(self, qc);
+    },
+    [self](reset_atom, const reset_offsets_request& req)
+      -> caf::result<std::vector<partition_offset>> {
+      return on_reset(self, req);
     },
     [self](leave_atom, queue_atom, std::string& member) -> caf::result<int64_t> {
       if (member.empty())

@@ -16,10 +16,21 @@
 // Reader: one fetch in flight per partition through the broker handle, long
 // polled (fetch_wait), from the table's read position, while the table has
 // room() and the cache is under max_cached_bytes. Records are offered in
-// order; what does not fit is fetched again later. A table starts at offset
-// 0 (queue groups consume a topic from its beginning); offset_out_of_range
+// order; what does not fit is fetched again later. A record that keeps
+// failing (or a key parked behind one) holds the committed offset, not the
+// reader: done records leave the window. A partition the group has no state
+// for begins at the group's start position (settings.start) when the group
+// first reads its topic -- earliest (offset 0), latest or a time, looked up
+// with list offsets before the first fetch and stored before anything is
+// leased -- and at offset 0 when the topic gains it later; offset_out_of_range
 // moves it to the log start (records lost to retention are skipped). Broker
 // errors retry after retry_backoff.
+//
+// Reset (reset_atom): refused with group_not_empty while records of the
+// topics are leased; else each partition of the topics becomes a table at
+// its target offset with nothing tracked (retries, parked keys and pending
+// dead letters are forgotten), stored as a full rewrite before the answer
+// (cluster mode: replicated). Targets as for stream groups (offset_lookup.hpp).
 //
 // Receive: expires due leases, then leases from the topic's partitions in
 // turn (rotating start) up to max_records. Nothing available and wait_ms > 0:
@@ -126,7 +137,9 @@
 //             ms (int64), max backoff ms (int64), multiplier (IEEE-754
 //             binary64 bits, 8), jitter (binary64 bits, 8), visibility ms
 //             (int64), ordering (1 byte: 0 none, 1 key), DLQ topic length
-//             (uint16), DLQ topic bytes ("" = default)
+//             (uint16), DLQ topic bytes ("" = default); version 2 (a
+//             start other than earliest) then the start position (int64:
+//             -1 latest, else a timestamp ms)
 //   sub-database "queue_dlq_producers"
 //     key   = group bytes, 0x00, topic bytes, 0x00, partition (int32)
 //     value = version (1 byte, = 1), producer id (int64), epoch (int16),
@@ -147,6 +160,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -171,6 +185,9 @@ inline constexpr std::string_view groups_db = queue_state_format::groups_db;
 inline constexpr std::string_view producers_db =
   queue_state_format::producers_db;
 inline constexpr uint8_t group_value_version = 1;
+/// A config whose start is not earliest (written only then, so a node of an
+/// earlier version reads every other config).
+inline constexpr uint8_t group_value_version_start = 2;
 inline constexpr uint8_t producer_value_version = 1;
 inline constexpr size_t producer_value_bytes = 1 + 8 + 2 + 4 + 8 + 4;
 
@@ -230,7 +247,9 @@ struct queue_coordinator_config {
   caf::timespan broker_timeout = std::chrono::seconds{10};
   /// Delay before a failed fetch, DLQ write or save is tried again.
   caf::timespan retry_backoff = std::chrono::seconds{1};
-  /// Most records tracked per partition (lease_table window).
+  /// Most records not done tracked per partition (lease_table window:
+  /// available, retrying, parked, leased, pending dead-letter; done records
+  /// above the committed offset are intervals outside it).
   size_t window = 10'000;
   /// Record bytes cached per partition before the reader pauses.
   size_t max_cached_bytes = size_t{16} << 20;
@@ -284,6 +303,9 @@ struct queue_partition_state {
   /// A first fetch (not long polled) was answered or failed: until then a
   /// receive without wait waits for it instead of answering "nothing".
   bool read_once = false;
+  /// A new partition waits for the group's start position (latest or a
+  /// time) to be looked up before its first fetch; nothing is stored yet.
+  bool start_pending = false;
   // Persistence.
   bool dirty = false;
   /// Cluster mode: its last change set is in the produce in flight.
@@ -336,6 +358,8 @@ struct queue_coordinator_state {
   bool flush_scheduled = false;
   timestamp_ms flush_retry_at = 0;
   std::vector<queue_pending_reply> after_flush;
+  /// Other requests answered by the flush (reset): called with its outcome.
+  std::vector<std::function<void(const caf::error&)>> after_flush_calls;
   /// Cluster mode: receives whose leases wait for the flush.
   std::vector<queue_pending_receive> receives_after_flush;
   /// Cluster mode: a state produce is in flight (one at a time, in order).
@@ -348,6 +372,16 @@ struct queue_coordinator_state {
   /// Members: when each last received or acked (leave forgets it). One
   /// seen within max(visibility timeout, 30 s) counts as a member.
   std::map<std::string, timestamp_ms> members_seen;
+  /// While a topic is activated for the first time: its name (its new
+  /// partitions take the group's start position).
+  std::string first_read_topic;
+  /// While an alter reopens the partitions: those that were waiting for
+  /// their start position.
+  std::set<topic_partition> start_pending_again;
+
+  int64_t settings_start() const {
+    return cfg.settings.start;
+  }
 
   static inline const char* name = "queue_coordinator";
 };

@@ -14,6 +14,7 @@
 #include "broker/metadata_store.hpp"
 #include "broker/queue_state_store.hpp"
 #include "broker/record_batch.hpp"
+#include "broker/start_position.hpp"
 #include "metrics/group_probe.hpp"
 #include "metrics/metrics.hpp"
 #include "tests/temp_dir.hpp"
@@ -275,7 +276,19 @@ caf::behavior fake_broker(caf::stateful_actor<fake_broker_state>* self,
       if (t == w->topics.end())
         return make_error(ec::unknown_topic, r.topic);
       auto& p = t->second.at(static_cast<size_t>(r.partition.value));
-      return offset{r.timestamp == -2 ? p.start : p.end};
+      if (r.timestamp == -2)
+        return offset{p.start};
+      if (r.timestamp >= 0) // the first record at or after the time
+        for (auto& b : p.batches) {
+          auto dec = decode_batch(b.bytes);
+          if (!dec)
+            return std::move(dec.error());
+          for (auto& rec : dec->records)
+            if (b.base + rec.offset_delta >= p.start
+                && rec.timestamp >= r.timestamp)
+              return offset{b.base + rec.offset_delta};
+        }
+      return offset{p.end};
     },
   };
 }
@@ -1042,6 +1055,163 @@ TEST_F(QueueCoordinatorTest, ProbeReportsLagLagSecondsAndMembersLikeAStreamGroup
   EXPECT_EQ(members(), 0) << reg->text();
 }
 
+// -- start position and reset (issue 20) -------------------------------------------
+
+TEST_F(QueueCoordinatorTest, StartLatestSkipsWhatTheTopicHeldWhenTheGroupFirstReadIt) {
+  settings.start = start_latest;
+  produce("t", 0, {{"a", "old1"}, {"b", "old2"}, {"c", "old3"}});
+  start();
+  EXPECT_TRUE(receive("m1").empty());
+  // The position is stored before anything is leased: a restart keeps it.
+  auto snap = queue_state_store{*store}.load("g", "t", partition_id{0});
+  ASSERT_TRUE(snap && *snap) << "no stored position";
+  EXPECT_EQ((*snap)->committed, offset{3});
+  produce("t", 0, {{"d", "new1"}, {"e", "new2"}});
+  auto got = receive("m1");
+  EXPECT_EQ(offsets_of(got), (std::vector<int64_t>{3, 4}));
+  for (auto& m : got)
+    ack_ok("m1", m);
+  stop(true);
+  produce("t", 0, {{"f", "new3"}});
+  start(2);
+  EXPECT_EQ(offsets_of(receive("m1")), (std::vector<int64_t>{5}));
+}
+
+TEST_F(QueueCoordinatorTest, StartAtATimeBeginsAtTheFirstRecordAtOrAfterIt) {
+  produce("t", 0, {{"a", "1"}, {"b", "2"}});
+  advance(10000ms);
+  auto cut = now();
+  produce("t", 0, {{"c", "3"}, {"d", "4"}});
+  settings.start = cut;
+  start();
+  EXPECT_EQ(offsets_of(receive("m1")), (std::vector<int64_t>{2, 3}));
+}
+
+TEST_F(QueueCoordinatorTest, AGroupAtLatestReadsPartitionsTheTopicGainsLaterFromTheirStart) {
+  settings.start = start_latest;
+  produce("t", 0, {{"a", "1"}});
+  start();
+  EXPECT_TRUE(receive("m1").empty());
+  // A second partition appears (and gets records) after the group began:
+  // nothing in it may be skipped.
+  world->topics["t"].resize(2);
+  produce("t", 1, {{"x", "1"}, {"y", "2"}});
+  caf::anon_send(coord, update_atom_v, world_topics());
+  sched->run();
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].message.partition, partition_id{1});
+  EXPECT_EQ(offsets_of(got), (std::vector<int64_t>{0, 1}));
+}
+
+TEST_F(QueueCoordinatorTest, ResetMovesThePositionAndForgetsRetriesButNotWhileLeased) {
+  produce("t", 0, {{"a", "1"}, {"b", "2"}, {"c", "3"}, {"d", "4"}});
+  start();
+  auto got = receive("m1");
+  ASSERT_EQ(got.size(), 4u);
+  reset_offsets_request req;
+  req.group = "g";
+  req.topics = {"t"};
+  req.to = "latest";
+  // Leased records: refused.
+  auto r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  ASSERT_TRUE(r->err);
+  EXPECT_TRUE(is(r->err, ec::group_not_empty)) << describe(r->err);
+  // Record 1 fails (a retry pending), the others are done.
+  ack_ok("m1", got[0]);
+  ack_ok("m1", got[1], queue_ack_kind::nack, "boom");
+  ack_ok("m1", got[2]);
+  ack_ok("m1", got[3]);
+  // A dry run changes nothing.
+  req.to = "earliest";
+  req.dry_run = true;
+  r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  ASSERT_EQ(r->value->size(), 1u);
+  EXPECT_EQ((*r->value)[0].committed, offset{0});
+  EXPECT_EQ(ask<queue_group_description>(describe_atom_v, queue_atom_v)
+              ->value->partitions.at(0).committed,
+            offset{1});
+  // To earliest: everything again, at attempt 1.
+  req.dry_run = false;
+  r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  got = receive("m1");
+  EXPECT_EQ(offsets_of(got), (std::vector<int64_t>{0, 1, 2, 3}));
+  for (auto& m : got) {
+    EXPECT_EQ(m.attempt, 1);
+    ack_ok("m1", m);
+  }
+  // To an offset (clamped into the log), stored: a restart resumes there.
+  req.to = "offset";
+  req.value = 2;
+  r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  EXPECT_EQ((*r->value)[0].committed, offset{2});
+  stop(true);
+  start(3);
+  EXPECT_EQ(offsets_of(receive("m1")), (std::vector<int64_t>{2, 3}));
+  // Bad targets and unknown topics get their own errors.
+  req.to = "yesterday";
+  r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  EXPECT_TRUE(is(r->err, ec::invalid_request)) << describe(r->err);
+  req.to = "latest";
+  req.topics = {"nope"};
+  r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  EXPECT_TRUE(is(r->err, ec::unknown_topic)) << describe(r->err);
+}
+
+// Issue 20: the tracking window (10,000 records) must not stall a partition
+// behind a record that keeps failing or a key parked behind one.
+TEST_F(QueueCoordinatorTest, APoisonRecordAndAParkedKeyDoNotStallAHundredThousandRecords) {
+  settings.ordering = "key";
+  settings.max_attempts = 1000;
+  settings.initial_backoff_ms = 100;
+  settings.max_backoff_ms = 100;
+  settings.visibility_timeout_ms = 60000;
+  produce("t", 0, {{"poison", "fail"}, {"k", "fail"}, {"k", "parked"}});
+  constexpr int healthy = 100'000;
+  for (int b = 0; b < healthy / 1000; ++b) {
+    std::vector<kv> batch;
+    for (int i = 0; i < 1000; ++i)
+      batch.push_back(kv{"h" + std::to_string(b * 1000 + i), "ok"});
+    produce("t", 0, std::move(batch));
+  }
+  start();
+  int done = 0;
+  int failures = 0;
+  std::set<int64_t> seen;
+  for (int round = 0; done < healthy && round < 200; ++round) {
+    for (auto& m : receive("m1", 5000)) {
+      ASSERT_NE(m.message.value, "parked") << "leased before record 1 is done";
+      if (m.message.value == "fail") {
+        ack_ok("m1", m, queue_ack_kind::nack, "boom");
+        ++failures;
+      } else {
+        ASSERT_TRUE(seen.insert(m.message.off.value).second)
+          << "record " << m.message.off.value << " delivered twice";
+        ack_ok("m1", m);
+        ++done;
+      }
+    }
+    advance(200ms);
+  }
+  EXPECT_EQ(done, healthy);
+  EXPECT_GT(failures, 2);
+  auto d = describe_partition();
+  EXPECT_EQ(d.committed, offset{0}) << "the position waits for the poison";
+  EXPECT_EQ(d.read_end, offset{healthy + 3});
+  // Once the failing records succeed, the parked one follows and the
+  // position reaches the end.
+  for (int round = 0; d.committed != offset{healthy + 3} && round < 20; ++round) {
+    for (auto& m : receive("m1", 10))
+      ack_ok("m1", m);
+    advance(200ms);
+    d = describe_partition();
+  }
+  EXPECT_EQ(d.committed, offset{healthy + 3});
+}
+
 // -- long poll ---------------------------------------------------------------------
 
 TEST_F(QueueCoordinatorTest, LongPollReceiveIsWokenByNewData) {
@@ -1102,8 +1272,24 @@ TEST_F(QueueCoordinatorTest, GroupConfigRoundTripsAndValidates) {
   ASSERT_TRUE(dec) << describe(dec.error());
   EXPECT_EQ(*dec, x);
   EXPECT_FALSE(queue_group_format::decode_group_value(enc.substr(1)));
+  EXPECT_EQ(enc[0], 1); // earliest: version 1, as earlier nodes write it
+  // Another start: version 2 with the start after the DLQ topic.
+  for (int64_t start : {start_latest, int64_t{1796113800000}}) {
+    auto y = x;
+    y.start = start;
+    auto enc2 = queue_group_format::encode_group_value(y);
+    EXPECT_EQ(enc2[0], 2);
+    EXPECT_EQ(enc2.size(), enc.size() + 8);
+    auto dec2 = queue_group_format::decode_group_value(enc2);
+    ASSERT_TRUE(dec2) << describe(dec2.error());
+    EXPECT_EQ(*dec2, y);
+    EXPECT_FALSE(queue_group_format::decode_group_value(enc2.substr(0, enc2.size() - 1)));
+  }
   EXPECT_FALSE(validate(x));
   auto bad = x;
+  bad.start = -7;
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
+  bad = x;
   bad.ordering = "random";
   EXPECT_TRUE(is(validate(bad), ec::invalid_config));
   bad = x;
@@ -1608,6 +1794,29 @@ TEST_F(QueueCoordinatorTest, ClusterModeReceiveWhoseLeasesWereNotReplicatedFails
   ack_ok("m2", got[0]);
   ack_ok("m2", got[1]);
   EXPECT_EQ(describe_partition().committed, offset{2});
+}
+
+TEST_F(QueueCoordinatorTest, ClusterModeStartAndResetAreReplicatedBeforeTheyAnswer) {
+  world->topics["__consumer_state"].resize(1);
+  settings.start = start_latest;
+  produce("t", 0, {{"a", "1"}, {"b", "2"}});
+  start(1, nullptr, true);
+  EXPECT_TRUE(receive("m1").empty());
+  reset_offsets_request req;
+  req.group = "g";
+  req.topics = {"t"};
+  req.to = "earliest";
+  auto r = ask<std::vector<partition_offset>>(reset_atom_v, req);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  // The state partition holds the start (2) and then the reset (0).
+  std::vector<int64_t> positions;
+  for (auto& rec : state_log(*world))
+    if (rec.kind == consumer_state_kind::queue_partition && rec.topic == "t")
+      positions.push_back(rec.changes.committed.value);
+  ASSERT_GE(positions.size(), 2u);
+  EXPECT_EQ(positions.front(), 2);
+  EXPECT_EQ(positions.back(), 0);
+  EXPECT_EQ(offsets_of(receive("m1")), (std::vector<int64_t>{0, 1}));
 }
 
 } // namespace

@@ -511,7 +511,7 @@ TEST(lease_table, two_members_share_a_partition_without_double_leasing) {
   EXPECT_EQ(t.stats().leased, 100u);
 }
 
-TEST(lease_table, window_caps_the_tracked_records) {
+TEST(lease_table, window_caps_the_records_not_done) {
   auto t = make_table(exact_config(queue_ordering::none, 4));
   offer_range(t, 0, 4);
   EXPECT_EQ(t.room(), 0u);
@@ -520,20 +520,100 @@ TEST(lease_table, window_caps_the_tracked_records) {
   ASSERT_EQ(ls.size(), 4u);
   for (int i = 1; i < 4; ++i)
     EXPECT_FALSE(t.ack("m", ls[i].off, ls[i].lease_id));
-  // Done records above an unfinished head still count.
-  EXPECT_TRUE(is(t.offer(offset{4}, std::nullopt, 0), ec::throttled));
-  EXPECT_TRUE(take(t, "m", 10, 0).empty());
+  // Done records above an unfinished head leave the window: the reader goes
+  // on while the committed position waits for the head.
+  EXPECT_EQ(t.committed(), offset{0});
+  EXPECT_EQ(t.room(), 3u);
+  EXPECT_EQ(t.stats().done, 3u);
+  offer_range(t, 4, 7);
+  EXPECT_TRUE(is(t.offer(offset{7}, std::nullopt, 0), ec::throttled));
+  EXPECT_EQ(offsets_of(take(t, "m", 10, 0)), (v64{4, 5, 6}));
   EXPECT_FALSE(t.ack("m", ls[0].off, ls[0].lease_id));
   EXPECT_EQ(t.committed(), offset{4});
-  EXPECT_EQ(t.room(), 4u);
+  EXPECT_FALSE(t.verify()) << describe(t.verify());
   std::vector<std::string> keys(6, "k");
   std::vector<queue_candidate> cs;
-  for (int i = 4; i < 10; ++i)
-    cs.push_back(queue_candidate{offset{i}, keys[i - 4], 0});
+  for (int i = 7; i < 13; ++i)
+    cs.push_back(queue_candidate{offset{i}, keys[i - 7], 0});
   auto n = t.offer(cs);
   ASSERT_TRUE(n);
-  EXPECT_EQ(*n, 4u) << "the span offer stops at the cap";
+  EXPECT_EQ(*n, 1u) << "the span offer stops at the cap (4, 5, 6 leased)";
   EXPECT_EQ(t.read_end(), offset{8});
+}
+
+// Issue 20: one record that keeps failing and a key parked behind a failing
+// record sit in front of 100,000 healthy records; the window (100 records)
+// slides past them, every healthy record is delivered once and done, and
+// the committed position waits for the head. The done records are rows of
+// the change sets (so a restart knows them) and go once the head is done.
+TEST(lease_table, a_poison_record_and_a_parked_key_do_not_stall_the_records_behind) {
+  auto cfg = exact_config(queue_ordering::key, 100);
+  cfg.retry.max_attempts = 1'000'000;
+  auto t = make_table(cfg);
+  ASSERT_FALSE(t.offer(offset{0}, "poison", 0));
+  ASSERT_FALSE(t.offer(offset{1}, "k", 0)); // fails every time
+  ASSERT_FALSE(t.offer(offset{2}, "k", 0)); // parked behind 1
+  constexpr int64_t healthy = 100'000;
+  const int64_t end = 3 + healthy;
+  int64_t next = 3;
+  int64_t done = 0;
+  std::vector<int> delivered(static_cast<size_t>(end), 0);
+  timestamp_ms now = 0;
+  size_t rows = 0;
+  for (int round = 0; done < healthy && round < 10'000; ++round) {
+    while (next < end && t.room() > 0) {
+      // Keys of their own: ordered, never held by the failing ones.
+      ASSERT_FALSE(t.offer(offset{next}, "h" + std::to_string(next % 64), next));
+      ++next;
+    }
+    for (auto& l : take(t, "m", 1000, now)) {
+      ++delivered[static_cast<size_t>(l.off.value)];
+      ASSERT_NE(l.off, offset{2}) << "leased while its key waits for record 1";
+      if (l.off <= offset{1}) {
+        ASSERT_TRUE(t.nack("m", l.off, l.lease_id, now, 0ms, "boom"));
+      } else {
+        ASSERT_FALSE(t.ack("m", l.off, l.lease_id));
+        ++done;
+      }
+    }
+    for (auto& r : t.take_changes().upserts)
+      rows += r.phase == queue_record_phase::done ? 1 : 0;
+    now += 2000; // past every backoff (cap 1 s)
+  }
+  ASSERT_EQ(done, healthy);
+  for (int64_t i = 3; i < end; ++i)
+    ASSERT_EQ(delivered[static_cast<size_t>(i)], 1) << "record " << i;
+  EXPECT_GT(delivered[0], 10);
+  EXPECT_EQ(t.committed(), offset{0});
+  EXPECT_EQ(t.stats().done, static_cast<size_t>(healthy));
+  EXPECT_EQ(rows, static_cast<size_t>(healthy));
+  EXPECT_FALSE(t.verify()) << describe(t.verify());
+  // A restart from the stored form knows what is done: only 0 and 1 come
+  // again (2 once 1 is done).
+  auto snap = t.snapshot();
+  EXPECT_EQ(snap.records.size(), static_cast<size_t>(healthy) + 2);
+  auto r = lease_table::restore(cfg, snap);
+  ASSERT_TRUE(r) << describe(r.error());
+  for (int64_t i = 0; i < end; ++i)
+    ASSERT_FALSE(r->offer(offset{i}, i <= 2 ? std::optional<std::string_view>{i == 0 ? "poison" : "k"}
+                                            : std::optional<std::string_view>{"h"},
+                          i));
+  EXPECT_EQ(r->room(), 97u);
+  auto again = take(*r, "m", 1000, now);
+  EXPECT_EQ(offsets_of(again), (v64{0, 1}));
+  // The head is done at last: the position jumps to the end, and the change
+  // set erases the done rows.
+  ASSERT_FALSE(r->ack("m", again[0].off, again[0].lease_id));
+  ASSERT_FALSE(r->ack("m", again[1].off, again[1].lease_id));
+  auto last = take(*r, "m", 10, now);
+  ASSERT_EQ(offsets_of(last), (v64{2}));
+  ASSERT_FALSE(r->ack("m", last[0].off, last[0].lease_id));
+  EXPECT_EQ(r->committed(), offset{end});
+  auto ch = r->take_changes();
+  EXPECT_EQ(ch.committed, offset{end});
+  EXPECT_EQ(ch.erased.size(), static_cast<size_t>(healthy) + 2);
+  EXPECT_EQ(r->stats().done, 0u);
+  EXPECT_FALSE(r->verify()) << describe(r->verify());
 }
 
 TEST(lease_table, release_member_and_redeliver_all_count_no_attempt) {
@@ -685,7 +765,7 @@ TEST(lease_table, a_window_full_of_restored_rows_still_reads_up_to_them) {
   queue_snapshot snap;
   snap.committed = offset{0};
   for (int i = 1; i <= 4; ++i)
-    snap.records.push_back(row(i * 2, queue_record_phase::done));
+    snap.records.push_back(row(i * 2, queue_record_phase::retry, 1));
   auto t = lease_table::restore(exact_config(queue_ordering::none, 4), snap);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->room(), 9u) << "offsets 0..8 are all below the last row";
@@ -694,11 +774,38 @@ TEST(lease_table, a_window_full_of_restored_rows_still_reads_up_to_them) {
   EXPECT_EQ(t->room(), 0u);
   EXPECT_TRUE(is(t->offer(offset{9}, std::nullopt, 0), ec::throttled));
   auto ls = take(*t, "m", 10, 0);
-  ASSERT_EQ(offsets_of(ls), (v64{0, 1, 3, 5, 7}));
+  ASSERT_EQ(offsets_of(ls), (v64{0, 1, 2, 3, 4, 5, 6, 7, 8}));
   for (const auto& l : ls)
     ASSERT_FALSE(t->ack("m", l.off, l.lease_id));
   EXPECT_EQ(t->committed(), offset{9});
   EXPECT_EQ(t->room(), 4u);
+}
+
+TEST(lease_table, restored_done_rows_take_no_room) {
+  queue_snapshot snap;
+  snap.committed = offset{0};
+  for (int i = 1; i <= 4; ++i)
+    snap.records.push_back(row(i * 2, queue_record_phase::done));
+  auto t = lease_table::restore(exact_config(queue_ordering::none, 4), snap);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->room(), 4u);
+  EXPECT_EQ(t->stats().done, 4u);
+  EXPECT_EQ(t->find(offset{4})->status, record_status::done);
+  for (int i = 0; i < 7; ++i) // 0, 1, 3, 5 fill the window; 2, 4, 6 are done
+    ASSERT_FALSE(t->offer(offset{i}, std::nullopt, 0)) << i;
+  EXPECT_TRUE(is(t->offer(offset{7}, std::nullopt, 0), ec::throttled));
+  auto ls = take(*t, "m", 10, 0);
+  ASSERT_EQ(offsets_of(ls), (v64{0, 1, 3, 5}));
+  auto again = t->ack("m", offset{4}, 77);
+  EXPECT_TRUE(is(again, ec::lease_not_found)) << describe(again);
+  EXPECT_NE(describe(again).find("is done"), std::string::npos) << describe(again);
+  for (const auto& l : ls)
+    ASSERT_FALSE(t->ack("m", l.off, l.lease_id));
+  EXPECT_EQ(t->committed(), offset{7});
+  auto ch = t->take_changes();
+  EXPECT_EQ(ch.erased, (std::vector<offset>{offset{2}, offset{4}, offset{6}}));
+  EXPECT_TRUE(ch.upserts.empty());
+  EXPECT_FALSE(t->verify()) << describe(t->verify());
 }
 
 // -- randomized schedule ------------------------------------------------------

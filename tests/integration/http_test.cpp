@@ -819,6 +819,50 @@ TEST_F(http_api, queue_group_settings_create_describe_alter) {
   EXPECT_EQ(get("/v1/groups/crew2/queue").status, 404);
 }
 
+// Issue 20: a queue group created at "latest" skips what its topic held;
+// reset moves it back; the start shows in describe; bad starts are 400.
+TEST_F(http_api, queue_group_start_position_and_reset) {
+  create_topic("jobs", 1);
+  produce("jobs", {{"records", {{{"value", "old1"}}, {{"value", "old2"}}}}});
+  auto c = put("/v1/groups/late/queue", {{"start", "latest"}});
+  ASSERT_EQ(c.status, 201) << c.body << c.error;
+  EXPECT_EQ(c.j()["config"]["start"], "latest");
+  auto r = post("/v1/groups/late/queue/jobs/receive", {{"member", "m1"}, {"waitMs", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["records"].size(), 0u) << r.body;
+  produce("jobs", {{"records", {{{"value", "new1"}}}}});
+  r = post("/v1/groups/late/queue/jobs/receive", {{"member", "m1"}, {"waitMs", 5000}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j()["records"].size(), 1u) << r.body;
+  EXPECT_EQ(r.j()["records"][0]["value"], "new1");
+  // Leased: a reset is refused (409), naming the leases.
+  auto refused = post("/v1/groups/late/reset", {{"topic", "jobs"}, {"to", "earliest"}});
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("leased"), std::string::npos) << refused.body;
+  auto lease = r.j()["records"][0]["leaseId"];
+  auto ack = post("/v1/groups/late/queue/jobs/ack",
+                  {{"member", "m1"}, {"partition", 0}, {"offset", 2}, {"leaseId", lease}});
+  ASSERT_EQ(ack.status, 200) << ack.body;
+  auto reset = post("/v1/groups/late/reset", {{"topic", "jobs"}, {"to", "earliest"}});
+  ASSERT_EQ(reset.status, 200) << reset.body;
+  r = post("/v1/groups/late/queue/jobs/receive", {{"member", "m1"}, {"waitMs", 5000}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j()["records"].size(), 3u) << r.body;
+  EXPECT_EQ(r.j()["records"][0]["value"], "old1");
+  // A time as ISO 8601 or epoch ms; shown as ISO 8601 UTC.
+  auto t = put("/v1/groups/timed/queue", {{"start", "2026-12-01T08:30:00+01:00"}});
+  ASSERT_EQ(t.status, 201) << t.body;
+  EXPECT_EQ(t.j()["config"]["start"], "2026-12-01T07:30:00.000Z");
+  auto p = patch("/v1/groups/timed/queue", {{"start", 1796113800000}});
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(get("/v1/groups/timed/queue").j()["config"]["start"], "2026-12-01T08:30:00.000Z");
+  for (auto bad : {json("yesterday"), json(-5), json(true)}) {
+    auto x = put("/v1/groups/badstart/queue", {{"start", bad}});
+    EXPECT_EQ(x.status, 400) << bad.dump() << ": " << x.body;
+    EXPECT_NE(x.body.find("earliest, latest"), std::string::npos) << x.body;
+  }
+}
+
 TEST_F(http_api, bad_requests_get_their_status_and_error_code) {
   create_topic("orders", 2);
   create_topic("small", 1, {{"max.message.bytes", 1000}});

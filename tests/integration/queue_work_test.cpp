@@ -32,6 +32,7 @@
 #include "actors/client/producer.hpp"
 #include "actors/client/queue_consumer.hpp"
 #include "actors/client/stream_dlq.hpp"
+#include "broker/start_position.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -569,6 +570,70 @@ TEST(QueueWork, FerryctlWorkSetsOrderingBackoffCapAndDlqTopic) {
   EXPECT_EQ(alter.exit_code, 0) << alter.err;
   auto d2 = ctl(broker, {"group", "describe", "og"});
   EXPECT_NE(d2.out.find("backoff_ms=20..40 (x3, jitter 1)"), std::string::npos) << d2.out;
+  EXPECT_EQ(broker.stop(20s), 0) << broker.output();
+}
+
+// Issue 20: where a queue group starts, and moving it with reset-offsets.
+TEST(QueueWork, FerryctlWorkStartsAtLatestOrATimeAndResetOffsetsMovesAQueueGroup) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  create_topic(broker, "st", 1);
+  ferry::test::temp_dir dir{"ferry-start"};
+  auto seen = (dir.path() / "seen").string();
+  auto work = [&](const std::string& group, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"work",  "st",   "--group", group, "--exec",
+                                  "cat >> " + seen + "; echo >> " + seen,
+                                  "--max-idle", "2s"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = ctl(broker, args, 60s);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto lines = lines_of(read_file(seen));
+    std::filesystem::remove(seen);
+    return lines;
+  };
+  auto produce = [&](const std::string& lines) {
+    auto r = run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "produce", "st"}, 60s,
+                         lines);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  produce("old1\nold2\n");
+  // At latest: the two records there when the group first read are skipped,
+  // and stay skipped when the group comes back.
+  EXPECT_TRUE(work("late", {"--start", "latest"}).empty());
+  auto d = ctl(broker, {"group", "describe", "late"});
+  EXPECT_NE(d.out.find("start=latest"), std::string::npos) << d.out;
+  produce("new1\nnew2\n");
+  EXPECT_EQ(work("late"), (std::vector<std::string>{"new1", "new2"}));
+  // From a time: what was produced after it.
+  std::this_thread::sleep_for(50ms);
+  auto cut = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  std::this_thread::sleep_for(50ms);
+  produce("new3\n");
+  EXPECT_EQ(work("timed", {"--start", ferry::start_position_text(cut)}),
+            (std::vector<std::string>{"new3"}));
+  // reset-offsets moves a queue group like a stream group (dry run first).
+  auto dry = ctl(broker, {"group", "reset-offsets", "late", "--topic", "st", "--to-offset",
+                          "1", "--dry-run"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("dry run"), std::string::npos) << dry.out;
+  EXPECT_TRUE(work("late").empty());
+  auto reset = ctl(broker, {"group", "reset-offsets", "late", "--topic", "st", "--to-offset",
+                            "1"});
+  ASSERT_EQ(reset.exit_code, 0) << reset.err;
+  EXPECT_EQ(work("late"), (std::vector<std::string>{"old2", "new1", "new2", "new3"}));
+  // A start that is not one is refused before anything is created.
+  auto bad = ctl(broker, {"work", "st", "--group", "nope", "--exec", "true", "--start",
+                          "yesterday"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--start 'yesterday'"), std::string::npos) << bad.err;
+  auto stream_time = ctl(broker, {"work", "st", "--group", "sg", "--mode", "stream", "--exec",
+                                  "true", "--start", "2026-12-01"});
+  EXPECT_NE(stream_time.exit_code, 0);
+  EXPECT_NE(stream_time.err.find("earliest or latest"), std::string::npos) << stream_time.err;
+  auto nope = ctl(broker, {"group", "describe", "nope"});
+  EXPECT_NE(nope.exit_code, 0) << nope.out;
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
