@@ -189,7 +189,7 @@ caf::expected<lease_table> lease_table::restore(lease_table_config cfg,
 // -- feeding records ------------------------------------------------------------
 
 caf::error lease_table::offer(offset off, std::optional<std::string_view> key,
-                              timestamp_ms timestamp) {
+                              timestamp_ms timestamp, timestamp_ms deliver_at) {
   if (off < read_end_)
     return make_error(ec::invalid_argument,
                       "queue: offered " + off_str(off)
@@ -225,6 +225,9 @@ caf::error lease_table::offer(offset off, std::optional<std::string_view> key,
   e.has_key = key.has_value();
   e.key_hash = key ? std::hash<std::string_view>{}(*key) : 0;
   e.timestamp = timestamp;
+  // Delayed delivery: computed from the record, so it needs no row and a
+  // restart (which reads the record again) keeps it.
+  e.available_at = std::max(e.available_at, deliver_at);
   if (e.st == state::available) {
     hold_key(off, e);
     index_available(off, e);
@@ -239,7 +242,7 @@ caf::error lease_table::offer(offset off, std::optional<std::string_view> key,
 caf::expected<size_t> lease_table::offer(std::span<const queue_candidate> cs) {
   size_t n = 0;
   for (const auto& c : cs) {
-    if (auto err = offer(c.off, c.key, c.timestamp)) {
+    if (auto err = offer(c.off, c.key, c.timestamp, c.deliver_at)) {
       if (is(err, ec::throttled))
         return n;
       return err;
@@ -565,6 +568,9 @@ lease_table_stats lease_table::stats() const {
   s.tracked = window_.size() + s.done;
   s.available = ready_.size();
   s.delayed = waiting_.size();
+  for (const auto& [at, off] : waiting_)
+    if (window_.at(off).attempts == 0)
+      ++s.scheduled;
   s.leased = deadlines_.size();
   s.dead_letter = dead_letters_.size();
   return s;

@@ -159,6 +159,8 @@ struct queue_candidate {
   /// The record key; nullopt for a null key. Borrowed for the call.
   std::optional<std::string_view> key;
   timestamp_ms timestamp = 0;
+  /// Delayed delivery: not available before this time (0 = at once).
+  timestamp_ms deliver_at = 0;
 };
 
 enum class failure_outcome : uint8_t {
@@ -286,7 +288,8 @@ struct lease_table_stats {
   offset read_end{0};
   size_t tracked = 0;   ///< records not done in the window + done above committed
   size_t available = 0; ///< ready to lease (ignoring key order)
-  size_t delayed = 0;   ///< waiting for a retry
+  size_t delayed = 0;   ///< waiting for a retry or a delayed delivery
+  size_t scheduled = 0; ///< of those: delayed deliveries, no attempt yet
   size_t leased = 0;
   size_t dead_letter = 0;
   size_t done = 0;      ///< done above committed
@@ -312,8 +315,10 @@ public:
   /// is full (offer it again once committed() advanced). Restored rows
   /// skipped over (off past them) belonged to records that are gone from the
   /// log (compaction) and are dropped.
+  /// A record with deliver_at in the future waits (like a retry, without
+  /// an attempt) until then; it holds its key as any record does.
   caf::error offer(offset off, std::optional<std::string_view> key,
-                   timestamp_ms timestamp);
+                   timestamp_ms timestamp, timestamp_ms deliver_at = 0);
 
   /// Offers candidates in order; stops without error when the window is full.
   /// Returns how many it took.

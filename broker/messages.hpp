@@ -782,6 +782,9 @@ struct queue_group_config {
   /// -1 latest, else the first record at or after this timestamp (ms).
   /// Partitions the topic gains later begin at their start.
   int64_t start = -2;
+  /// Delivery delay of every record (ms after its timestamp) unless the
+  /// record's "ferry-delay-ms" header sets its own; 0 = none.
+  int64_t delay_ms = 0;
   bool operator==(const queue_group_config&) const = default;
 };
 
@@ -790,7 +793,7 @@ typename Inspector::result_type inspect(Inspector& f, queue_group_config& x) {
   return f(caf::meta::type_name("ferry::queue_group_config"), x.mode,
            x.max_attempts, x.initial_backoff_ms, x.max_backoff_ms,
            x.backoff_multiplier, x.jitter, x.visibility_timeout_ms, x.ordering,
-           x.dlq_topic, x.start);
+           x.dlq_topic, x.start, x.delay_ms);
 }
 
 /// Leases up to max_records records of `topic` to a member.
@@ -874,6 +877,7 @@ struct queue_partition_description {
   offset high_watermark{-1}; ///< as of the last fetch; -1 = unknown
   int64_t available = 0;
   int64_t delayed = 0;       ///< waiting for a retry
+  int64_t scheduled = 0;     ///< delayed delivery, not due yet (no attempt)
   int64_t leased = 0;
   int64_t dead_letter_pending = 0;
   int64_t done = 0;          ///< done above committed
@@ -886,8 +890,8 @@ typename Inspector::result_type inspect(Inspector& f,
                                         queue_partition_description& x) {
   return f(caf::meta::type_name("ferry::queue_partition_description"),
            x.topic, x.partition, x.committed, x.read_end, x.high_watermark,
-           x.available, x.delayed, x.leased, x.dead_letter_pending, x.done,
-           x.dlq_topic, x.dead_lettered);
+           x.available, x.delayed, x.scheduled, x.leased,
+           x.dead_letter_pending, x.done, x.dlq_topic, x.dead_lettered);
 }
 
 struct queue_group_description {

@@ -1094,11 +1094,11 @@ caf::expected<queue_group_config> parse_queue_config(const json& body,
   if (!body.is_object())
     return bad("the body must be a JSON object of queue settings (maxAttempts, "
                "initialBackoffMs, maxBackoffMs, backoffMultiplier, jitter, "
-               "visibilityTimeoutMs, ordering, dlqTopic, start)");
+               "visibilityTimeoutMs, ordering, dlqTopic, start, delayMs)");
   static const std::set<std::string> known{
     "maxAttempts",         "initialBackoffMs", "maxBackoffMs", "backoffMultiplier",
     "jitter",              "visibilityTimeoutMs", "ordering",  "dlqTopic",
-    "start"};
+    "start",               "delayMs"};
   for (auto& [k, v] : body.items())
     if (known.count(k) == 0)
       return bad("unknown queue setting \"" + k + "\"");
@@ -1123,6 +1123,11 @@ caf::expected<queue_group_config> parse_queue_config(const json& body,
     return err;
   if (n)
     qc.visibility_timeout_ms = *n;
+  n.reset();
+  if (auto err = int_field(body, "delayMs", 0, 43'200'000, n))
+    return err;
+  if (n)
+    qc.delay_ms = *n;
   auto real = [&](const char* name, double lo, double hi,
                   double& out) -> caf::error {
     auto i = body.find(name);
@@ -1178,7 +1183,8 @@ json to_json(const queue_group_config& x) {
               {"visibilityTimeoutMs", x.visibility_timeout_ms},
               {"ordering", x.ordering},
               {"dlqTopic", x.dlq_topic},
-              {"start", start_position_text(x.start)}};
+              {"start", start_position_text(x.start)},
+              {"delayMs", x.delay_ms}};
 }
 
 json to_json(const queue_group_description& x) {
@@ -1191,6 +1197,7 @@ json to_json(const queue_group_description& x) {
                          {"highWatermark", p.high_watermark.value},
                          {"available", p.available},
                          {"delayed", p.delayed},
+                         {"scheduled", p.scheduled},
                          {"leased", p.leased},
                          {"deadLetterPending", p.dead_letter_pending},
                          {"done", p.done},

@@ -714,16 +714,20 @@ int group_describe(context& ctx) {
               << " visibility_ms=" << c.visibility_timeout_ms
               << " ordering=" << c.ordering << " dlq="
               << (c.dlq_topic.empty() ? "<topic>." + q.group + ".dlq" : c.dlq_topic)
-              << " start=" << start_position_text(c.start) << '\n';
+              << " start=" << start_position_text(c.start);
+    if (c.delay_ms > 0)
+      std::cout << " delay_ms=" << c.delay_ms;
+    std::cout << '\n';
     std::vector<std::vector<std::string>> qrows;
     for (auto& p : q.partitions)
       qrows.push_back({p.topic, std::to_string(p.partition.value),
                        std::to_string(p.available), std::to_string(p.leased),
-                       std::to_string(p.delayed), std::to_string(p.dead_letter_pending),
+                       std::to_string(p.delayed), std::to_string(p.scheduled),
+                       std::to_string(p.dead_letter_pending),
                        p.dlq_topic, std::to_string(p.dead_lettered)});
     if (!qrows.empty())
-      print_table({"TOPIC", "PARTITION", "AVAILABLE", "LEASED", "RETRYING", "TO_DLQ", "DLQ",
-                   "DEAD_LETTERED"},
+      print_table({"TOPIC", "PARTITION", "AVAILABLE", "LEASED", "RETRYING", "SCHEDULED",
+                   "TO_DLQ", "DLQ", "DEAD_LETTERED"},
                   qrows);
   }
   std::vector<std::vector<std::string>> rows;

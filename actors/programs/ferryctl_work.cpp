@@ -107,6 +107,7 @@ struct work_options {
   std::optional<std::string> ordering;
   std::optional<std::string> dlq_topic;
   std::optional<std::string> start;
+  std::optional<int64_t> delay_ms;
   int64_t request_timeout_ms = 30000;
 };
 
@@ -483,7 +484,7 @@ void apply_group_settings(admin_client& admin) {
   auto& o = opts();
   if (!o.max_attempts && !o.backoff_ms && !o.visibility_ms && !o.max_backoff_ms
       && !o.backoff_multiplier && !o.jitter && !o.ordering && !o.dlq_topic
-      && !o.start)
+      && !o.start && !o.delay_ms)
     return;
   std::optional<queue_group_config> current;
   auto described = admin.request<queue_group_description>(describe_atom_v,
@@ -521,6 +522,8 @@ void apply_group_settings(admin_client& admin) {
                                                     std::string_view{"invalid_config: "}.size())));
     qc.start = *start;
   }
+  if (o.delay_ms)
+    qc.delay_ms = *o.delay_ms;
   if (current && *current == qc)
     return;
   if (current)
@@ -918,6 +921,10 @@ void add_work_command(CLI::App& app, std::function<void()> on_selected) {
                 "where a new group begins on a partition it has no position on: "
                 "earliest (default), latest, or a time (2026-12-01T08:00:00Z, or "
                 "epoch ms; queue: sets the group's config)");
+  w->add_option("--delay-ms", o.delay_ms,
+                "deliver each record this long after its timestamp unless its "
+                "ferry-delay-ms header says otherwise (queue: sets the group's config)")
+    ->check(CLI::Range(int64_t{0}, int64_t{43200000}));
   w->add_option("--dlq-topic", o.dlq_topic,
                 "dead-letter topic (default <topic>.<group>.dlq; queue: only when "
                 "the group is created)");
@@ -936,6 +943,8 @@ int run_work(caf::actor_system& sys, connection_actor conn, broker_actor broker)
     if (o.mode == "stream" && o.ordering)
       throw failure{"invalid_config: --ordering is for --mode queue (a stream "
                          "group keeps each partition in order)"};
+    if (o.mode == "stream" && o.delay_ms)
+      throw failure{"invalid_config: --delay-ms is for --mode queue"};
     // Children may exit without reading stdin: EPIPE, not SIGPIPE.
     std::signal(SIGPIPE, SIG_IGN);
     std::signal(SIGINT, on_stop_signal);

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -81,9 +82,11 @@ std::string encode_group_value(const queue_group_config& x) {
   out.push_back(static_cast<char>(x.ordering == "key" ? 1 : 0));
   be::append(out, static_cast<uint16_t>(x.dlq_topic.size()));
   out.append(x.dlq_topic);
-  if (x.start != start_earliest) { // version 2: the start position follows
+  if (x.start != start_earliest || x.delay_ms != 0) {
+    // version 2: the start position and the delivery delay follow
     out[0] = static_cast<char>(group_value_version_start);
     be::append(out, x.start);
+    be::append(out, x.delay_ms);
   }
   return out;
 }
@@ -101,12 +104,14 @@ caf::expected<queue_group_config> decode_group_value(std::string_view value) {
   auto ordering = rd.get<uint8_t>();
   auto len = rd.get<uint16_t>();
   x.dlq_topic = rd.bytes(len);
-  if (version == group_value_version_start)
+  if (version == group_value_version_start) {
     x.start = rd.get<int64_t>();
+    x.delay_ms = rd.get<int64_t>();
+  }
   if (!rd.done()
       || (version != group_value_version
           && version != group_value_version_start)
-      || ordering > 1 || validate_start_position(x.start))
+      || ordering > 1 || validate_start_position(x.start) || x.delay_ms < 0)
     return make_error(ec::corrupt_segment,
                       "queue group config: bad value of "
                         + std::to_string(value.size()) + " bytes");
@@ -137,6 +142,11 @@ caf::error validate(const queue_group_config& x) {
     if (auto err = validate_topic_name(x.dlq_topic))
       return make_error(ec::invalid_config,
                         "dlq topic: " + describe(err));
+  if (x.delay_ms < 0 || x.delay_ms > max_delivery_delay_ms)
+    return make_error(ec::invalid_config,
+                      "delay_ms " + std::to_string(x.delay_ms)
+                        + " is outside [0, "
+                        + std::to_string(max_delivery_delay_ms) + "]");
   return validate_start_position(x.start);
 }
 
@@ -586,6 +596,33 @@ void fetch_failed(self_ptr self, queue_partition_state& p, caf::error err) {
   schedule_timer(self);
 }
 
+// The delivery delay of a record: its "ferry-delay-ms" header, else the
+// group's delay_ms. A header that is not a number in [0, 12 h] is logged
+// (once per partition) and the group's delay applies.
+int64_t delivery_delay(self_ptr self, queue_partition_state& p,
+                       const record& r) {
+  auto& st = self->state;
+  for (auto& h : r.headers) {
+    if (h.key != delay_header || !h.value)
+      continue;
+    int64_t v = -1;
+    auto& text = *h.value;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc{} && end == text.data() + text.size() && v >= 0
+        && v <= max_delivery_delay_ms)
+      return v;
+    if (!p.bad_delay_logged) {
+      p.bad_delay_logged = true;
+      log::warn("queue group {}: {} has a {} header '{}' that is not ms in "
+                "[0, {}]; the group's delay ({} ms) applies",
+                st.cfg.group, tp_text(p.key), delay_header, text.substr(0, 40),
+                max_delivery_delay_ms, st.cfg.settings.delay_ms);
+    }
+    break;
+  }
+  return st.cfg.settings.delay_ms;
+}
+
 void on_fetched(self_ptr self, queue_partition_state& p,
                 fetch_response& resp) {
   auto& st = self->state;
@@ -633,6 +670,8 @@ void on_fetched(self_ptr self, queue_partition_state& p,
     if (r.key)
       c.key = std::string_view{*r.key};
     c.timestamp = r.timestamp;
+    if (auto d = delivery_delay(self, p, r); d > 0)
+      c.deliver_at = r.timestamp + d;
     cs.push_back(c);
   }
   size_t taken = 0;
@@ -1728,7 +1767,8 @@ queue_group_description describe_queue(self_ptr self) {
     d.read_end = s.read_end;
     d.high_watermark = p.high_watermark;
     d.available = static_cast<int64_t>(s.available);
-    d.delayed = static_cast<int64_t>(s.delayed);
+    d.delayed = static_cast<int64_t>(s.delayed - s.scheduled);
+    d.scheduled = static_cast<int64_t>(s.scheduled);
     d.leased = static_cast<int64_t>(s.leased);
     d.dead_letter_pending = static_cast<int64_t>(s.dead_letter);
     d.done = static_cast<int64_t>(s.done);
@@ -1771,6 +1811,18 @@ void schedule_metrics(self_ptr self) {
 /// Members now; per partition the lag and lag seconds once a 1-byte fetch
 /// at the committed offset (as an internal reader, replica -2) answered. The
 /// answer's high watermark also refreshes the partition's for describe.
+// Records of the partition the group still has to process: past the
+// committed offset, minus those done above it and those whose delayed
+// delivery is not due (neither is work yet).
+int64_t lag_of(const lease_table& t, offset high_watermark) {
+  if (high_watermark.value < 0)
+    return 0;
+  auto s = t.stats();
+  return std::max<int64_t>(0, high_watermark - t.committed()
+                                - static_cast<int64_t>(s.done)
+                                - static_cast<int64_t>(s.scheduled));
+}
+
 void refresh_metrics(self_ptr self) {
   auto& st = self->state;
   if (!st.cfg.probe)
@@ -1792,16 +1844,22 @@ void refresh_metrics(self_ptr self) {
           if (!st.cfg.probe || !p || resp.high_watermark.value < 0)
             return;
           p->high_watermark = std::max(p->high_watermark, resp.high_watermark);
-          auto lag = std::max<int64_t>(0, resp.high_watermark - committed);
+          auto lag = lag_of(*p->table, resp.high_watermark);
           st.cfg.probe->lag(key.topic, key.partition, lag);
           if (lag == 0) {
             st.cfg.probe->lag_seconds(key.topic, key.partition, 0.0);
             return;
           }
-          if (auto ts = record_timestamp_at(resp.data, committed))
+          // A record whose delayed delivery is not due is not late yet.
+          auto since = record_timestamp_at(resp.data, committed);
+          if (auto v = p->table->find(committed);
+              since && v && v->status == record_status::delayed
+              && v->attempts == 0)
+            since = std::max(*since, v->available_at);
+          if (since)
             st.cfg.probe->lag_seconds(
               key.topic, key.partition,
-              static_cast<double>(std::max<int64_t>(0, now_ms(self) - *ts))
+              static_cast<double>(std::max<int64_t>(0, now_ms(self) - *since))
                 / 1000.0);
         },
         [self, key](caf::error& err) {
@@ -1830,9 +1888,7 @@ group_description describe_group(self_ptr self) {
     l.partition = key.partition;
     l.committed = p.table->committed();
     l.log_end = p.high_watermark;
-    l.lag = p.high_watermark.value >= 0
-              ? std::max<int64_t>(0, p.high_watermark - l.committed)
-              : 0;
+    l.lag = lag_of(*p.table, p.high_watermark);
     out.partitions.push_back(std::move(l));
   }
   return out;

@@ -138,8 +138,9 @@
 //             binary64 bits, 8), jitter (binary64 bits, 8), visibility ms
 //             (int64), ordering (1 byte: 0 none, 1 key), DLQ topic length
 //             (uint16), DLQ topic bytes ("" = default); version 2 (a
-//             start other than earliest) then the start position (int64:
-//             -1 latest, else a timestamp ms)
+//             start other than earliest, or a delay) then the start
+//             position (int64: -2 earliest, -1 latest, else a timestamp
+//             ms) and the delivery delay ms (int64)
 //   sub-database "queue_dlq_producers"
 //     key   = group bytes, 0x00, topic bytes, 0x00, partition (int32)
 //     value = version (1 byte, = 1), producer id (int64), epoch (int16),
@@ -196,6 +197,12 @@ std::string encode_group_value(const queue_group_config& x);
 caf::expected<queue_group_config> decode_group_value(std::string_view value);
 
 } // namespace queue_group_format
+
+/// Longest delivery delay (group default or header): 12 hours.
+inline constexpr int64_t max_delivery_delay_ms = 43'200'000;
+
+/// The header that delays one record's delivery: ms after its timestamp.
+inline constexpr std::string_view delay_header = "ferry-delay-ms";
 
 /// ec::invalid_config naming the first bad setting (mode must be "queue").
 caf::error validate(const queue_group_config& x);
@@ -303,6 +310,8 @@ struct queue_partition_state {
   /// A first fetch (not long polled) was answered or failed: until then a
   /// receive without wait waits for it instead of answering "nothing".
   bool read_once = false;
+  /// A "ferry-delay-ms" header that is not a delay was logged.
+  bool bad_delay_logged = false;
   /// A new partition waits for the group's start position (latest or a
   /// time) to be looked up before its first fetch; nothing is stored yet.
   bool start_pending = false;

@@ -1212,6 +1212,59 @@ TEST_F(QueueCoordinatorTest, APoisonRecordAndAParkedKeyDoNotStallAHundredThousan
   EXPECT_EQ(d.committed, offset{healthy + 3});
 }
 
+// Issue 20: delayed delivery, per record (header) or for the group; the
+// delay comes from the record, so a coordinator restart keeps it.
+TEST_F(QueueCoordinatorTest, DelayedRecordsComeAtTheirTimeAcrossACrash) {
+  settings.delay_ms = 3000;
+  auto t0 = now();
+  produce("t", 0, {{"a", "group-delay"},
+                   {"b", "header-delay", {record_header{"ferry-delay-ms", "10000"}}},
+                   {"c", "no-delay", {record_header{"ferry-delay-ms", "0"}}},
+                   {"d", "bad-header", {record_header{"ferry-delay-ms", "soon"}}}});
+  start();
+  auto got = receive("m1");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{2}));
+  ack_ok("m1", got[0]);
+  auto d = describe_partition();
+  EXPECT_EQ(d.scheduled, 3);
+  EXPECT_EQ(d.delayed, 0);
+  auto g = ask<group_description>(describe_atom_v, group_atom_v);
+  ASSERT_TRUE(g->value);
+  EXPECT_EQ(g->value->partitions.at(0).lag, 0) << "nothing is due yet";
+  stop(true);
+  advance(2000ms);
+  start(2);
+  EXPECT_TRUE(receive("m1").empty()) << "not before its time after a restart";
+  advance(1000ms);
+  EXPECT_GE(now(), t0 + 3000);
+  got = receive("m1");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0, 3}));
+  for (auto& m : got) {
+    EXPECT_EQ(m.attempt, 1);
+    ack_ok("m1", m);
+  }
+  advance(6000ms);
+  EXPECT_TRUE(receive("m1").empty());
+  advance(1000ms);
+  got = receive("m1");
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{1}));
+  EXPECT_EQ(got[0].attempt, 1);
+  EXPECT_GE(now(), t0 + 10000);
+}
+
+TEST_F(QueueCoordinatorTest, ALongPollWaitsForADelayedRecord) {
+  produce("t", 0, {{"a", "x", {record_header{"ferry-delay-ms", "2000"}}}});
+  start();
+  auto r = receive_async("m1", 10, 5000);
+  EXPECT_FALSE(r->done);
+  advance(1900ms);
+  EXPECT_FALSE(r->done);
+  advance(200ms);
+  ASSERT_TRUE(r->done);
+  ASSERT_TRUE(r->value) << describe(r->err);
+  EXPECT_EQ(r->value->size(), 1u);
+}
+
 // -- long poll ---------------------------------------------------------------------
 
 TEST_F(QueueCoordinatorTest, LongPollReceiveIsWokenByNewData) {
@@ -1273,13 +1326,15 @@ TEST_F(QueueCoordinatorTest, GroupConfigRoundTripsAndValidates) {
   EXPECT_EQ(*dec, x);
   EXPECT_FALSE(queue_group_format::decode_group_value(enc.substr(1)));
   EXPECT_EQ(enc[0], 1); // earliest: version 1, as earlier nodes write it
-  // Another start: version 2 with the start after the DLQ topic.
-  for (int64_t start : {start_latest, int64_t{1796113800000}}) {
+  // Another start or a delay: version 2 with both after the DLQ topic.
+  for (auto [start, delay] : {std::pair<int64_t, int64_t>{start_latest, 0},
+                              {1796113800000, 0}, {start_earliest, 2500}}) {
     auto y = x;
     y.start = start;
+    y.delay_ms = delay;
     auto enc2 = queue_group_format::encode_group_value(y);
     EXPECT_EQ(enc2[0], 2);
-    EXPECT_EQ(enc2.size(), enc.size() + 8);
+    EXPECT_EQ(enc2.size(), enc.size() + 16);
     auto dec2 = queue_group_format::decode_group_value(enc2);
     ASSERT_TRUE(dec2) << describe(dec2.error());
     EXPECT_EQ(*dec2, y);
@@ -1288,6 +1343,9 @@ TEST_F(QueueCoordinatorTest, GroupConfigRoundTripsAndValidates) {
   EXPECT_FALSE(validate(x));
   auto bad = x;
   bad.start = -7;
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
+  bad = x;
+  bad.delay_ms = max_delivery_delay_ms + 1;
   EXPECT_TRUE(is(validate(bad), ec::invalid_config));
   bad = x;
   bad.ordering = "random";

@@ -616,6 +616,29 @@ TEST(lease_table, a_poison_record_and_a_parked_key_do_not_stall_the_records_behi
   EXPECT_FALSE(r->verify()) << describe(r->verify());
 }
 
+// Issue 20: a record offered with a delivery time waits for it like a retry,
+// without an attempt, and holds its key meanwhile.
+TEST(lease_table, a_delayed_record_waits_for_its_time_without_an_attempt) {
+  auto t = make_table(exact_config(queue_ordering::key));
+  ASSERT_FALSE(t.offer(offset{0}, "k", 1000, 6000));
+  ASSERT_FALSE(t.offer(offset{1}, "k", 1000));
+  ASSERT_FALSE(t.offer(offset{2}, "other", 1000));
+  EXPECT_EQ(offsets_of(take(t, "m", 10, 5999)), (v64{2}));
+  auto s = t.stats();
+  EXPECT_EQ(s.scheduled, 1u);
+  EXPECT_EQ(s.delayed, 1u);
+  EXPECT_EQ(t.find(offset{0})->status, record_status::delayed);
+  EXPECT_EQ(t.next_retry(), timestamp_ms{6000});
+  EXPECT_TRUE(t.take_changes().upserts.empty()) << "a delay needs no row";
+  auto ls = take(t, "m", 10, 6000);
+  ASSERT_EQ(offsets_of(ls), (v64{0}));
+  EXPECT_EQ(ls[0].attempt, 1);
+  EXPECT_EQ(t.stats().scheduled, 0u);
+  ASSERT_FALSE(t.ack("m", ls[0].off, ls[0].lease_id));
+  EXPECT_EQ(offsets_of(take(t, "m", 10, 6000)), (v64{1}));
+  EXPECT_FALSE(t.verify()) << describe(t.verify());
+}
+
 TEST(lease_table, release_member_and_redeliver_all_count_no_attempt) {
   auto t = make_table(exact_config());
   offer_range(t, 0, 4);

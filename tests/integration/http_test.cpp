@@ -853,9 +853,11 @@ TEST_F(http_api, queue_group_start_position_and_reset) {
   auto t = put("/v1/groups/timed/queue", {{"start", "2026-12-01T08:30:00+01:00"}});
   ASSERT_EQ(t.status, 201) << t.body;
   EXPECT_EQ(t.j()["config"]["start"], "2026-12-01T07:30:00.000Z");
-  auto p = patch("/v1/groups/timed/queue", {{"start", 1796113800000}});
+  auto p = patch("/v1/groups/timed/queue", {{"start", 1796113800000}, {"delayMs", 2500}});
   ASSERT_EQ(p.status, 200) << p.body;
   EXPECT_EQ(get("/v1/groups/timed/queue").j()["config"]["start"], "2026-12-01T08:30:00.000Z");
+  EXPECT_EQ(get("/v1/groups/timed/queue").j()["config"]["delayMs"], 2500);
+  EXPECT_EQ(patch("/v1/groups/timed/queue", {{"delayMs", 43'200'001}}).status, 400);
   for (auto bad : {json("yesterday"), json(-5), json(true)}) {
     auto x = put("/v1/groups/badstart/queue", {{"start", bad}});
     EXPECT_EQ(x.status, 400) << bad.dump() << ": " << x.body;

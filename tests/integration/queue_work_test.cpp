@@ -637,6 +637,64 @@ TEST(QueueWork, FerryctlWorkStartsAtLatestOrATimeAndResetOffsetsMovesAQueueGroup
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
+// Issue 20: delayed delivery across a SIGKILL. Two records carry a
+// ferry-delay-ms header of 4 s, one does not: the worker before the kill gets
+// only the undelayed one; after the restart the delayed ones come once each,
+// and never before their time.
+TEST(QueueWork, DelayedRecordsSurviveASigkillAndComeNeitherEarlyNorTwice) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  create_topic(broker, "dl", 1);
+  ferry::test::temp_dir dir{"ferry-delay"};
+  auto seen = (dir.path() / "seen").string();
+  auto work = [&](const std::string& idle) {
+    auto r = ctl(broker,
+                 {"work", "dl", "--group", "dg", "--exec",
+                  "echo \"$(date +%s%3N) $FERRY_OFFSET $(cat)\" >> " + seen, "--max-idle",
+                  idle},
+                 60s);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  };
+  auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+  };
+  work("300ms"); // creates the group and reads the (empty) topic
+  auto t0 = now_ms();
+  auto delayed = run_command(FERRYCTL_PATH,
+                             {"--broker", broker.endpoint(), "produce", "dl", "--header",
+                              "ferry-delay-ms=4000"},
+                             60s, "late1\nlate2\n");
+  ASSERT_EQ(delayed.exit_code, 0) << delayed.err;
+  auto plain = run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "produce", "dl"},
+                           60s, "now1\n");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  work("1s");
+  auto before = lines_of(read_file(seen));
+  ASSERT_EQ(before.size(), 1u) << read_file(seen);
+  EXPECT_NE(before[0].find(" 2 now1"), std::string::npos) << before[0];
+  broker.kill9();
+  ASSERT_TRUE(broker.restart(true)) << broker.output();
+  // The pending delays are read again from the records themselves.
+  for (int i = 0; i < 40 && lines_of(read_file(seen)).size() < 3; ++i)
+    work("1s");
+  auto all = lines_of(read_file(seen));
+  ASSERT_EQ(all.size(), 3u) << read_file(seen);
+  std::map<std::string, int> count;
+  for (size_t i = 1; i < all.size(); ++i) {
+    std::stringstream ss{all[i]};
+    int64_t at = 0;
+    std::string off, value;
+    ss >> at >> off >> value;
+    ++count[value];
+    EXPECT_GE(at, t0 + 4000) << all[i] << " came before its time";
+  }
+  EXPECT_EQ(count["late1"], 1);
+  EXPECT_EQ(count["late2"], 1);
+  EXPECT_EQ(broker.stop(20s), 0) << broker.output();
+}
+
 // -- (c) SIGTERM releases the worker's leases -------------------------------------------------
 
 TEST(QueueWork, SigtermStopsTheWorkerAndReleasesItsLeases) {
