@@ -888,23 +888,21 @@ void lease_table::pop_prefix() {
                                : std::min(window_.begin()->first, read_end_);
   // Done offsets below the position are forgotten; their rows (if written)
   // go with the next change set.
-  while (!done_.empty() && offset{done_.begin()->first} < committed_) {
-    auto [from, to] = *done_.begin();
-    done_.erase(done_.begin());
-    auto cut = std::min(to, committed_.value);
+  trim_below(done_, committed_, [this](offset off) { dirty_.erase(off); });
+  trim_below(done_rows_, committed_,
+             [this](offset off) { erased_.push_back(off); });
+}
+
+template <class F>
+void lease_table::trim_below(interval_set& set, offset end, F each) {
+  while (!set.empty() && offset{set.begin()->first} < end) {
+    auto [from, to] = *set.begin();
+    set.erase(set.begin());
+    auto cut = std::min(to, end.value);
     if (to > cut)
-      done_.emplace(cut, to);
+      set.emplace(cut, to);
     for (auto off = from; off < cut; ++off)
-      dirty_.erase(offset{off});
-  }
-  while (!done_rows_.empty() && offset{done_rows_.begin()->first} < committed_) {
-    auto [from, to] = *done_rows_.begin();
-    done_rows_.erase(done_rows_.begin());
-    auto cut = std::min(to, committed_.value);
-    if (to > cut)
-      done_rows_.emplace(cut, to);
-    for (auto off = from; off < cut; ++off)
-      erased_.push_back(offset{off});
+      each(offset{off});
   }
 }
 

@@ -488,6 +488,9 @@ private:
   using interval_set = std::map<int64_t, int64_t>;
   bool done_contains(offset off) const;
   static void done_insert(interval_set& set, offset off);
+  /// Removes the offsets below `end` from `set`, calling each(off) for them.
+  template <class F>
+  static void trim_below(interval_set& set, offset end, F each);
   size_t done_count() const;
   queue_record to_record(offset off, const entry& e) const;
 

@@ -706,33 +706,25 @@ void on_fetched(self_ptr self, queue_partition_state& p,
   schedule_timer(self);
 }
 
-// A partition the group reads for the first time begins at the group's
-// start position (latest, or a time): one offset lookup, then the table
-// skips there and its position is stored before anything is leased.
-void resolve_start(self_ptr self, queue_partition_state& p) {
+// One offset lookup for the partition's reader (which counts as fetching
+// meanwhile); `then` gets the partition and the offset if it still exists,
+// a failure retries like a failed fetch.
+template <class F>
+void reader_lookup(self_ptr self, queue_partition_state& p, int64_t timestamp,
+                   F then) {
   auto& st = self->state;
   p.fetching = true;
   auto key = p.key;
   auto inc = p.incarnation;
-  list_offsets_request req{key.topic, key.partition, st.settings_start()};
+  list_offsets_request req{key.topic, key.partition, timestamp};
   self->request(st.cfg.broker, st.cfg.broker_timeout, offsets_atom_v, req)
     .then(
-      [self, key, inc](offset start) {
+      [self, key, inc, then](offset found) mutable {
         auto* p = find_part(self, key, inc);
         if (!p)
           return;
         p->fetching = false;
-        p->start_pending = false;
-        auto& st = self->state;
-        if (start > p->table->read_end()) {
-          p->table->skip_to(start);
-          p->fetch_at = std::max(start, p->table->read_end());
-        }
-        log::info("queue group {}: {} starts at {} ({})", st.cfg.group,
-                  tp_text(key), p->fetch_at,
-                  start_position_text(st.settings_start()));
-        mark_dirty(self, *p);
-        maybe_fetch(self, *p);
+        then(*p, found);
       },
       [self, key, inc](caf::error& err) {
         auto* p = find_part(self, key, inc);
@@ -743,46 +735,48 @@ void resolve_start(self_ptr self, queue_partition_state& p) {
       });
 }
 
+// A partition the group reads for the first time begins at the group's
+// start position (latest, or a time): one offset lookup, then the table
+// skips there and its position is stored before anything is leased.
+void resolve_start(self_ptr self, queue_partition_state& p) {
+  reader_lookup(self, p, self->state.settings_start(),
+                [self](queue_partition_state& p, offset start) {
+                  auto& st = self->state;
+                  p.start_pending = false;
+                  if (start > p.table->read_end()) {
+                    p.table->skip_to(start);
+                    p.fetch_at = std::max(start, p.table->read_end());
+                  }
+                  log::info("queue group {}: {} starts at {} ({})",
+                            st.cfg.group, tp_text(p.key), p.fetch_at,
+                            start_position_text(st.settings_start()));
+                  mark_dirty(self, p);
+                  maybe_fetch(self, p);
+                });
+}
+
 // The log start moved past the read position (retention): skip there.
 void on_out_of_range(self_ptr self, queue_partition_state& p) {
-  auto& st = self->state;
-  p.fetching = true;
-  auto key = p.key;
-  auto inc = p.incarnation;
-  list_offsets_request req{key.topic, key.partition, -2};
-  self->request(st.cfg.broker, st.cfg.broker_timeout, offsets_atom_v, req)
-    .then(
-      [self, key, inc](offset start) {
-        auto* p = find_part(self, key, inc);
-        if (!p)
-          return;
-        p->fetching = false;
-        if (start > p->fetch_at) {
-          auto dropped = p->table->skip_to(start);
-          log::warn("queue group {}: {} starts at {} now (retention); {} "
-                    "tracked records skipped",
-                    self->state.cfg.group, tp_text(key), start, dropped);
-          p->fetch_at = std::max(start, p->table->read_end());
-          prune(*p);
-          while (!p->cache.empty() && p->cache.begin()->first < start)
-            uncache(*p, p->cache.begin()->first);
-          mark_dirty(self, *p);
-          maybe_fetch(self, *p);
-        } else {
-          fetch_failed(self, *p,
-                       make_error(ec::offset_out_of_range,
-                                  "read position "
-                                    + std::to_string(p->fetch_at.value)
-                                    + " is beyond the log"));
-        }
-      },
-      [self, key, inc](caf::error& err) {
-        auto* p = find_part(self, key, inc);
-        if (!p)
-          return;
-        p->fetching = false;
-        fetch_failed(self, *p, std::move(err));
-      });
+  reader_lookup(self, p, -2, [self](queue_partition_state& p, offset start) {
+    if (start > p.fetch_at) {
+      auto dropped = p.table->skip_to(start);
+      log::warn("queue group {}: {} starts at {} now (retention); {} "
+                "tracked records skipped",
+                self->state.cfg.group, tp_text(p.key), start, dropped);
+      p.fetch_at = std::max(start, p.table->read_end());
+      prune(p);
+      while (!p.cache.empty() && p.cache.begin()->first < start)
+        uncache(p, p.cache.begin()->first);
+      mark_dirty(self, p);
+      maybe_fetch(self, p);
+    } else {
+      fetch_failed(self, p,
+                   make_error(ec::offset_out_of_range,
+                              "read position "
+                                + std::to_string(p.fetch_at.value)
+                                + " is beyond the log"));
+    }
+  });
 }
 
 void maybe_fetch(self_ptr self, queue_partition_state& p) {
