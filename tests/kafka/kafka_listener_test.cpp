@@ -543,11 +543,19 @@ TEST(KafkaCluster, EveryNodeIsABrokerAndKcatFollowsTheLeaders) {
         return false;
     return md.out.find("leader -1") == std::string::npos;
   })) << md_out;
-  // ferryctl cluster describe shows them as well.
-  auto cd = ferryctl_json(c.endpoint(2), {"cluster", "describe"});
-  ASSERT_EQ(cd["nodes"].size(), 3u) << cd.dump();
-  for (auto& n : cd["nodes"])
-    EXPECT_EQ(n["kafka_port"].get<int>(), c.node(n["id"].get<int>()).kafka_port()) << n.dump();
+  // ferryctl cluster describe shows them as well, once node 2's view of the
+  // metadata has every registration (it may lag node 1's by a Raft round).
+  nlohmann::json cd;
+  auto all_ports = [&] {
+    cd = ferryctl_json_or_null(c.endpoint(2), {"cluster", "describe"});
+    if (!cd.is_object() || cd["nodes"].size() != 3u)
+      return false;
+    for (auto& n : cd["nodes"])
+      if (n["kafka_port"].get<int>() != c.node(n["id"].get<int>()).kafka_port())
+        return false;
+    return true;
+  };
+  EXPECT_TRUE(wait_until(30s, all_ports)) << cd.dump();
   std::string input;
   for (int i = 0; i < 300; ++i)
     input += "key" + std::to_string(i) + ":v" + std::to_string(i) + "\n";
