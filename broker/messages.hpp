@@ -19,6 +19,7 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/type_id.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -796,21 +797,42 @@ typename Inspector::result_type inspect(Inspector& f, queue_group_config& x) {
            x.dlq_topic, x.start, x.delay_ms);
 }
 
-/// Leases up to max_records records of `topic` to a member.
+/// Leases up to max_records records of `topic` and `topics` (one receive
+/// may read several topics of the group; receive_topics) to a member.
 struct queue_receive_request {
   std::string group;
-  std::string topic;
+  std::string topic;               ///< "" when `topics` names them all
   std::string member_id;      ///< non-empty; acks must name the same member
   int32_t max_records = 100;
   int64_t visibility_ms = 0;  ///< 0 = the group's visibility timeout
   int64_t wait_ms = 0;        ///< long poll when nothing is available
+  std::vector<std::string> topics = {}; ///< more topics to read
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f,
                                         queue_receive_request& x) {
   return f(caf::meta::type_name("ferry::queue_receive_request"), x.group,
-           x.topic, x.member_id, x.max_records, x.visibility_ms, x.wait_ms);
+           x.topic, x.member_id, x.max_records, x.visibility_ms, x.wait_ms,
+           x.topics);
+}
+
+/// The most topics one queue receive may read.
+inline constexpr size_t max_receive_topics = 100;
+
+/// The topics a receive reads: `topic` (if not empty), then `topics`, each
+/// once, in that order.
+inline std::vector<std::string>
+receive_topics(const queue_receive_request& r) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& t) {
+    if (!t.empty() && std::find(out.begin(), out.end(), t) == out.end())
+      out.push_back(t);
+  };
+  add(r.topic);
+  for (auto& t : r.topics)
+    add(t);
+  return out;
 }
 
 /// A record leased to a member until `deadline` (unless extended).

@@ -19,8 +19,15 @@ namespace ferry {
 caf::error validate(const queue_consumer_config& cfg) {
   if (cfg.group.empty())
     return make_error(ec::invalid_config, "queue consumer: empty group");
-  if (cfg.topic.empty())
-    return make_error(ec::invalid_config, "queue consumer: empty topic");
+  if (cfg.topic.empty() && cfg.topics.empty())
+    return make_error(ec::invalid_config, "queue consumer: no topic");
+  for (auto& t : cfg.topics)
+    if (t.empty())
+      return make_error(ec::invalid_config, "queue consumer: empty topic");
+  if (cfg.topics.size() + 1 > max_receive_topics)
+    return make_error(ec::invalid_config,
+                      "queue consumer: more than "
+                        + std::to_string(max_receive_topics) + " topics");
   if (cfg.visibility.count() < 0)
     return make_error(ec::invalid_config, "queue consumer: visibility < 0");
   if (cfg.request_timeout.count() <= 0 || cfg.retry_backoff.count() < 0)
@@ -155,6 +162,7 @@ void issue_receive(self_ptr self, pending_receive pr) {
   queue_receive_request req;
   req.group = st.cfg.group;
   req.topic = st.cfg.topic;
+  req.topics = st.cfg.topics;
   req.member_id = st.cfg.member_id;
   req.max_records = pr.max;
   req.visibility_ms = st.cfg.visibility.count();
@@ -297,8 +305,13 @@ queue_consumer(self_ptr self, queue_consumer_config cfg, connection_actor conn,
         return make_error(ec::invalid_request, "the queue consumer stopped");
       req.group = st.cfg.group;
       req.member_id = st.cfg.member_id;
-      if (req.topic.empty())
+      if (req.topic.empty()) {
+        if (!st.cfg.topics.empty())
+          return make_error(ec::invalid_request,
+                            "ack: no topic (this consumer reads several; "
+                            "make_ack names the record's)");
         req.topic = st.cfg.topic;
+      }
       auto rp = self->make_response_promise<queue_ack_response>();
       auto now = now_of(self);
       pending_ack pa{rp, std::move(req), now + st.cfg.request_timeout, now};

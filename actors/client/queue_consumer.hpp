@@ -1,6 +1,9 @@
 #pragma once
 // The CAF-native queue-mode consumer (client library): one member of a
-// queue-mode group (SQS / Kafka share-group semantics) reading one topic.
+// queue-mode group (SQS / Kafka share-group semantics) reading one topic or
+// several (`topic` and `topics`: each receive leases from all of them, the
+// partitions taken in turn; every leased_message names its topic, and
+// make_ack acks it there).
 //
 // Send (receive_atom, max, wait_ms) to lease up to `max` records; it waits up
 // to wait_ms (the broker's long poll) when none is available and answers an
@@ -36,6 +39,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -45,7 +49,9 @@ struct queue_consumer_config {
   /// parse_broker_address), used when no connection is passed.
   std::string bootstrap = "127.0.0.1:9092";
   std::string group;
+  /// The topic to read; more in `topics` (at least one of the two).
   std::string topic;
+  std::vector<std::string> topics;
   /// The member id; "" = "<client_id>-<host>-<pid>-<random>".
   std::string member_id;
   std::string client_id = "ferry-queue-consumer";
@@ -61,7 +67,8 @@ struct queue_consumer_config {
   std::chrono::milliseconds retry_backoff{200};
 };
 
-/// invalid_config for an empty group or topic, or bad durations.
+/// invalid_config for an empty group, no topic or an empty one, more than
+/// max_receive_topics topics, or bad durations.
 caf::error validate(const queue_consumer_config& cfg);
 
 /// An ack request for a leased record (the consumer fills group, member and

@@ -1582,9 +1582,11 @@ void commit_group(call& c) {
 // -- handlers: queue mode ---------------------------------------------------------
 
 /// POST /v1/groups/{g}/queue/{topic}/receive: leases records (long poll).
+/// POST /v1/groups/{g}/queue/receive: the same over the body's "topics".
 void queue_receive(call& c) {
-  if (!permitted(c, "group", c.params[0], "read")
-      || !permitted(c, "topic", c.params[1], "read"))
+  if (c.params.size() < 2)
+    c.params.emplace_back(); // the body names the topics
+  if (!permitted(c, "group", c.params[0], "read"))
     return;
   const auto& cfg = c.core.cfg;
   auto enc = http_api::value_encoding::automatic;
@@ -1602,6 +1604,9 @@ void queue_receive(call& c) {
                                            cfg.max_limit, cfg.max_wait.count());
   if (!req)
     return c.sink->post_error(req.error());
+  for (auto& t : receive_topics(*req))
+    if (!permitted(c, "topic", t, "read"))
+      return;
   caf::timespan timeout = std::chrono::milliseconds{req->wait_ms}
                           + timeout_of(c.core);
   ask<std::vector<leased_message>>(
@@ -1612,8 +1617,12 @@ void queue_receive(call& c) {
     receive_atom_v, *req);
 }
 
+/// POST /v1/groups/{g}/queue/{topic}/{ack,nack,reject,extend}, or without
+/// the topic in the path: the body's "topic".
 template <queue_ack_kind Kind>
 void queue_settle(call& c) {
+  if (c.params.size() < 2)
+    c.params.emplace_back(); // the body names the topic
   if (!permitted(c, "group", c.params[0], "read"))
     return;
   auto body = body_of(c);
@@ -1942,6 +1951,15 @@ const std::vector<route_entry>& routes() {
       {v::put, create_queue_group},
       {v::patch, alter_queue_group}}},
     {{"v1", "groups", "{}", "queue", "{}", "receive"}, {{v::post, queue_receive}}},
+    {{"v1", "groups", "{}", "queue", "receive"}, {{v::post, queue_receive}}},
+    {{"v1", "groups", "{}", "queue", "ack"},
+     {{v::post, queue_settle<queue_ack_kind::ack>}}},
+    {{"v1", "groups", "{}", "queue", "nack"},
+     {{v::post, queue_settle<queue_ack_kind::nack>}}},
+    {{"v1", "groups", "{}", "queue", "reject"},
+     {{v::post, queue_settle<queue_ack_kind::reject>}}},
+    {{"v1", "groups", "{}", "queue", "extend"},
+     {{v::post, queue_settle<queue_ack_kind::extend>}}},
     {{"v1", "groups", "{}", "queue", "{}", "ack"},
      {{v::post, queue_settle<queue_ack_kind::ack>}}},
     {{"v1", "groups", "{}", "queue", "{}", "nack"},

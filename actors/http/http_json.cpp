@@ -842,10 +842,25 @@ parse_queue_receive(const json& body, const std::string& group,
                     int64_t max_wait_ms) {
   if (!body.is_object())
     return bad("the body must be a JSON object {\"member\",\"max\","
-               "\"visibilityMs\",\"waitMs\"}");
+               "\"visibilityMs\",\"waitMs\",\"topics\"}");
   queue_receive_request req;
   req.group = group;
   req.topic = topic;
+  if (auto ts = body.find("topics"); ts != body.end() && !ts->is_null()) {
+    auto names = "\"topics\" must be an array of topic names";
+    if (!ts->is_array())
+      return bad(names);
+    for (auto& t : *ts) {
+      if (!t.is_string() || t.get_ref<const std::string&>().empty())
+        return bad(names);
+      req.topics.push_back(t.get<std::string>());
+    }
+  }
+  if (topic.empty() && req.topics.empty())
+    return bad("\"topics\" is required (the topics to receive from)");
+  if (receive_topics(req).size() > max_receive_topics)
+    return bad("at most " + std::to_string(max_receive_topics)
+               + " topics in one receive");
   std::optional<std::string> member;
   std::optional<int64_t> max, vis, wait;
   if (auto err = string_field(body, "member", member))
@@ -877,6 +892,14 @@ caf::expected<queue_ack_request> parse_queue_ack(const json& body,
   req.group = group;
   req.topic = topic;
   req.kind = kind;
+  if (topic.empty()) {
+    std::optional<std::string> t;
+    if (auto err = string_field(body, "topic", t))
+      return err;
+    if (!t || t->empty())
+      return bad("\"topic\" is required (the record's topic)");
+    req.topic = std::move(*t);
+  }
   std::optional<std::string> member, error;
   std::optional<int64_t> p, off, delay, extend;
   if (auto err = string_field(body, "member", member))

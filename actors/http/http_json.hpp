@@ -179,9 +179,11 @@ caf::expected<std::vector<partition_offset>> parse_commit(const json& body);
 
 // -- queue mode -------------------------------------------------------------
 
-/// A queue receive body {"member","max","visibilityMs","waitMs"}: member
-/// required; max in [1, max_records] (default 100); visibilityMs >= 0 (0 =
-/// the group's); waitMs in [0, max_wait_ms] (default 0).
+/// A queue receive body {"member","max","visibilityMs","waitMs","topics"}:
+/// member required; max in [1, max_records] (default 100); visibilityMs >= 0
+/// (0 = the group's); waitMs in [0, max_wait_ms] (default 0); topics: more
+/// topics to read besides `topic` (the path's), required when `topic` is ""
+/// (at most max_receive_topics in all).
 caf::expected<queue_receive_request>
 parse_queue_receive(const json& body, const std::string& group,
                     const std::string& topic, int32_t max_records,
@@ -189,7 +191,8 @@ parse_queue_receive(const json& body, const std::string& group,
 
 /// An ack/nack/reject/extend body {"member","partition","offset","leaseId",
 /// "delayMs","extendMs","error"}: member, partition, offset and leaseId
-/// (a number or a decimal string) required; extendMs > 0 for extend.
+/// (a number or a decimal string) required; extendMs > 0 for extend; "topic"
+/// (the record's) required when `topic` (the path's) is "".
 caf::expected<queue_ack_request> parse_queue_ack(const json& body,
                                                  const std::string& group,
                                                  const std::string& topic,

@@ -1,6 +1,6 @@
-// ferryctl work: runs CMD once per record of TOPIC.
+// ferryctl work: runs CMD once per record of the TOPICs.
 //
-//   ferryctl work TOPIC --group G [--mode queue|stream] --exec CMD
+//   ferryctl work TOPIC [TOPIC...] --group G [--mode queue|stream] --exec CMD
 //                 [--concurrency N] [--max-idle 20s]
 //                 [--max-attempts N] [--backoff-ms MS] [--max-backoff-ms MS]
 //                 [--backoff-multiplier X] [--jitter J] [--visibility-ms MS]
@@ -19,6 +19,12 @@
 //   orders/0@17 attempt=1 key=k1 -> ack
 //   orders/0@18 attempt=2 key=k2 -> nack (timeout talking to db) retry in 1830 ms
 //   orders/1@4 attempt=1 key=null -> reject (bad payload) dead-letter
+//
+// Several topics: one member reads them all (queue mode: each receive leases
+// from the partitions of every topic in turn; stream mode: the group's
+// partitions of every topic are split among its members); a failed record
+// goes to its own topic's DLQ (<topic>.<group>.dlq) unless --dlq-topic names
+// one for all.
 //
 // Queue mode (default): a queue_consumer member; up to N children run at
 // once on dedicated threads (never on CAF's), each lease is extended while
@@ -92,7 +98,7 @@ using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
 struct work_options {
-  std::string topic;
+  std::vector<std::string> topics;
   std::string group;
   std::string mode = "queue";
   std::string exec;
@@ -553,7 +559,7 @@ int run_queue(caf::actor_system& sys, connection_actor conn, broker_actor broker
   apply_group_settings(admin);
   queue_consumer_config qcfg;
   qcfg.group = o.group;
-  qcfg.topic = o.topic;
+  qcfg.topics = o.topics;
   qcfg.client_id = "ferryctl-work";
   qcfg.request_timeout = timeout;
   auto qc = spawn_queue_consumer(sys, qcfg, conn);
@@ -699,7 +705,7 @@ int run_stream(caf::actor_system& sys, connection_actor conn, milliseconds max_i
   consumer_config ccfg;
   ccfg.client_id = "ferryctl-work";
   ccfg.group_id = o.group;
-  ccfg.topics = {o.topic};
+  ccfg.topics = o.topics;
   ccfg.auto_offset_reset = "earliest";
   if (o.start) {
     if (*o.start != "earliest" && *o.start != "latest")
@@ -878,7 +884,8 @@ int run_stream(caf::actor_system& sys, connection_actor conn, milliseconds max_i
 void add_work_command(CLI::App& app, std::function<void()> on_selected) {
   auto& o = opts();
   auto w = app.add_subcommand("work", "run a command once per record (queue or stream group)");
-  w->add_option("topic", o.topic)->required();
+  w->add_option("topic", o.topics, "the topics to read (one member reads them all)")
+    ->required();
   w->add_option("--group", o.group, "consumer group")->required();
   w->add_option("--mode", o.mode, "queue (leases) or stream (partitions, retry then DLQ)")
     ->check(CLI::IsMember({"queue", "stream"}))
@@ -952,7 +959,12 @@ int run_work(caf::actor_system& sys, connection_actor conn, broker_actor broker)
     {
       // Fails early on an unknown topic.
       admin_client admin{sys, broker, milliseconds{o.request_timeout_ms}};
-      call<topic_description>(admin, describe_atom_v, topic_atom_v, o.topic);
+      std::set<std::string> seen;
+      for (auto& t : o.topics) {
+        if (!seen.insert(t).second)
+          throw failure{"invalid_config: topic " + t + " is named twice"};
+        call<topic_description>(admin, describe_atom_v, topic_atom_v, t);
+      }
     }
     if (o.mode == "stream")
       return run_stream(sys, conn, *idle);

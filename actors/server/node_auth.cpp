@@ -379,7 +379,8 @@ access access_of(caf::message& m) {
   } else if (m.match_elements<receive_atom, queue_receive_request>()) {
     auto& r = m.get_as<queue_receive_request>(1);
     one("group", r.group, "read");
-    one("topic", r.topic, "read");
+    for (auto& t : receive_topics(r))
+      one("topic", t, "read");
   } else if (m.match_elements<ack_atom, queue_ack_request>()) {
     one("group", m.get_as<queue_ack_request>(1).group, "read");
   } else if (m.match_elements<describe_atom, queue_atom, std::string>()) {

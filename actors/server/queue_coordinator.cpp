@@ -336,6 +336,7 @@ void prune(queue_partition_state& p) {
 
 void schedule_timer(self_ptr self);
 bool topic_read(self_ptr self, const std::string& topic);
+bool topics_read(self_ptr self, const std::vector<std::string>& topics);
 void maybe_fetch(self_ptr self, queue_partition_state& p);
 void pump_dlq(self_ptr self, queue_partition_state& p);
 void serve_waiters(self_ptr self, timestamp_ms now);
@@ -390,7 +391,7 @@ void schedule_timer(self_ptr self) {
   }
   // A waiter on a topic not read yet is woken by the read (mark_read).
   for (auto& [id, w] : st.waiters)
-    if (topic_read(self, w.request.topic))
+    if (topics_read(self, w.request.topics))
       consider(w.deadline);
   consider(st.flush_retry_at);
   if (!due)
@@ -525,10 +526,13 @@ void reconcile(self_ptr self) {
       st.active.erase(key.topic);
     }
     for (auto i = st.waiters.begin(); i != st.waiters.end();) {
-      if (st.topics.count(i->second.request.topic) == 0) {
+      auto& ts = i->second.request.topics;
+      auto g = std::find_if(ts.begin(), ts.end(), [&](const std::string& t) {
+        return st.topics.count(t) == 0;
+      });
+      if (g != ts.end()) {
         i->second.promise.deliver(
-          make_error(ec::unknown_topic,
-                     "topic " + i->second.request.topic + " was deleted"));
+          make_error(ec::unknown_topic, "topic " + *g + " was deleted"));
         i = st.waiters.erase(i);
       } else {
         ++i;
@@ -573,6 +577,13 @@ bool topic_read(self_ptr self, const std::string& topic) {
   for (auto i = ps.lower_bound(topic_partition{topic, partition_id{0}});
        i != ps.end() && i->first.topic == topic; ++i)
     if (i->second.table && !i->second.read_once)
+      return false;
+  return true;
+}
+
+bool topics_read(self_ptr self, const std::vector<std::string>& topics) {
+  for (auto& t : topics)
+    if (!topic_read(self, t))
       return false;
   return true;
 }
@@ -849,16 +860,22 @@ consumed_message to_message(const topic_partition& key, offset off,
   return m;
 }
 
-// Leases what the topic's partitions have available now.
+// Leases what the partitions of the request's topics (req.topics, made
+// whole by the receive handler) have available now.
 caf::expected<std::vector<leased_message>>
 acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
   auto& st = self->state;
   std::vector<queue_partition_state*> parts;
-  for (auto i = st.partitions.lower_bound(topic_partition{req.topic,
-                                                          partition_id{0}});
-       i != st.partitions.end() && i->first.topic == req.topic; ++i)
-    if (i->second.table)
-      parts.push_back(&i->second);
+  std::string rotation_key;
+  for (auto& topic : req.topics) {
+    for (auto i = st.partitions.lower_bound(topic_partition{topic,
+                                                            partition_id{0}});
+         i != st.partitions.end() && i->first.topic == topic; ++i)
+      if (i->second.table)
+        parts.push_back(&i->second);
+    rotation_key += topic;
+    rotation_key += '\n'; // not in a topic name
+  }
   std::vector<leased_message> out;
   if (parts.empty())
     return out;
@@ -867,10 +884,10 @@ acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
   std::optional<milliseconds> vis;
   if (req.visibility_ms > 0)
     vis = milliseconds{req.visibility_ms};
-  auto start = st.rotation[req.topic]++ % parts.size();
-  uint64_t redelivered = 0;
+  auto start = st.rotation[rotation_key]++ % parts.size();
   for (size_t n = 0; n < parts.size() && out.size() < want; ++n) {
     auto& p = *parts[(start + n) % parts.size()];
+    uint64_t redelivered = 0;
     expire_partition(self, p, now);
     auto ls = p.table->acquire(req.member_id, want - out.size(), now, vis);
     if (!ls)
@@ -894,9 +911,9 @@ acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
         ++redelivered;
       out.push_back(std::move(m));
     }
+    if (redelivered > 0 && st.cfg.probe)
+      st.cfg.probe->redelivered(p.key.topic, redelivered);
   }
-  if (redelivered > 0 && st.cfg.probe)
-    st.cfg.probe->redelivered(req.topic, redelivered);
   return out;
 }
 
@@ -907,7 +924,14 @@ void serve_waiters(self_ptr self, timestamp_ms now) {
   for (auto i = st.waiters.begin(); i != st.waiters.end();) {
     auto& w = i->second;
     std::vector<leased_message> got;
-    if (exhausted.count(w.request.topic) == 0) {
+    auto& ts = w.request.topics;
+    // A receive without a wait answers once every partition was read once
+    // (so the first receive sees what the topics hold); one with a wait
+    // answers with the first records there are.
+    bool read = w.request.wait_ms > 0 || topics_read(self, ts);
+    if (read && std::any_of(ts.begin(), ts.end(), [&](const std::string& t) {
+          return exhausted.count(t) == 0;
+        })) {
       auto r = acquire_for(self, w.request, now);
       if (!r) {
         w.promise.deliver(std::move(r.error()));
@@ -916,7 +940,7 @@ void serve_waiters(self_ptr self, timestamp_ms now) {
       }
       got = std::move(*r);
       if (got.empty())
-        exhausted.insert(w.request.topic);
+        exhausted.insert(ts.begin(), ts.end());
     }
     if (!got.empty() && cluster(self)) {
       // Answered once the leases are replicated.
@@ -924,7 +948,7 @@ void serve_waiters(self_ptr self, timestamp_ms now) {
         queue_pending_receive{w.promise, std::move(got), w.request.member_id});
       i = st.waiters.erase(i);
     } else if (!got.empty()
-               || (w.deadline <= now && topic_read(self, w.request.topic))) {
+               || (w.deadline <= now && topics_read(self, w.request.topics))) {
       w.promise.deliver(std::move(got));
       i = st.waiters.erase(i);
     } else {
@@ -1943,8 +1967,17 @@ queue_coordinator(
                             + std::to_string(
                               st.table_cfg.max_visibility.count())
                             + " ms");
-      if (auto err = activate(self, req.topic))
-        return err;
+      req.topics = receive_topics(req);
+      req.topic.clear();
+      if (req.topics.empty())
+        return make_error(ec::invalid_request, "receive: no topic");
+      if (req.topics.size() > max_receive_topics)
+        return make_error(ec::invalid_request,
+                          "receive: more than "
+                            + std::to_string(max_receive_topics) + " topics");
+      for (auto& t : req.topics)
+        if (auto err = activate(self, t))
+          return err;
       auto now = now_ms(self);
       st.members_seen[req.member_id] = now;
       auto got = acquire_for(self, req, now);
@@ -1958,7 +1991,7 @@ queue_coordinator(
         schedule_timer(self);
         return rp;
       }
-      if (!got->empty() || (req.wait_ms == 0 && topic_read(self, req.topic))) {
+      if (!got->empty() || (req.wait_ms == 0 && topics_read(self, req.topics))) {
         schedule_timer(self);
         return std::move(*got);
       }

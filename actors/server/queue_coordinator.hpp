@@ -32,13 +32,17 @@
 // dead letters are forgotten), stored as a full rewrite before the answer
 // (cluster mode: replicated). Targets as for stream groups (offset_lookup.hpp).
 //
-// Receive: expires due leases, then leases from the topic's partitions in
-// turn (rotating start) up to max_records. Nothing available and wait_ms > 0:
-// the request waits (a response promise) until records arrive, retries come
-// due, leases expire, or wait_ms passes (then it gets an empty list). A
-// partition's first fetch is not long polled, and until every partition of
-// the topic answered it, even a receive with wait_ms 0 waits for it (so the
-// first receive on a topic sees what is there).
+// Receive: reads `topic` and `topics` (receive_topics; one member may serve
+// several queues, each leased_message names its topic); expires due leases,
+// then leases from the partitions of those topics in turn (a rotating start
+// per topic list, so no topic starves another) up to max_records. Nothing
+// available and wait_ms > 0: the request waits (a response promise) until
+// records arrive on any of its topics, retries come due, leases expire, or
+// wait_ms passes (then it gets an empty list); a topic of a waiting receive
+// that is deleted fails it with unknown_topic. A partition's first fetch is
+// not long polled, and until every partition of the topics answered it, a
+// receive with wait_ms 0 waits for them (so the first receive on a topic
+// sees what is there).
 //
 // Ack family: expire(now) first (so an ack after the deadline answers
 // lease_expired even if the timer has not fired), then ack / nack / reject /

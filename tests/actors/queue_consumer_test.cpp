@@ -54,7 +54,7 @@ caf::behavior fake_broker(caf::event_based_actor*, std::shared_ptr<broker_log> l
       log->calls.push_back("receive");
       log->receives.push_back(req);
       std::vector<leased_message> out(1);
-      out[0].message.topic = req.topic;
+      out[0].message.topic = receive_topics(req).back();
       out[0].message.off = offset{7};
       out[0].lease_id = 99;
       return out;
@@ -256,6 +256,46 @@ TEST_F(QueueConsumerTest, WithoutAlterExistingAConfigClashFailsReceives) {
   EXPECT_TRUE(is(bad->err, ec::invalid_request)) << describe(bad->err);
   queue_consumer_config empty;
   EXPECT_TRUE(is(validate(empty), ec::invalid_config));
+}
+
+TEST_F(QueueConsumerTest, ReadsSeveralTopicsAndAcksEachRecordOnItsTopic) {
+  queue_consumer_config c;
+  c.group = "g";
+  c.topics = {"orders", "refunds"};
+  c.member_id = "m1";
+  auto h = spawn_queue_consumer(*sys, c, conn);
+  ASSERT_TRUE(h) << describe(h.error());
+  consumer = *h;
+  sched->run();
+  auto log = std::make_shared<broker_log>();
+  connect(new_broker(log));
+  auto r = ask<std::vector<leased_message>>(receive_atom_v, int32_t{5}, int64_t{0});
+  ASSERT_TRUE(r->done && r->value) << describe(r->err);
+  ASSERT_EQ(log->receives.size(), 1u);
+  EXPECT_EQ(receive_topics(log->receives[0]),
+            (std::vector<std::string>{"orders", "refunds"}));
+  ASSERT_EQ(r->value->size(), 1u);
+  EXPECT_EQ((*r->value)[0].message.topic, "refunds");
+  auto a = ask<queue_ack_response>(ack_atom_v,
+                                   make_ack((*r->value)[0], queue_ack_kind::ack));
+  ASSERT_TRUE(a->done);
+  EXPECT_FALSE(a->err) << describe(a->err);
+  ASSERT_EQ(log->acks.size(), 1u);
+  EXPECT_EQ(log->acks[0].topic, "refunds");
+  // An ack that names no topic is ambiguous here.
+  queue_ack_request bare;
+  bare.off = offset{7};
+  bare.lease_id = 99;
+  auto b = ask<queue_ack_response>(ack_atom_v, bare);
+  ASSERT_TRUE(b->done);
+  EXPECT_TRUE(is(b->err, ec::invalid_request)) << describe(b->err);
+  EXPECT_EQ(log->acks.size(), 1u);
+  // Config checks: an empty name among the topics, or too many topics.
+  queue_consumer_config bad = c;
+  bad.topics.push_back("");
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
+  bad.topics.assign(max_receive_topics + 1, "x");
+  EXPECT_TRUE(is(validate(bad), ec::invalid_config));
 }
 
 } // namespace

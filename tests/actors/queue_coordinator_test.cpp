@@ -1300,6 +1300,99 @@ TEST_F(QueueCoordinatorTest, LongPollIsWokenByARetryComingDue) {
   EXPECT_EQ((*r->value)[0].attempt, 2);
 }
 
+// -- several topics ------------------------------------------------------------------
+
+TEST_F(QueueCoordinatorTest, OneReceiveLeasesFromSeveralTopicsAndEachAckNamesItsTopic) {
+  world->topics["u"].resize(2);
+  start();
+  produce("t", 0, {{"a", "t0"}, {"b", "t1"}});
+  produce("u", 1, {{"c", "u0"}});
+  auto both = [](const std::string& a, const std::string& b) {
+    queue_receive_request r{"g", a, "m1", 100, 0, 0};
+    r.topics = {b, a}; // a again: read once
+    return r;
+  };
+  auto r = ask<std::vector<leased_message>>(receive_atom_v, both("t", "u"));
+  ASSERT_TRUE(r->done && r->value) << describe(r->err);
+  std::multiset<std::string> got;
+  for (auto& m : *r->value)
+    got.insert(m.message.topic + ":" + m.message.value);
+  EXPECT_EQ(got, (std::multiset<std::string>{"t:t0", "t:t1", "u:u0"}));
+  for (auto& m : *r->value)
+    ack_ok("m1", m);
+  EXPECT_EQ(describe_partition(0, "t").committed, offset{2});
+  EXPECT_EQ(describe_partition(1, "u").committed, offset{1});
+  // A long poll over both topics is woken by a record on either.
+  auto poll = ask<std::vector<leased_message>>(
+    receive_atom_v, [&] {
+      auto q = both("t", "u");
+      q.wait_ms = 10'000;
+      return q;
+    }());
+  EXPECT_FALSE(poll->done);
+  produce("u", 0, {{"d", "late"}});
+  ASSERT_TRUE(poll->done);
+  ASSERT_TRUE(poll->value) << describe(poll->err);
+  ASSERT_EQ(poll->value->size(), 1u);
+  EXPECT_EQ((*poll->value)[0].message.topic, "u");
+  EXPECT_EQ((*poll->value)[0].message.partition, partition_id{0});
+  // A receive naming only `topics` works too; an unknown topic among them
+  // fails the receive; no topic at all is refused.
+  queue_receive_request only{"g", "", "m1", 100, 0, 0};
+  only.topics = {"u"};
+  auto o = ask<std::vector<leased_message>>(receive_atom_v, only);
+  ASSERT_TRUE(o->done && o->value) << describe(o->err);
+  EXPECT_TRUE(o->value->empty());
+  only.topics = {"u", "nope"};
+  o = ask<std::vector<leased_message>>(receive_atom_v, only);
+  EXPECT_TRUE(is(o->err, ec::unknown_topic)) << describe(o->err);
+  only.topics.clear();
+  o = ask<std::vector<leased_message>>(receive_atom_v, only);
+  EXPECT_TRUE(is(o->err, ec::invalid_request)) << describe(o->err);
+  only.topics.assign(max_receive_topics + 1, "");
+  for (size_t i = 0; i < only.topics.size(); ++i)
+    only.topics[i] = "x" + std::to_string(i);
+  o = ask<std::vector<leased_message>>(receive_atom_v, only);
+  EXPECT_TRUE(is(o->err, ec::invalid_request)) << describe(o->err);
+  // A waiter over a topic that is deleted gets unknown_topic.
+  auto w = ask<std::vector<leased_message>>(
+    receive_atom_v, [&] {
+      auto q = both("t", "u");
+      q.wait_ms = 10'000;
+      return q;
+    }());
+  EXPECT_FALSE(w->done);
+  world->topics.erase("u");
+  caf::anon_send(coord, update_atom_v, world_topics());
+  sched->run();
+  ASSERT_TRUE(w->done);
+  EXPECT_TRUE(is(w->err, ec::unknown_topic)) << describe(w->err);
+}
+
+TEST_F(QueueCoordinatorTest, ReceivesOverSeveralTopicsTakeThePartitionsInTurn) {
+  world->topics["u"].resize(1);
+  start();
+  std::vector<kv> many;
+  for (int i = 0; i < 10; ++i)
+    many.push_back(kv{"k" + std::to_string(i), "v"});
+  produce("t", 0, many);
+  produce("u", 0, many);
+  // max 5 at a time: consecutive receives start at the next partition, so
+  // neither topic waits for the other to drain.
+  std::map<std::string, int> per_topic;
+  for (int round = 0; round < 2; ++round) {
+    queue_receive_request q{"g", "t", "m1", 5, 0, 0};
+    q.topics = {"u"};
+    auto r = ask<std::vector<leased_message>>(receive_atom_v, q);
+    ASSERT_TRUE(r->done && r->value) << describe(r->err);
+    ASSERT_EQ(r->value->size(), 5u);
+    for (auto& m : *r->value)
+      ++per_topic[m.message.topic];
+  }
+  EXPECT_EQ(per_topic["t"], 5);
+  EXPECT_EQ(per_topic["u"], 5);
+}
+
 TEST_F(QueueCoordinatorTest, BadRequestsAreRefused) {
   start();
   auto r = ask<std::vector<leased_message>>(

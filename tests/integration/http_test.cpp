@@ -865,6 +865,60 @@ TEST_F(http_api, queue_group_start_position_and_reset) {
   }
 }
 
+TEST_F(http_api, queue_receive_over_several_topics) {
+  create_topic("emails", 1);
+  create_topic("sms", 2);
+  produce("emails", {{"records", {{{"value", "e1"}}}}});
+  produce("sms", {{"records", {{{"value", "s1"}}, {{"value", "s2"}}}}});
+  // Without a wait, the first receive answers once every partition was read.
+  auto r = post("/v1/groups/notify/queue/receive",
+                {{"member", "m1"}, {"topics", {"emails", "sms"}}, {"waitMs", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto first = r.j();
+  std::multiset<std::string> got;
+  for (auto& rec : first["records"])
+    got.insert(rec["topic"].get<std::string>() + ":" + rec["value"].get<std::string>());
+  EXPECT_EQ(got, (std::multiset<std::string>{"emails:e1", "sms:s1", "sms:s2"})) << r.body;
+  // Settled on the topic-less routes with the record's topic in the body.
+  for (auto& rec : first["records"]) {
+    auto a = post("/v1/groups/notify/queue/ack",
+                  {{"member", "m1"}, {"topic", rec["topic"]}, {"partition", rec["partition"]},
+                   {"offset", rec["offset"]}, {"leaseId", rec["leaseId"]}});
+    ASSERT_EQ(a.status, 200) << a.body;
+  }
+  auto d = get("/v1/groups/notify/queue");
+  ASSERT_EQ(d.status, 200) << d.body;
+  auto described = d.j();
+  int64_t committed = 0;
+  for (auto& p : described["partitions"])
+    committed += p["committed"].get<int64_t>();
+  EXPECT_EQ(committed, 3) << d.body;
+  // The path's topic plus "topics" also works; a long poll over both wakes
+  // on either.
+  produce("emails", {{"records", {{{"value", "e2"}}}}});
+  r = post("/v1/groups/notify/queue/sms/receive",
+           {{"member", "m1"}, {"topics", {"emails"}}, {"waitMs", 2000}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j()["records"].size(), 1u) << r.body;
+  EXPECT_EQ(r.j()["records"][0]["topic"], "emails");
+  // Bad input: no topics, not an array, an empty name, an unknown topic, an
+  // ack without its topic.
+  auto x = post("/v1/groups/notify/queue/receive", {{"member", "m1"}});
+  EXPECT_EQ(x.status, 400) << x.body;
+  EXPECT_NE(x.body.find("is required (the topics to receive from)"), std::string::npos) << x.body;
+  x = post("/v1/groups/notify/queue/receive", {{"member", "m1"}, {"topics", "emails"}});
+  EXPECT_EQ(x.status, 400) << x.body;
+  x = post("/v1/groups/notify/queue/receive", {{"member", "m1"}, {"topics", {"emails", ""}}});
+  EXPECT_EQ(x.status, 400) << x.body;
+  x = post("/v1/groups/notify/queue/receive", {{"member", "m1"}, {"topics", {"emails", "nope"}}});
+  EXPECT_EQ(x.status, 404) << x.body;
+  EXPECT_NE(x.body.find("unknown_topic"), std::string::npos) << x.body;
+  x = post("/v1/groups/notify/queue/ack",
+           {{"member", "m1"}, {"partition", 0}, {"offset", 0}, {"leaseId", 1}});
+  EXPECT_EQ(x.status, 400) << x.body;
+  EXPECT_NE(x.body.find("is required (the record's topic)"), std::string::npos) << x.body;
+}
+
 TEST_F(http_api, bad_requests_get_their_status_and_error_code) {
   create_topic("orders", 2);
   create_topic("small", 1, {{"max.message.bytes", 1000}});

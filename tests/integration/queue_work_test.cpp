@@ -515,6 +515,64 @@ TEST(QueueWork, FerryctlWorkAcksDeadLettersRejectsAndExhaustedNacks) {
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
+// One worker over several topics (queue and stream mode): every record of
+// each is processed, and a failure goes to its own topic's DLQ.
+TEST(QueueWork, FerryctlWorkReadsSeveralTopicsWithOneMember) {
+  ferryd_process broker;
+  ASSERT_TRUE(broker.start()) << broker.output();
+  create_topic(broker, "mail", 1);
+  create_topic(broker, "text", 2);
+  for (auto topic : {"mail", "text"}) {
+    auto p = run_command(FERRYCTL_PATH,
+                         {"--broker", broker.endpoint(), "produce", topic, "--key-separator",
+                          ":"},
+                         60s, "a:ok1\nb:poison\nc:ok2\n");
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+  }
+  const std::string cmd = "v=$(cat); [ \"$v\" = poison ] && exit 2; exit 0";
+  for (std::string mode : {"queue", "stream"}) {
+    auto group = mode + "-multi";
+    auto r = ctl(broker,
+                 {"work", "mail", "text", "--group", group, "--mode", mode, "--exec", cmd,
+                  "--max-idle", "3s"},
+                 90s);
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.out << r.err;
+    int acked = 0, failed = 0;
+    std::set<std::string> topics;
+    for (auto& l : lines_of(r.out)) {
+      if (l.find(" -> ack") != std::string::npos || l.find(" -> ok") != std::string::npos)
+        ++acked;
+      if (l.find("dead-letter") != std::string::npos)
+        ++failed;
+      topics.insert(l.substr(0, l.find('/')));
+    }
+    EXPECT_EQ(acked, 4) << mode << ": " << r.out;
+    EXPECT_EQ(failed, 2) << mode << ": " << r.out;
+    EXPECT_EQ(topics, (std::set<std::string>{"mail", "text"})) << r.out;
+    for (auto topic : {"mail", "text"}) {
+      auto dlq = dlq_records(broker, std::string{topic} + "." + group + ".dlq", 1);
+      ASSERT_EQ(dlq.size(), 1u) << topic;
+      EXPECT_EQ(dlq[0]["value"], "poison");
+    }
+    auto d = ctl(broker, {"--json", "group", "describe", group});
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    auto g = json::parse(d.out, nullptr, false);
+    ASSERT_FALSE(g.is_discarded()) << d.out;
+    int64_t committed = 0;
+    for (auto& p : g["partitions"])
+      committed += p["committed_offset"].get<int64_t>();
+    EXPECT_EQ(committed, 6) << d.out;
+  }
+  // A topic named twice, or one that does not exist, is refused up front.
+  auto twice = ctl(broker, {"work", "mail", "mail", "--group", "x", "--exec", "true"});
+  EXPECT_NE(twice.exit_code, 0);
+  EXPECT_NE(twice.err.find("named twice"), std::string::npos) << twice.err;
+  auto unknown = ctl(broker, {"work", "mail", "nope", "--group", "x", "--exec", "true"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("unknown_topic"), std::string::npos) << unknown.err;
+  EXPECT_EQ(broker.stop(20s), 0) << broker.output();
+}
+
 // Every queue setting can be chosen from the command line (every backoff
 // knob too), and `group describe` shows them; what cannot change is refused
 // with its reason.
