@@ -1617,8 +1617,65 @@ void queue_receive(call& c) {
     receive_atom_v, *req);
 }
 
+/// A batch settle ({"records":[...]}): the records' requests go to the
+/// broker at once (one queue group: one state save for all of them) and the
+/// reply lists each record's outcome in order, 200 even when some failed:
+/// {"results":[{"topic","partition","offset", and the single settle's
+/// fields or "error":{"code","message"}}]} (SQS's batch calls answer alike).
+template <queue_ack_kind Kind>
+void queue_settle_batch(call& c, const json& body) {
+  auto reqs = http_api::parse_queue_ack_batch(body, c.params[0], c.params[1], Kind);
+  if (!reqs)
+    return c.sink->post_error(reqs.error());
+  auto broker = c.core.broker;
+  auto sink = c.sink;
+  auto timeout = timeout_of(c.core);
+  struct batch {
+    std::vector<json> results;
+    size_t left = 0;
+  };
+  auto b = std::make_shared<batch>();
+  b->results.resize(reqs->size());
+  b->left = reqs->size();
+  spawn_bridge(c.core, [broker, sink, timeout, b,
+                        reqs = std::move(*reqs)](caf::event_based_actor* self) {
+    auto finish = [sink, b] {
+      if (--b->left > 0)
+        return;
+      json arr = json::array();
+      for (auto& r : b->results)
+        arr.push_back(std::move(r));
+      sink->post([arr = std::move(arr)]() mutable {
+        return reply(200, json{{"results", std::move(arr)}});
+      });
+    };
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto& req = reqs[i];
+      json head{{"topic", req.topic},
+                {"partition", req.partition.value},
+                {"offset", req.off.value}};
+      self->request(broker, timeout, ack_atom_v, req)
+        .then(
+          [b, i, head, finish](queue_ack_response& x) mutable {
+            auto j = http_api::to_json(x, Kind);
+            j.update(head);
+            b->results[i] = std::move(j);
+            finish();
+          },
+          [b, i, head, finish](caf::error& err) mutable {
+            auto e = http_api::to_api_error(err);
+            auto j = http_api::error_body(e.code, e.message);
+            j.update(head);
+            b->results[i] = std::move(j);
+            finish();
+          });
+    }
+  });
+}
+
 /// POST /v1/groups/{g}/queue/{topic}/{ack,nack,reject,extend}, or without
-/// the topic in the path: the body's "topic".
+/// the topic in the path: the body's "topic". A body with "records" settles
+/// up to max_settle_batch records in one call (queue_settle_batch).
 template <queue_ack_kind Kind>
 void queue_settle(call& c) {
   if (c.params.size() < 2)
@@ -1628,6 +1685,8 @@ void queue_settle(call& c) {
   auto body = body_of(c);
   if (!body)
     return;
+  if (body->is_object() && body->contains("records"))
+    return queue_settle_batch<Kind>(c, *body);
   auto req = http_api::parse_queue_ack(*body, c.params[0], c.params[1], Kind);
   if (!req)
     return c.sink->post_error(req.error());

@@ -881,6 +881,42 @@ parse_queue_receive(const json& body, const std::string& group,
   return req;
 }
 
+caf::expected<std::vector<queue_ack_request>>
+parse_queue_ack_batch(const json& body, const std::string& group,
+                      const std::string& topic, queue_ack_kind kind) {
+  auto shape = "\"records\" must be an array of 1 to "
+               + std::to_string(max_settle_batch)
+               + " objects {\"topic\",\"partition\",\"offset\",\"leaseId\",...}";
+  if (!body.is_object())
+    return bad(shape);
+  auto recs = body.find("records");
+  if (recs == body.end() || !recs->is_array() || recs->empty()
+      || recs->size() > max_settle_batch)
+    return bad(shape);
+  std::optional<std::string> member, outer_topic;
+  if (auto err = string_field(body, "member", member))
+    return err;
+  if (auto err = string_field(body, "topic", outer_topic))
+    return err;
+  auto default_topic = topic.empty() ? outer_topic.value_or("") : topic;
+  std::vector<queue_ack_request> out;
+  out.reserve(recs->size());
+  for (size_t i = 0; i < recs->size(); ++i) {
+    auto one = (*recs)[i];
+    if (!one.is_object())
+      return bad(shape);
+    if (member && !one.contains("member"))
+      one["member"] = *member;
+    auto req = parse_queue_ack(one, group, one.contains("topic") ? "" : default_topic,
+                               kind);
+    if (!req)
+      return bad("records[" + std::to_string(i)
+                 + "]: " + to_api_error(req.error()).message);
+    out.push_back(std::move(*req));
+  }
+  return out;
+}
+
 caf::expected<queue_ack_request> parse_queue_ack(const json& body,
                                                  const std::string& group,
                                                  const std::string& topic,

@@ -198,6 +198,16 @@ caf::expected<queue_ack_request> parse_queue_ack(const json& body,
                                                  const std::string& topic,
                                                  queue_ack_kind kind);
 
+/// The most records one batch settle ({"records":[...]}) may name.
+inline constexpr size_t max_settle_batch = 1000;
+
+/// A batch settle body {"member","topic","records":[{...},...]}: each
+/// element an ack body (parse_queue_ack) whose "member" and "topic" default
+/// to the outer ones (and `topic`, the path's). 1..max_settle_batch records.
+caf::expected<std::vector<queue_ack_request>>
+parse_queue_ack_batch(const json& body, const std::string& group,
+                      const std::string& topic, queue_ack_kind kind);
+
 /// {"records":[...]}: each a message (render_message) plus "topic",
 /// "partition", "leaseId" (a decimal string: it may exceed 2^53),
 /// "attempt" and "deadline" (ms since the epoch).

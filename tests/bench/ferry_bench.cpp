@@ -12,6 +12,15 @@
 //   consume  read N messages from the earliest offsets; throughput only
 //   e2e      produce and consume at once; latency is the producer's
 //            timestamp (in the payload) -> the consumer's poll returning it
+//   queue    --workers members of a new queue-mode group lease and ack the
+//            --messages records already in the topic (produce them first),
+//            over the CAF queue consumer (--via caf) or the HTTP API (--via
+//            http, --http-port; one keep-alive connection per worker, the
+//            acks of a receive in one batch call). --poison-pct P: P%
+//            of the records (chosen by offset) are nacked on every attempt,
+//            so each takes --max-attempts deliveries and then goes to the
+//            DLQ. Prints records acked per second, and with poison the
+//            records settled (acked + dead-lettered) and deliveries per second.
 //
 // Without --rate the producer is kept pipelined (closed loop): a driver actor
 // keeps up to --window messages in flight (whole requests of --send-batch)
@@ -24,6 +33,7 @@
 #include "actors/client/consumer.hpp"
 #include "actors/protocol/interfaces.hpp"
 #include "actors/client/producer.hpp"
+#include "actors/client/queue_consumer.hpp"
 #include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
@@ -37,16 +47,26 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <iomanip>
 #include <iostream>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace ferry;
@@ -98,6 +118,13 @@ struct bench_options {
   std::string user;
   std::string password_file;
   std::string cluster_secret_file;
+  // queue mode
+  int32_t workers = 4;
+  std::string via = "caf";
+  uint16_t http_port = 8080;
+  double poison_pct = 0;
+  int32_t max_attempts = 3;
+  int32_t receive_max = 500;
 };
 
 /// Latencies in nanoseconds, reduced to the usual percentiles in ms.
@@ -378,6 +405,169 @@ caf::behavior consume_driver(caf::stateful_actor<consume_driver_state>* self,
   return {[](int32_t) {}}; // all work happens in response handlers
 }
 
+// -- queue driver ---------------------------------------------------------------------
+
+/// What every queue worker adds to (several threads: atomics).
+struct queue_counts {
+  std::atomic<int64_t> acked{0};
+  std::atomic<int64_t> dead{0};       ///< nacks answered with dead_letter
+  std::atomic<int64_t> deliveries{0}; ///< leases received
+  std::atomic<int64_t> failures{0};   ///< failed requests
+  std::atomic<int64_t> first_ns{0};   ///< first lease (steady clock)
+  std::atomic<int64_t> last_ns{0};    ///< last settle
+  std::atomic<bool> stop{false};
+  std::mutex mtx;
+  std::string first_error;
+
+  void error(const std::string& text) {
+    ++failures;
+    std::lock_guard<std::mutex> guard{mtx};
+    if (first_error.empty())
+      first_error = text;
+  }
+};
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           steady::now().time_since_epoch())
+    .count();
+}
+
+/// The bench's poison records: P% of the offsets of each partition.
+bool is_poison(int32_t partition, int64_t off, double pct) {
+  if (pct <= 0)
+    return false;
+  auto h = static_cast<uint64_t>(off) * 0x9E3779B97F4A7C15ull
+           ^ static_cast<uint64_t>(partition) * 0xC2B2AE3D27D4EB4Full;
+  return static_cast<double>((h >> 20) % 10000) < pct * 100.0;
+}
+
+void note_first(queue_counts& c) {
+  int64_t zero = 0;
+  c.first_ns.compare_exchange_strong(zero, steady_ns());
+}
+
+/// One CAF worker: receive up to receive_max, settle them all at once,
+/// receive again.
+caf::behavior queue_worker(caf::event_based_actor* self, queue_consumer_actor qc,
+                           bench_options opt, std::shared_ptr<queue_counts> counts) {
+  auto loop = std::make_shared<std::function<void()>>();
+  *loop = [self, qc, opt, counts, loop] {
+    if (counts->stop.load())
+      return self->quit();
+    self->request(qc, milliseconds{40000}, receive_atom_v, opt.receive_max, int64_t{1000})
+      .then(
+        [self, qc, opt, counts, loop](std::vector<leased_message>& xs) {
+          if (xs.empty())
+            return (*loop)();
+          note_first(*counts);
+          counts->deliveries += static_cast<int64_t>(xs.size());
+          auto left = std::make_shared<size_t>(xs.size());
+          for (auto& m : xs) {
+            bool poison = is_poison(m.message.partition.value, m.message.off.value,
+                                    opt.poison_pct);
+            auto req = make_ack(m, poison ? queue_ack_kind::nack : queue_ack_kind::ack,
+                                poison ? "bench poison" : "");
+            self->request(qc, milliseconds{30000}, ack_atom_v, req)
+              .then(
+                [counts, left, loop, poison](queue_ack_response& r) {
+                  if (!poison)
+                    ++counts->acked;
+                  else if (r.dead_letter)
+                    ++counts->dead;
+                  counts->last_ns = steady_ns();
+                  if (--*left == 0)
+                    (*loop)();
+                },
+                [counts, left, loop](caf::error& e) {
+                  counts->error(error_text(e));
+                  if (--*left == 0)
+                    (*loop)();
+                });
+          }
+        },
+        [self, counts, loop](caf::error& e) {
+          counts->error(error_text(e));
+          (*loop)();
+        });
+  };
+  (*loop)();
+  return {[](int32_t) {}}; // all work happens in response handlers
+}
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+/// One HTTP worker on its own thread: a keep-alive connection, one receive
+/// (long poll 1 s) then one request per settle.
+void http_queue_worker(const bench_options& opt, const std::string& group, int index,
+                       queue_counts& counts) {
+  try {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::resolver resolver{io};
+    beast::tcp_stream stream{io};
+    stream.connect(resolver.resolve("127.0.0.1", std::to_string(opt.http_port)));
+    beast::flat_buffer buf;
+    auto call = [&](const std::string& target, const json& body) {
+      bhttp::request<bhttp::string_body> req{bhttp::verb::post, target, 11};
+      req.set(bhttp::field::host, "127.0.0.1");
+      req.set(bhttp::field::content_type, "application/json");
+      req.keep_alive(true);
+      req.body() = body.dump();
+      req.prepare_payload();
+      bhttp::write(stream, req);
+      bhttp::response<bhttp::string_body> res;
+      bhttp::read(stream, buf, res);
+      if (res.result_int() != 200)
+        throw std::runtime_error(target + ": HTTP " + std::to_string(res.result_int())
+                                 + " " + res.body());
+      return json::parse(res.body());
+    };
+    auto member = "bench-" + std::to_string(index);
+    auto base = "/v1/groups/" + group + "/queue/" + opt.topic;
+    while (!counts.stop.load()) {
+      auto got = call(base + "/receive",
+                      json{{"member", member}, {"max", opt.receive_max}, {"waitMs", 1000}});
+      auto& recs = got["records"];
+      if (recs.empty())
+        continue;
+      note_first(counts);
+      counts.deliveries += static_cast<int64_t>(recs.size());
+      // One batch ack and one batch nack per receive.
+      json acks = json::array(), nacks = json::array();
+      for (auto& r : recs) {
+        auto part = r["partition"].get<int32_t>();
+        auto off = r["offset"].get<int64_t>();
+        json one{{"partition", part}, {"offset", off}, {"leaseId", r["leaseId"]}};
+        if (is_poison(part, off, opt.poison_pct)) {
+          one["error"] = "bench poison";
+          nacks.push_back(std::move(one));
+        } else {
+          acks.push_back(std::move(one));
+        }
+      }
+      for (auto* batch : {&acks, &nacks}) {
+        if (batch->empty())
+          continue;
+        bool nack = batch == &nacks;
+        auto ans = call(base + (nack ? "/nack" : "/ack"),
+                        json{{"member", member}, {"records", *batch}});
+        for (auto& r : ans["results"]) {
+          if (r.contains("error"))
+            counts.error(r["error"].dump());
+          else if (!nack)
+            ++counts.acked;
+          else if (r.value("deadLetter", false))
+            ++counts.dead;
+        }
+        counts.last_ns = steady_ns();
+      }
+    }
+  } catch (const std::exception& e) {
+    counts.error(std::string{"http worker: "} + e.what());
+  }
+}
+
 // -- setup ----------------------------------------------------------------------------
 
 /// Creates the topic unless it exists; its partition count.
@@ -457,7 +647,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry-bench: throughput and latency of a Ferry broker"};
   app.add_option("mode", opt.mode, "produce, consume or e2e")
     ->required()
-    ->check(CLI::IsMember({"produce", "consume", "e2e"}));
+    ->check(CLI::IsMember({"produce", "consume", "e2e", "queue"}));
   app.add_option("--broker", opt.broker, "HOST:PORT (env FERRY_BROKER)")->capture_default_str();
   app.add_option("--topic", opt.topic)->capture_default_str();
   app.add_option("--messages", opt.messages)->capture_default_str()->check(CLI::PositiveNumber);
@@ -488,6 +678,24 @@ int main(int argc, char** argv) {
                "send everything through the --broker node (it relays to the "
                "partition leaders) instead of to each leader directly");
   app.add_flag("--json", opt.json);
+  app.add_option("--workers", opt.workers, "queue: group members")
+    ->capture_default_str()
+    ->check(CLI::Range(1, 256));
+  app.add_option("--via", opt.via, "queue: caf (queue consumer actors) or http")
+    ->capture_default_str()
+    ->check(CLI::IsMember({"caf", "http"}));
+  app.add_option("--http-port", opt.http_port, "queue --via http: the node's HTTP port")
+    ->capture_default_str();
+  app.add_option("--poison-pct", opt.poison_pct,
+                 "queue: share of records nacked on every attempt (then the DLQ)")
+    ->capture_default_str()
+    ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--max-attempts", opt.max_attempts, "queue: the group's max attempts")
+    ->capture_default_str()
+    ->check(CLI::Range(1, 100));
+  app.add_option("--receive-max", opt.receive_max, "queue: records per receive")
+    ->capture_default_str()
+    ->check(CLI::Range(1, 10000));
   app.add_option("--tls-cert", opt.tls.certificate,
                  "client certificate for a node with TLS (with --tls-key, --tls-ca); "
                  "also $FERRY_TLS_CERT");
@@ -646,6 +854,104 @@ int main(int argc, char** argv) {
       stop_list.push_back(caf::actor_cast<caf::actor>(cons));
     }
     stop_list.push_back(caf::actor_cast<caf::actor>(prod));
+  } else if (opt.mode == "queue") {
+    // A new group, so the run reads the topic from its start.
+    auto group = "ferry-bench-" + std::to_string(run_id % 1000000007);
+    queue_group_config qcfg;
+    qcfg.max_attempts = opt.max_attempts;
+    qcfg.initial_backoff_ms = 10;
+    qcfg.max_backoff_ms = 50;
+    qcfg.jitter = 0;
+    caf::error cerr;
+    self->request(broker, milliseconds{30000}, create_atom_v, group_atom_v, group, qcfg)
+      .receive([](queue_group_config&) {}, [&](caf::error& e) { cerr = e; });
+    if (cerr)
+      fail("create queue group " + group + ": " + error_text(cerr));
+    auto counts = std::make_shared<queue_counts>();
+    std::vector<std::thread> threads;
+    std::vector<queue_consumer_actor> members;
+    for (int32_t i = 0; i < opt.workers; ++i) {
+      if (opt.via == "http") {
+        threads.emplace_back([&opt, &group, i, counts] {
+          http_queue_worker(opt, group, i, *counts);
+        });
+        continue;
+      }
+      queue_consumer_config qc;
+      qc.group = group;
+      qc.topic = opt.topic;
+      qc.client_id = "ferry-bench";
+      auto m = spawn_queue_consumer(sys, qc, conn);
+      if (!m)
+        fail(error_text(m.error()));
+      members.push_back(*m);
+      sys.spawn(queue_worker, *m, opt, counts);
+    }
+    // Done when every record is acked or dead-lettered, or nothing moved
+    // for --timeout.
+    int64_t poison = 0;
+    for (int32_t p = 0; p < *parts; ++p) {
+      // The expected count is what the bench's choice marks among the
+      // offsets the topic holds: read each partition's end.
+      offset end{0};
+      caf::error e;
+      self->request(broker, milliseconds{10000}, offsets_atom_v,
+                    list_offsets_request{opt.topic, partition_id{p}, -1})
+        .receive([&](offset o) { end = o; }, [&](caf::error& x) { e = x; });
+      if (e)
+        fail(error_text(e));
+      for (int64_t o = 0; o < end.value; ++o)
+        poison += is_poison(p, o, opt.poison_pct) ? 1 : 0;
+    }
+    auto last_progress = steady::now();
+    int64_t seen = -1;
+    while (true) {
+      std::this_thread::sleep_for(milliseconds{50});
+      auto settled = counts->acked.load() + counts->dead.load();
+      if (settled >= opt.messages)
+        break;
+      if (settled != seen) {
+        seen = settled;
+        last_progress = steady::now();
+      } else if (steady::now() - last_progress > milliseconds{opt.timeout_ms}) {
+        counts->error("no progress for --timeout ms at " + std::to_string(settled)
+                      + " settled");
+        break;
+      }
+    }
+    counts->stop = true;
+    for (auto& t : threads)
+      t.join();
+    for (auto& m : members)
+      self->request(m, milliseconds{10000}, stop_atom_v)
+        .receive([](int64_t) {}, [](caf::error&) {});
+    double secs = static_cast<double>(counts->last_ns.load() - counts->first_ns.load()) / 1e9;
+    run_result rr;
+    rr.ok = counts->acked.load();
+    rr.failed = counts->failures.load();
+    rr.seconds = secs;
+    rr.first_error = counts->first_error;
+    auto q = to_json(rr, opt, false);
+    q["via"] = opt.via;
+    q["workers"] = opt.workers;
+    q["poison_pct"] = opt.poison_pct;
+    q["poison_records"] = poison;
+    q["dead_lettered"] = counts->dead.load();
+    q["deliveries"] = counts->deliveries.load();
+    q["settled_per_sec"] = secs > 0 ? static_cast<double>(rr.ok + counts->dead.load()) / secs : 0;
+    q["deliveries_per_sec"] = secs > 0 ? static_cast<double>(counts->deliveries.load()) / secs : 0;
+    report["queue"] = q;
+    report["group"] = group;
+    if (!opt.json) {
+      print_line("queue (" + opt.via + ", " + std::to_string(opt.workers) + " workers) acked", rr,
+                 opt, false);
+      if (opt.poison_pct > 0)
+        std::cout << "  poison " << poison << " records, dead-lettered " << counts->dead.load()
+                  << ", deliveries " << counts->deliveries.load() << ", settled/s "
+                  << static_cast<int64_t>(q["settled_per_sec"].get<double>()) << '\n';
+    }
+    if (rr.ok + counts->dead.load() < opt.messages || rr.failed > 0)
+      rc = 1;
   } else {
     auto cons = make_consumer(false);
     auto consumed = std::make_shared<std::promise<run_result>>();

@@ -879,13 +879,36 @@ TEST_F(http_api, queue_receive_over_several_topics) {
   for (auto& rec : first["records"])
     got.insert(rec["topic"].get<std::string>() + ":" + rec["value"].get<std::string>());
   EXPECT_EQ(got, (std::multiset<std::string>{"emails:e1", "sms:s1", "sms:s2"})) << r.body;
-  // Settled on the topic-less routes with the record's topic in the body.
-  for (auto& rec : first["records"]) {
-    auto a = post("/v1/groups/notify/queue/ack",
-                  {{"member", "m1"}, {"topic", rec["topic"]}, {"partition", rec["partition"]},
-                   {"offset", rec["offset"]}, {"leaseId", rec["leaseId"]}});
-    ASSERT_EQ(a.status, 200) << a.body;
+  // Settled on the topic-less route with the record's topic in the body:
+  // one by one, or many in one call with an outcome per record.
+  auto one = first["records"][0];
+  auto a = post("/v1/groups/notify/queue/ack",
+                {{"member", "m1"}, {"topic", one["topic"]}, {"partition", one["partition"]},
+                 {"offset", one["offset"]}, {"leaseId", one["leaseId"]}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  json batch = json::array();
+  for (size_t i = 1; i < first["records"].size(); ++i) {
+    auto& rec = first["records"][i];
+    batch.push_back({{"topic", rec["topic"]}, {"partition", rec["partition"]},
+                     {"offset", rec["offset"]}, {"leaseId", rec["leaseId"]}});
   }
+  batch.push_back(batch[0]); // settled twice: this one fails alone
+  auto ab = post("/v1/groups/notify/queue/ack", {{"member", "m1"}, {"records", batch}});
+  ASSERT_EQ(ab.status, 200) << ab.body;
+  auto results = ab.j()["results"];
+  ASSERT_EQ(results.size(), 3u) << ab.body;
+  EXPECT_EQ(results[0]["result"], "ack") << ab.body;
+  EXPECT_EQ(results[1]["result"], "ack") << ab.body;
+  EXPECT_EQ(results[0]["topic"], batch[0]["topic"]) << ab.body;
+  EXPECT_EQ(results[2]["error"]["code"], "lease_not_found") << ab.body;
+  EXPECT_EQ(results[2]["offset"], batch[0]["offset"]) << ab.body;
+  // A batch with a malformed record is refused whole, naming it.
+  auto bb = post("/v1/groups/notify/queue/ack",
+                 {{"member", "m1"}, {"records", {{{"topic", "sms"}, {"partition", 0}}}}});
+  EXPECT_EQ(bb.status, 400) << bb.body;
+  EXPECT_NE(bb.body.find("records[0]"), std::string::npos) << bb.body;
+  bb = post("/v1/groups/notify/queue/ack", {{"member", "m1"}, {"records", json::array()}});
+  EXPECT_EQ(bb.status, 400) << bb.body;
   auto d = get("/v1/groups/notify/queue");
   ASSERT_EQ(d.status, 200) << d.body;
   auto described = d.j();
