@@ -701,18 +701,20 @@ TEST(QueueWork, FerryctlWorkStartsAtLatestOrATimeAndResetOffsetsMovesAQueueGroup
 // runs, even on a loaded machine), one does not: the worker before the kill gets
 // only the undelayed one; after the restart the delayed ones come once each,
 // and never before their time.
-TEST(QueueWork, DelayedRecordsSurviveASigkillAndComeNeitherEarlyNorTwice) {
+TEST(QueueWork, DelayedAndParkedRecordsSurviveASigkillAndComeNeitherEarlyNorTwice) {
   ferryd_process broker;
   ASSERT_TRUE(broker.start()) << broker.output();
   create_topic(broker, "dl", 1);
   ferry::test::temp_dir dir{"ferry-delay"};
   auto seen = (dir.path() / "seen").string();
-  auto work = [&](const std::string& idle) {
-    auto r = ctl(broker,
-                 {"work", "dl", "--group", "dg", "--exec",
-                  "echo \"$(date +%s%3N) $FERRY_OFFSET $(cat)\" >> " + seen, "--max-idle",
-                  idle},
-                 60s);
+  // Logs "ms offset value attempt"; "fail1" fails its first attempt.
+  auto cmd = "v=$(cat); echo \"$(date +%s%3N) $FERRY_OFFSET $v $FERRY_ATTEMPT\" >> " + seen
+             + "; [ \"$v\" = fail1 ] && [ \"$FERRY_ATTEMPT\" = 1 ] && exit 1; exit 0";
+  auto work = [&](const std::string& idle, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"work", "dl", "--group", "dg", "--exec", cmd, "--max-idle",
+                                  idle};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = ctl(broker, args, 60s);
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   };
   auto now_ms = [] {
@@ -720,38 +722,63 @@ TEST(QueueWork, DelayedRecordsSurviveASigkillAndComeNeitherEarlyNorTwice) {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
   };
-  work("300ms"); // creates the group and reads the (empty) topic
+  // Creates the group (key order, a fixed 8 s retry backoff) and reads the
+  // (empty) topic.
+  work("300ms", {"--ordering", "key", "--backoff-ms", "8000", "--max-backoff-ms", "8000",
+                 "--jitter", "0"});
   auto t0 = now_ms();
   auto delayed = run_command(FERRYCTL_PATH,
                              {"--broker", broker.endpoint(), "produce", "dl", "--header",
                               "ferry-delay-ms=12000"},
                              60s, "late1\nlate2\n");
   ASSERT_EQ(delayed.exit_code, 0) << delayed.err;
-  auto plain = run_command(FERRYCTL_PATH, {"--broker", broker.endpoint(), "produce", "dl"},
-                           60s, "now1\n");
+  auto plain = run_command(FERRYCTL_PATH,
+                           {"--broker", broker.endpoint(), "produce", "dl", "--key-separator",
+                            ":"},
+                           60s, "n:now1\np:fail1\np:after\n");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   work("1s");
+  // now1 is done; fail1 failed once (retry in 8 s) and holds "after" (same
+  // key) back; late1 and late2 are not due.
   auto before = lines_of(read_file(seen));
-  ASSERT_EQ(before.size(), 1u) << read_file(seen);
-  EXPECT_NE(before[0].find(" 2 now1"), std::string::npos) << before[0];
+  ASSERT_EQ(before.size(), 2u) << read_file(seen);
+  std::map<std::string, std::vector<std::pair<int64_t, int>>> runs; // value -> (ms, attempt)
+  auto parse = [&](const std::vector<std::string>& lines) {
+    runs.clear();
+    for (auto& l : lines) {
+      std::stringstream ss{l};
+      int64_t at = 0;
+      int attempt = 0;
+      std::string off, value;
+      ss >> at >> off >> value >> attempt;
+      runs[value].emplace_back(at, attempt);
+    }
+  };
+  parse(before);
+  ASSERT_EQ(runs["now1"].size(), 1u) << read_file(seen);
+  ASSERT_EQ(runs["fail1"].size(), 1u) << read_file(seen);
+  auto failed_at = runs["fail1"][0].first;
   broker.kill9();
   ASSERT_TRUE(broker.restart(true)) << broker.output();
-  // The pending delays are read again from the records themselves.
-  for (int i = 0; i < 60 && lines_of(read_file(seen)).size() < 3; ++i)
+  // The pending delays are read again from the records themselves, the
+  // retry time and attempts from the group's state.
+  for (int i = 0; i < 60 && lines_of(read_file(seen)).size() < 6; ++i)
     work("1s");
   auto all = lines_of(read_file(seen));
-  ASSERT_EQ(all.size(), 3u) << read_file(seen);
-  std::map<std::string, int> count;
-  for (size_t i = 1; i < all.size(); ++i) {
-    std::stringstream ss{all[i]};
-    int64_t at = 0;
-    std::string off, value;
-    ss >> at >> off >> value;
-    ++count[value];
-    EXPECT_GE(at, t0 + 12000) << all[i] << " came before its time";
+  ASSERT_EQ(all.size(), 6u) << read_file(seen);
+  parse(all);
+  EXPECT_EQ(runs["now1"].size(), 1u) << read_file(seen);
+  ASSERT_EQ(runs["fail1"].size(), 2u) << read_file(seen);
+  EXPECT_EQ(runs["fail1"][1].second, 2) << read_file(seen);
+  EXPECT_GE(runs["fail1"][1].first, failed_at + 8000) << "the retry came before its backoff";
+  ASSERT_EQ(runs["after"].size(), 1u) << read_file(seen);
+  EXPECT_EQ(runs["after"][0].second, 1);
+  EXPECT_GE(runs["after"][0].first, runs["fail1"][1].first) << "the parked record overtook";
+  for (auto v : {"late1", "late2"}) {
+    ASSERT_EQ(runs[v].size(), 1u) << v << "\n" << read_file(seen);
+    EXPECT_GE(runs[v][0].first, t0 + 12000) << v << " came before its time";
+    EXPECT_EQ(runs[v][0].second, 1) << v << ": a delay is not an attempt";
   }
-  EXPECT_EQ(count["late1"], 1);
-  EXPECT_EQ(count["late2"], 1);
   EXPECT_EQ(broker.stop(20s), 0) << broker.output();
 }
 
