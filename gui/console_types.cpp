@@ -2,6 +2,7 @@
 
 #include <QDateTime>
 #include <QJsonDocument>
+#include <QJsonObject>
 #include <QJsonParseError>
 #include <QTimeZone>
 
@@ -43,6 +44,53 @@ qint64 group_row::total_lag() const {
   for (auto& p : partitions)
     n += std::max<qint64>(0, p.lag);
   return n;
+}
+
+QByteArray queue_group_body(const queue_group_settings& s) {
+  QJsonObject o{
+    {QStringLiteral("maxAttempts"), s.max_attempts},
+    {QStringLiteral("initialBackoffMs"), s.initial_backoff_ms},
+    {QStringLiteral("maxBackoffMs"), s.max_backoff_ms},
+    {QStringLiteral("backoffMultiplier"), s.backoff_multiplier},
+    {QStringLiteral("jitter"), s.jitter},
+    {QStringLiteral("visibilityTimeoutMs"), s.visibility_timeout_ms},
+    {QStringLiteral("ordering"), s.ordering},
+    {QStringLiteral("dlqTopic"), s.dlq_topic},
+    {QStringLiteral("start"), s.start},
+    {QStringLiteral("delayMs"), s.delay_ms},
+  };
+  return QJsonDocument(o).toJson(QJsonDocument::Compact);
+}
+
+QUrl queue_group_url(const QString& scheme, const QString& host, int port,
+                     const QString& group) {
+  QUrl url;
+  url.setScheme(scheme);
+  url.setHost(host);
+  url.setPort(port);
+  // Tolerant mode keeps the %2F of "a/b" (the default would encode the '%').
+  url.setPath(QStringLiteral("/v1/groups/%1/queue")
+                .arg(QString::fromLatin1(QUrl::toPercentEncoding(group))),
+              QUrl::TolerantMode);
+  return url;
+}
+
+QString start_at(const QDateTime& t) {
+  return t.toUTC().toString(Qt::ISODate);
+}
+
+QString http_error_text(int status, const QByteArray& body, const QString& transport_error) {
+  auto err = QJsonDocument::fromJson(body).object().value(QStringLiteral("error")).toObject();
+  auto code = err.value(QStringLiteral("code")).toString();
+  auto message = err.value(QStringLiteral("message")).toString();
+  if (!message.isEmpty())
+    return code.isEmpty() ? message : QStringLiteral("%1: %2").arg(code, message);
+  if (status > 0) {
+    auto text = QString::fromUtf8(body).simplified();
+    return text.isEmpty() ? QStringLiteral("HTTP %1").arg(status)
+                          : QStringLiteral("HTTP %1: %2").arg(status).arg(text.left(200));
+  }
+  return transport_error;
 }
 
 QString render_payload(const QByteArray& bytes, payload_format fmt) {

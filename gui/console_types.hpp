@@ -4,11 +4,13 @@
 // the network, so models are tested with hand-made values.
 
 #include <QByteArray>
+#include <QDateTime>
 #include <QList>
 #include <QMap>
 #include <QPair>
 #include <QString>
 #include <QStringList>
+#include <QUrl>
 
 namespace ferry::console {
 
@@ -175,6 +177,44 @@ struct redrive_selection {
   qint64 to_offset = -1;      ///< -1 = the end
   int rate_per_second = 0;    ///< 0 = unlimited
 };
+
+/// A queue-mode consumer group to create (PUT /v1/groups/{group}/queue of
+/// the HTTP API). The defaults are the broker's (queue_group_config).
+struct queue_group_settings {
+  QString group;
+  /// "earliest", "latest", or an ISO 8601 date-time with its zone
+  /// (start_at()): where each partition begins the first time the group
+  /// reads its topic.
+  QString start = QStringLiteral("earliest");
+  int max_attempts = 5;             ///< failed attempts before the DLQ, >= 1
+  qint64 initial_backoff_ms = 1000;
+  qint64 max_backoff_ms = 60000;
+  double backoff_multiplier = 2.0;  ///< >= 1
+  double jitter = 1.0;              ///< 0..1: share of the backoff drawn at random
+  qint64 visibility_timeout_ms = 30000;
+  QString ordering = QStringLiteral("none"); ///< "none" or "key"
+  QString dlq_topic;                ///< "" = <topic>.<group>.dlq
+  qint64 delay_ms = 0;              ///< delivery delay of every record, 0..12 h
+};
+
+/// The JSON body of PUT /v1/groups/{group}/queue: every setting of `s`
+/// (maxAttempts, initialBackoffMs, ..., start, delayMs; the group is in the
+/// path), so the group gets exactly what the dialog showed.
+QByteArray queue_group_body(const queue_group_settings& s);
+
+/// SCHEME://HOST:PORT/v1/groups/{group}/queue on a node's HTTP API, the
+/// group name percent-encoded as one path segment ("a/b" -> a%2Fb).
+QUrl queue_group_url(const QString& scheme, const QString& host, int port,
+                     const QString& group);
+
+/// A start time as the broker's ISO 8601 form, in UTC with a Z
+/// ("2026-12-01T08:00:00Z").
+QString start_at(const QDateTime& t);
+
+/// What went wrong in an HTTP API answer: "code: message" from its JSON
+/// error body ({"error":{"code","message"}}), else "HTTP status: body", else
+/// (no answer) `transport_error`.
+QString http_error_text(int status, const QByteArray& body, const QString& transport_error);
 
 /// Text of a payload in the chosen rendering.
 enum class payload_format { text, json, hex };

@@ -8,6 +8,7 @@
 #include <QDateTimeEdit>
 #include <QDialog>
 #include <QDialogButtonBox>
+#include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QGridLayout>
 #include <QGroupBox>
@@ -331,6 +332,12 @@ groups_view::groups_view(console_client* client, metrics_sampler* metrics, QWidg
     lag_chart_(new line_chart(QStringLiteral("Lag"), QStringLiteral("records"), this)),
     rate_chart_(new line_chart(QStringLiteral("Consume rate"), QStringLiteral("records/s"), this)) {
   auto* lay = new QVBoxLayout(this);
+  auto* buttons = new QHBoxLayout;
+  auto* create = new QPushButton(QStringLiteral("Create queue group…"), this);
+  create->setObjectName(QStringLiteral("create_queue_group"));
+  buttons->addWidget(create);
+  buttons->addStretch();
+  lay->addLayout(buttons);
   auto* split = new QSplitter(Qt::Vertical, this);
   group_table_ = make_table(groups_, split);
   group_table_->setSelectionMode(QAbstractItemView::SingleSelection);
@@ -357,6 +364,13 @@ groups_view::groups_view(console_client* client, metrics_sampler* metrics, QWidg
   connect(groups_, &QAbstractItemModel::modelReset, this, [this] { show_selected(); });
   if (metrics_ != nullptr)
     connect(metrics_, &metrics_sampler::sampled, this, [this] { update_charts(); });
+  connect(create, &QPushButton::clicked, this, &groups_view::create_queue_group);
+  connect(client_, &console_client::done, this, [this](const QString& what) {
+    static const QRegularExpression made(
+      QStringLiteral("^queue group (.+) (created|already exists with these settings)$"));
+    if (auto m = made.match(what); m.hasMatch())
+      select_when_listed_ = m.captured(1);
+  });
 }
 
 void groups_view::show_groups(const QList<group_row>& groups) {
@@ -396,8 +410,123 @@ void groups_view::show_groups(const QList<group_row>& groups) {
   if (!same && !groups_->rows().isEmpty())
     groups_->set_rows({});
   groups_->set_rows(rows);
+  if (!select_when_listed_.isEmpty()) {
+    for (auto& r : rows)
+      if (r.group.name == select_when_listed_) {
+        selected = select_when_listed_;
+        select_when_listed_.clear();
+        break;
+      }
+  }
   if (!selected.isEmpty())
     select_group(selected);
+}
+
+QString groups_view::selected_group() const {
+  auto* r = groups_->row_at(selected_row(group_table_));
+  return r == nullptr ? QString{} : r->group.name;
+}
+
+void groups_view::create_queue_group() {
+  const queue_group_settings defaults; // the broker's defaults
+  QDialog dlg(this);
+  dlg.setWindowTitle(QStringLiteral("Create queue group"));
+  auto* form = new QFormLayout(&dlg);
+  auto* name = new QLineEdit(&dlg);
+  name->setPlaceholderText(QStringLiteral("group name"));
+  auto* start = new QComboBox(&dlg);
+  start->addItem(QStringLiteral("earliest (each partition's log start)"),
+                 QStringLiteral("earliest"));
+  start->addItem(QStringLiteral("latest (records after the first read)"),
+                 QStringLiteral("latest"));
+  start->addItem(QStringLiteral("at a time (UTC)"), QString{});
+  start->setCurrentIndex(start->findData(defaults.start));
+  auto* start_time = new QDateTimeEdit(&dlg);
+  start_time->setTimeSpec(Qt::UTC);
+  start_time->setDisplayFormat(QStringLiteral("yyyy-MM-dd HH:mm:ss 'UTC'"));
+  start_time->setCalendarPopup(true);
+  auto now = QDateTime::currentDateTimeUtc();
+  start_time->setDateTime(now.addSecs(-now.time().second()));
+  start_time->setEnabled(false);
+  auto* attempts = new QSpinBox(&dlg);
+  attempts->setRange(1, 1'000'000);
+  attempts->setValue(defaults.max_attempts);
+  auto ms_box = [&dlg](int lo, int hi, qint64 value) {
+    auto* box = new QSpinBox(&dlg);
+    box->setRange(lo, hi);
+    box->setSuffix(QStringLiteral(" ms"));
+    box->setGroupSeparatorShown(true);
+    box->setValue(static_cast<int>(value));
+    return box;
+  };
+  auto* initial_backoff = ms_box(0, 86'400'000, defaults.initial_backoff_ms);
+  auto* max_backoff = ms_box(0, 86'400'000, defaults.max_backoff_ms);
+  auto* multiplier = new QDoubleSpinBox(&dlg);
+  multiplier->setRange(1.0, 100.0);
+  multiplier->setDecimals(2);
+  multiplier->setSingleStep(0.5);
+  multiplier->setValue(defaults.backoff_multiplier);
+  auto* jitter = new QDoubleSpinBox(&dlg);
+  jitter->setRange(0.0, 1.0);
+  jitter->setDecimals(2);
+  jitter->setSingleStep(0.1);
+  jitter->setValue(defaults.jitter);
+  auto* visibility = ms_box(1, 43'200'000, defaults.visibility_timeout_ms);
+  auto* ordering = new QComboBox(&dlg);
+  ordering->addItem(QStringLiteral("none (any record to any member)"), QStringLiteral("none"));
+  ordering->addItem(QStringLiteral("key (one record per key at a time)"), QStringLiteral("key"));
+  ordering->setCurrentIndex(ordering->findData(defaults.ordering));
+  auto* dlq = new QLineEdit(defaults.dlq_topic, &dlg);
+  dlq->setPlaceholderText(QStringLiteral("default: <topic>.<group>.dlq"));
+  auto* delay = ms_box(0, 43'200'000, defaults.delay_ms);
+  delay->setSpecialValueText(QStringLiteral("none"));
+  name->setObjectName(QStringLiteral("group"));
+  start->setObjectName(QStringLiteral("start"));
+  start_time->setObjectName(QStringLiteral("start_time"));
+  attempts->setObjectName(QStringLiteral("max_attempts"));
+  initial_backoff->setObjectName(QStringLiteral("initial_backoff_ms"));
+  max_backoff->setObjectName(QStringLiteral("max_backoff_ms"));
+  multiplier->setObjectName(QStringLiteral("backoff_multiplier"));
+  jitter->setObjectName(QStringLiteral("jitter"));
+  visibility->setObjectName(QStringLiteral("visibility_timeout_ms"));
+  ordering->setObjectName(QStringLiteral("ordering"));
+  dlq->setObjectName(QStringLiteral("dlq_topic"));
+  delay->setObjectName(QStringLiteral("delay_ms"));
+  connect(start, &QComboBox::currentIndexChanged, start_time,
+          [start, start_time] { start_time->setEnabled(start->currentData().toString().isEmpty()); });
+  form->addRow(QStringLiteral("Group"), name);
+  form->addRow(QStringLiteral("Start position"), start);
+  form->addRow(QStringLiteral("Start time"), start_time);
+  form->addRow(QStringLiteral("Max attempts"), attempts);
+  form->addRow(QStringLiteral("Initial backoff"), initial_backoff);
+  form->addRow(QStringLiteral("Max backoff"), max_backoff);
+  form->addRow(QStringLiteral("Backoff multiplier"), multiplier);
+  form->addRow(QStringLiteral("Jitter"), jitter);
+  form->addRow(QStringLiteral("Visibility timeout"), visibility);
+  form->addRow(QStringLiteral("Ordering"), ordering);
+  form->addRow(QStringLiteral("DLQ topic"), dlq);
+  form->addRow(QStringLiteral("Delivery delay"), delay);
+  auto* box = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dlg);
+  form->addRow(box);
+  connect(box, &QDialogButtonBox::accepted, &dlg, &QDialog::accept);
+  connect(box, &QDialogButtonBox::rejected, &dlg, &QDialog::reject);
+  if (dlg.exec() != QDialog::Accepted)
+    return;
+  queue_group_settings s;
+  s.group = name->text().trimmed();
+  s.start = start->currentData().toString();
+  if (s.start.isEmpty())
+    s.start = start_at(start_time->dateTime());
+  s.max_attempts = attempts->value();
+  s.initial_backoff_ms = initial_backoff->value();
+  s.max_backoff_ms = max_backoff->value();
+  s.backoff_multiplier = multiplier->value();
+  s.jitter = jitter->value();
+  s.visibility_timeout_ms = visibility->value();
+  s.ordering = ordering->currentData().toString();
+  s.dlq_topic = dlq->text().trimmed();
+  s.delay_ms = delay->value();
+  client_->create_queue_group(s);
 }
 
 void groups_view::select_group(const QString& name) {

@@ -74,19 +74,25 @@ private:
   QLabel* config_;
 };
 
-/// Consumer groups, per-partition lag, and lag / consume-rate charts.
+/// Consumer groups, per-partition lag, and lag / consume-rate charts;
+/// creates queue groups.
 class groups_view : public QWidget {
   Q_OBJECT
 public:
   groups_view(console_client* client, metrics_sampler* metrics, QWidget* parent = nullptr);
   void show_groups(const QList<group_row>& groups);
   void select_group(const QString& name);
+  QString selected_group() const;
   table_model<group_summary>* groups() const { return groups_; }
   table_model<group_partition_row>* lag() const { return lag_; }
 
 private:
   void show_selected();
   void update_charts();
+  /// The "Create queue group…" dialog; accepted, the client creates it.
+  void create_queue_group();
+  /// A group just created: selected once the list shows it.
+  QString select_when_listed_;
   console_client* client_;
   metrics_sampler* metrics_;
   table_model<group_summary>* groups_;

@@ -21,8 +21,10 @@
 
 #include <QApplication>
 #include <QComboBox>
+#include <QDateTimeEdit>
 #include <QDialog>
 #include <QDialogButtonBox>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QInputDialog>
 #include <QJsonArray>
@@ -1104,6 +1106,272 @@ void console_live_test::dlq_purge_asks_through_its_confirmation_box() {
   QTRY_COMPARE_WITH_TIMEOUT(depth(), 0, 20000);
   QTRY_COMPARE_WITH_TIMEOUT(dlq->records()->rowCount(), 0, 10000);
   QCOMPARE(shown(), 0);
+  QCOMPARE(d.stop(), 0);
+}
+
+// -- queue groups: the create dialog (HTTP API) and their lag -----------------------
+
+namespace {
+
+/// GET /v1/groups/{group}/queue: its "config" ({} when it does not answer 200).
+QJsonObject queue_config(const ferry::test::ferryd_process& d, const std::string& group) {
+  auto r = ferry::test::http_get(d.http_port(), "/v1/groups/" + group + "/queue");
+  if (r.status != 200)
+    return {};
+  return QJsonDocument::fromJson(QByteArray::fromStdString(r.body))
+    .object()["config"]
+    .toObject();
+}
+
+/// The console's failed() signals of queue group creations as
+/// "what|error", in order (a refresh that fails on a slow machine is not
+/// counted).
+struct failures {
+  QStringList seen;
+  QMetaObject::Connection conn;
+  explicit failures(console_client& client) {
+    conn = QObject::connect(&client, &console_client::failed, qApp,
+                            [this](const QString& what, const QString& error) {
+                              if (what.startsWith("create queue group"))
+                                seen << what + '|' + error;
+                            });
+  }
+  ~failures() { QObject::disconnect(conn); }
+  failures(const failures&) = delete;
+  failures& operator=(const failures&) = delete;
+};
+
+void choose(QComboBox* box, const QString& data) {
+  auto i = box->findData(data);
+  if (i < 0)
+    qFatal("no item '%s' in %s", qPrintable(data), qPrintable(box->objectName()));
+  box->setCurrentIndex(i);
+}
+
+} // namespace
+
+void console_live_test::queue_group_dialog_creates_through_the_http_api() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  QVERIFY(d.http_port() != 0);
+  console c(d.endpoint(), d.metrics_port());
+  failures failed(c.client);
+  auto* groups = c.win.groups();
+  c.win.tabs()->setCurrentWidget(groups);
+  // The HTTP port comes with the cluster description.
+  QTRY_COMPARE_WITH_TIMEOUT(c.win.cluster()->nodes()->rowCount(), 1, 20000);
+
+  // Opens the dialog, lets `fill` set it, presses OK (or Cancel).
+  auto create = [&](std::function<void(QDialog*)> fill, bool accept = true) {
+    bool shown = false;
+    on_modal<QDialog>([&, fill, accept](QDialog* dlg) {
+      shown = dlg->windowTitle() == "Create queue group";
+      fill(dlg);
+      press(dlg, accept ? QDialogButtonBox::Ok : QDialogButtonBox::Cancel);
+    });
+    child<QPushButton>(groups, "create_queue_group")->click();
+    return shown;
+  };
+
+  // The dialog starts at the broker's defaults; the start time is only
+  // editable for "at a time". Start latest, 3 attempts, key ordering.
+  QString defaults;
+  bool time_enabled_for_latest = true, time_enabled_for_time = false;
+  QVERIFY(create([&](QDialog* dlg) {
+    auto* start = child<QComboBox>(dlg, "start");
+    auto* time = child<QDateTimeEdit>(dlg, "start_time");
+    defaults = QStringLiteral("%1|%2|%3|%4|%5|%6|%7|%8|%9")
+                 .arg(child<QLineEdit>(dlg, "group")->text(), start->currentData().toString())
+                 .arg(time->isEnabled())
+                 .arg(child<QSpinBox>(dlg, "max_attempts")->value())
+                 .arg(child<QSpinBox>(dlg, "initial_backoff_ms")->value())
+                 .arg(child<QSpinBox>(dlg, "max_backoff_ms")->value())
+                 .arg(child<QDoubleSpinBox>(dlg, "backoff_multiplier")->value())
+                 .arg(child<QDoubleSpinBox>(dlg, "jitter")->value())
+                 .arg(child<QSpinBox>(dlg, "visibility_timeout_ms")->value());
+    defaults += QStringLiteral("|%1|%2|%3")
+                  .arg(child<QComboBox>(dlg, "ordering")->currentData().toString(),
+                       child<QLineEdit>(dlg, "dlq_topic")->text())
+                  .arg(child<QSpinBox>(dlg, "delay_ms")->value());
+    choose(start, "");
+    time_enabled_for_time = time->isEnabled();
+    choose(start, "latest");
+    time_enabled_for_latest = time->isEnabled();
+    child<QLineEdit>(dlg, "group")->setText("dlg-workers");
+    child<QSpinBox>(dlg, "max_attempts")->setValue(3);
+    choose(child<QComboBox>(dlg, "ordering"), "key");
+  }));
+  QCOMPARE(defaults, QString("|earliest|0|5|1000|60000|2|1|30000|none||0"));
+  QVERIFY(time_enabled_for_time);
+  QVERIFY(!time_enabled_for_latest);
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group dlg-workers created"), 20000);
+  auto cfg = queue_config(d, "dlg-workers");
+  QCOMPARE(cfg["start"].toString(), QString("latest"));
+  QCOMPARE(cfg["maxAttempts"].toInt(), 3);
+  QCOMPARE(cfg["ordering"].toString(), QString("key"));
+  QCOMPARE(cfg["initialBackoffMs"].toInt(), 1000);
+  QCOMPARE(cfg["visibilityTimeoutMs"].toInt(), 30000);
+  QCOMPARE(cfg["dlqTopic"].toString(), QString());
+  // The groups view lists it as a queue group and selects it.
+  QTRY_COMPARE_WITH_TIMEOUT(groups->selected_group(), QString("dlg-workers"), 20000);
+  for (auto& g : groups->groups()->rows())
+    if (g.group.name == "dlg-workers")
+      QCOMPARE(g.group.mode, QString("queue"));
+
+  // Every setting, a start time (sent as ISO UTC) and a DLQ topic.
+  QVERIFY(create([&](QDialog* dlg) {
+    child<QLineEdit>(dlg, "group")->setText("dlg-all");
+    choose(child<QComboBox>(dlg, "start"), "");
+    child<QDateTimeEdit>(dlg, "start_time")
+      ->setDateTime(QDateTime(QDate(2026, 12, 1), QTime(8, 0), QTimeZone::utc()));
+    child<QSpinBox>(dlg, "max_attempts")->setValue(7);
+    child<QSpinBox>(dlg, "initial_backoff_ms")->setValue(250);
+    child<QSpinBox>(dlg, "max_backoff_ms")->setValue(9000);
+    child<QDoubleSpinBox>(dlg, "backoff_multiplier")->setValue(1.5);
+    child<QDoubleSpinBox>(dlg, "jitter")->setValue(0.25);
+    child<QSpinBox>(dlg, "visibility_timeout_ms")->setValue(45000);
+    child<QLineEdit>(dlg, "dlq_topic")->setText("jobs.failed");
+    child<QSpinBox>(dlg, "delay_ms")->setValue(1500);
+  }));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group dlg-all created"), 20000);
+  QCOMPARE(QJsonDocument(queue_config(d, "dlg-all")).toJson(QJsonDocument::Compact),
+           QByteArray(R"({"backoffMultiplier":1.5,"delayMs":1500,"dlqTopic":"jobs.failed",)"
+                      R"("initialBackoffMs":250,"jitter":0.25,"maxAttempts":7,)"
+                      R"("maxBackoffMs":9000,"ordering":"none",)"
+                      R"("start":"2026-12-01T08:00:00.000Z","visibilityTimeoutMs":45000})"));
+
+  // The dialog's defaults are the broker's: a group made with an empty
+  // body (the broker's defaults) is the same group, so PUT answers 200.
+  auto made = ferry::test::http_request(d.http_port(), "PUT", "/v1/groups/http-made/queue",
+                                        "{}", 5s);
+  QCOMPARE(made.status, 201);
+  QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("http-made"); }));
+  QTRY_VERIFY_WITH_TIMEOUT(
+    contains_event(c.win, "queue group http-made already exists with these settings"), 20000);
+
+  // Other settings for an existing group: the broker's 409 text.
+  QVERIFY(create([&](QDialog* dlg) {
+    child<QLineEdit>(dlg, "group")->setText("dlg-workers");
+    child<QSpinBox>(dlg, "max_attempts")->setValue(4);
+  }));
+  QTRY_COMPARE_WITH_TIMEOUT(failed.seen.size(), 1, 20000);
+  QCOMPARE(failed.seen[0], QString("create queue group dlg-workers|invalid_request: queue group "
+                                   "dlg-workers exists with other settings: PATCH changes them"));
+  QCOMPARE(queue_config(d, "dlg-workers")["maxAttempts"].toInt(), 3);
+
+  // A DLQ topic name with a space: the broker's 400 and its text (asked of
+  // the broker directly for another group), nothing created.
+  QVERIFY(create([&](QDialog* dlg) {
+    child<QLineEdit>(dlg, "group")->setText("dlg-bad-dlq");
+    child<QLineEdit>(dlg, "dlq_topic")->setText("jobs dlq");
+  }));
+  QTRY_COMPARE_WITH_TIMEOUT(failed.seen.size(), 2, 20000);
+  auto bad = ferry::test::http_request(d.http_port(), "PUT", "/v1/groups/probe/queue",
+                                       R"({"dlqTopic":"jobs dlq"})", 5s);
+  QCOMPARE(bad.status, 400);
+  auto err = QJsonDocument::fromJson(QByteArray::fromStdString(bad.body)).object()["error"].toObject();
+  QVERIFY2(err["message"].toString().contains("jobs dlq"), bad.body.c_str());
+  QCOMPARE(failed.seen[1], QStringLiteral("create queue group dlg-bad-dlq|%1: %2")
+                             .arg(err["code"].toString(), err["message"].toString()));
+  QVERIFY(contains_event(c.win, "create queue group dlg-bad-dlq failed: "
+                                + err["code"].toString()));
+  QCOMPARE(queue_config(d, "dlg-bad-dlq"), QJsonObject{});
+
+  // A name the path must encode; Cancel sends nothing; an empty name is
+  // refused in the window.
+  QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("team a/b"); }));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group team a/b created"), 20000);
+  QCOMPARE(queue_config(d, "team%20a%2Fb")["start"].toString(), QString("earliest"));
+  QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("dlg-cancelled"); },
+                 false));
+  QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("  "); }));
+  QTRY_COMPARE_WITH_TIMEOUT(failed.seen.size(), 3, 5000);
+  QCOMPARE(failed.seen[2], QString("create queue group|the group name is empty"));
+  QTest::qWait(500);
+  QCOMPARE(queue_config(d, "dlg-cancelled"), QJsonObject{});
+  QCOMPARE(failed.seen.size(), 3);
+  QCOMPARE(d.stop(), 0);
+
+  // A node without its HTTP API: the window says so, nothing is sent.
+  ferry::test::ferryd_process no_http({"--http-port", "-1"});
+  QVERIFY2(no_http.start(), no_http.output().c_str());
+  console c2(no_http.endpoint(), no_http.metrics_port());
+  failures failed2(c2.client);
+  QTRY_COMPARE_WITH_TIMEOUT(c2.win.cluster()->nodes()->rowCount(), 1, 20000);
+  on_modal<QDialog>([](QDialog* dlg) {
+    child<QLineEdit>(dlg, "group")->setText("nowhere");
+    press(dlg, QDialogButtonBox::Ok);
+  });
+  child<QPushButton>(c2.win.groups(), "create_queue_group")->click();
+  QCOMPARE(failed2.seen.size(), 1);
+  QVERIFY2(failed2.seen[0].startsWith("create queue group nowhere|")
+             && failed2.seen[0].contains("without its HTTP API"),
+           qPrintable(failed2.seen[0]));
+  QCOMPARE(no_http.stop(), 0);
+}
+
+void console_live_test::queue_group_lag_seconds_reach_the_groups_view() {
+  ferry::test::ferryd_process d;
+  QVERIFY2(d.start(), d.output().c_str());
+  auto r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "topic",
+                                                    "create", "tasks", "--partitions", "1"});
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  r = ferry::test::run_command(FERRYCTL_PATH, {"--broker", d.endpoint(), "produce", "tasks"},
+                               30s, "t-0\nt-1\nt-2\nt-3\nt-4\n");
+  QVERIFY2(r.exit_code == 0, r.err.c_str());
+  console c(d.endpoint(), d.metrics_port());
+  auto* groups = c.win.groups();
+  c.win.tabs()->setCurrentWidget(groups);
+  QTRY_COMPARE_WITH_TIMEOUT(c.win.cluster()->nodes()->rowCount(), 1, 20000);
+  on_modal<QDialog>([](QDialog* dlg) {
+    child<QLineEdit>(dlg, "group")->setText("lagging");
+    press(dlg, QDialogButtonBox::Ok);
+  });
+  child<QPushButton>(groups, "create_queue_group")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group lagging created"), 20000);
+  // One record leased and never acked: the group reads "tasks" from its
+  // start and is 5 records (and a few seconds) behind.
+  QTest::qWait(1100);
+  auto got = ferry::test::http_request(d.http_port(), "POST",
+                                       "/v1/groups/lagging/queue/tasks/receive",
+                                       R"({"member":"m-1","max":1,"waitMs":5000})", 10s);
+  QCOMPARE(got.status, 200);
+  QVERIFY2(QJsonDocument::fromJson(QByteArray::fromStdString(got.body))
+               .object()["records"]
+               .toArray()
+               .size()
+             == 1,
+           got.body.c_str());
+  // /metrics has the queue group's lag seconds...
+  QTRY_VERIFY_WITH_TIMEOUT(
+    ferry::test::http_get(d.metrics_port(), "/metrics")
+      .body.find(R"(ferry_consumergroup_lag_seconds{group="lagging",partition="0",topic="tasks"})")
+      != std::string::npos,
+    30000);
+  // ...and the groups view shows them per partition, with the lag.
+  auto lag_row = [&]() -> group_partition_row {
+    for (auto& g : groups->groups()->rows())
+      if (g.group.name == "lagging" && g.group.partitions.size() == 1)
+        return g.group.partitions[0];
+    return {};
+  };
+  QTRY_VERIFY_WITH_TIMEOUT(lag_row().lag == 5 && lag_row().lag_seconds >= 1.0, 30000);
+  QCOMPARE(lag_row().topic, QString("tasks"));
+  groups->select_group("lagging");
+  QTRY_COMPARE_WITH_TIMEOUT(groups->lag()->rowCount(), 1, 10000);
+  auto* lag = groups->lag();
+  int lag_col = -1, seconds_col = -1;
+  for (int col = 0; col < lag->columnCount(); ++col) {
+    auto h = lag->headerData(col, Qt::Horizontal).toString();
+    if (h == "Lag")
+      lag_col = col;
+    if (h == "Lag (s)")
+      seconds_col = col;
+  }
+  QVERIFY(lag_col >= 0 && seconds_col >= 0);
+  QCOMPARE(lag->data(lag->index(0, lag_col)).toString(), QString("5"));
+  auto seconds = lag->data(lag->index(0, seconds_col)).toString();
+  QVERIFY2(seconds != "-" && seconds.toDouble() >= 1.0, qPrintable(seconds));
   QCOMPARE(d.stop(), 0);
 }
 

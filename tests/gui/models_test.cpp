@@ -7,6 +7,9 @@
 #include "gui/models.hpp"
 
 #include <QAbstractItemModelTester>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTimeZone>
 #include <QtTest/QtTest>
 
 using namespace ferry::console;
@@ -167,6 +170,63 @@ private slots:
     QCOMPARE(cell(lag, 1, column_of(lag, "Committed")), QString("none"));
     QCOMPARE(cell(lag, 0, column_of(lag, "Lag (s)")), QString("2.5"));
     QCOMPARE(cell(lag, 1, column_of(lag, "Lag (s)")), QString("-"));
+  }
+
+  void queue_group_body_url_start_and_errors() {
+    // The defaults are the broker's, every setting is sent.
+    auto defaults = QJsonDocument::fromJson(queue_group_body(queue_group_settings{})).object();
+    QCOMPARE(defaults, (QJsonObject{{"maxAttempts", 5},
+                                    {"initialBackoffMs", 1000},
+                                    {"maxBackoffMs", 60000},
+                                    {"backoffMultiplier", 2.0},
+                                    {"jitter", 1.0},
+                                    {"visibilityTimeoutMs", 30000},
+                                    {"ordering", "none"},
+                                    {"dlqTopic", ""},
+                                    {"start", "earliest"},
+                                    {"delayMs", 0}}));
+    queue_group_settings s;
+    s.group = "workers"; // in the path, not the body
+    s.start = start_at(QDateTime(QDate(2026, 12, 1), QTime(10, 0),
+                                 QTimeZone(2 * 3600)));
+    s.max_attempts = 3;
+    s.initial_backoff_ms = 250;
+    s.max_backoff_ms = 5000;
+    s.backoff_multiplier = 1.5;
+    s.jitter = 0.25;
+    s.visibility_timeout_ms = 45000;
+    s.ordering = "key";
+    s.dlq_topic = "jobs.failed";
+    s.delay_ms = 43'200'000;
+    auto body = QJsonDocument::fromJson(queue_group_body(s)).object();
+    QCOMPARE(body, (QJsonObject{{"maxAttempts", 3},
+                                {"initialBackoffMs", 250},
+                                {"maxBackoffMs", 5000},
+                                {"backoffMultiplier", 1.5},
+                                {"jitter", 0.25},
+                                {"visibilityTimeoutMs", 45000},
+                                {"ordering", "key"},
+                                {"dlqTopic", "jobs.failed"},
+                                {"start", "2026-12-01T08:00:00Z"},
+                                {"delayMs", 43200000}}));
+    QCOMPARE(start_at(QDateTime(QDate(2026, 12, 1), QTime(8, 0, 5), QTimeZone::utc())),
+             QString("2026-12-01T08:00:05Z"));
+
+    // The group is one path segment, whatever it holds.
+    QCOMPARE(queue_group_url("http", "127.0.0.1", 8080, "workers").toString(),
+             QString("http://127.0.0.1:8080/v1/groups/workers/queue"));
+    QCOMPARE(queue_group_url("https", "::1", 8443, "a/b c?").toEncoded(),
+             QByteArray("https://[::1]:8443/v1/groups/a%2Fb%20c%3F/queue"));
+
+    // The broker's JSON error, else the status and body, else the transport.
+    QCOMPARE(http_error_text(400,
+                             R"({"error":{"code":"invalid_config","message":"dlq topic: bad"}})",
+                             "Bad Request"),
+             QString("invalid_config: dlq topic: bad"));
+    QCOMPARE(http_error_text(502, "upstream\n down ", "Bad Gateway"),
+             QString("HTTP 502: upstream down"));
+    QCOMPARE(http_error_text(404, "", "Not Found"), QString("HTTP 404"));
+    QCOMPARE(http_error_text(0, "", "Connection refused"), QString("Connection refused"));
   }
 
   void messages_and_dlq_models() {
