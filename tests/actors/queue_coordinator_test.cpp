@@ -1307,8 +1307,8 @@ TEST_F(QueueCoordinatorTest, OneReceiveLeasesFromSeveralTopicsAndEachAckNamesIts
   start();
   produce("t", 0, {{"a", "t0"}, {"b", "t1"}});
   produce("u", 1, {{"c", "u0"}});
-  auto both = [](const std::string& a, const std::string& b) {
-    queue_receive_request r{"g", a, "m1", 100, 0, 0};
+  auto both = [](const std::string& a, const std::string& b, int64_t wait_ms = 0) {
+    queue_receive_request r{"g", a, "m1", 100, 0, wait_ms};
     r.topics = {b, a}; // a again: read once
     return r;
   };
@@ -1323,12 +1323,7 @@ TEST_F(QueueCoordinatorTest, OneReceiveLeasesFromSeveralTopicsAndEachAckNamesIts
   EXPECT_EQ(describe_partition(0, "t").committed, offset{2});
   EXPECT_EQ(describe_partition(1, "u").committed, offset{1});
   // A long poll over both topics is woken by a record on either.
-  auto poll = ask<std::vector<leased_message>>(
-    receive_atom_v, [&] {
-      auto q = both("t", "u");
-      q.wait_ms = 10'000;
-      return q;
-    }());
+  auto poll = ask<std::vector<leased_message>>(receive_atom_v, both("t", "u", 10'000));
   EXPECT_FALSE(poll->done);
   produce("u", 0, {{"d", "late"}});
   ASSERT_TRUE(poll->done);
@@ -1355,12 +1350,7 @@ TEST_F(QueueCoordinatorTest, OneReceiveLeasesFromSeveralTopicsAndEachAckNamesIts
   o = ask<std::vector<leased_message>>(receive_atom_v, only);
   EXPECT_TRUE(is(o->err, ec::invalid_request)) << describe(o->err);
   // A waiter over a topic that is deleted gets unknown_topic.
-  auto w = ask<std::vector<leased_message>>(
-    receive_atom_v, [&] {
-      auto q = both("t", "u");
-      q.wait_ms = 10'000;
-      return q;
-    }());
+  auto w = ask<std::vector<leased_message>>(receive_atom_v, both("t", "u", 10'000));
   EXPECT_FALSE(w->done);
   world->topics.erase("u");
   caf::anon_send(coord, update_atom_v, world_topics());
