@@ -1892,12 +1892,13 @@ group_description describe_group(self_ptr self) {
   group_description out;
   out.group = st.cfg.group;
   out.mode = "queue";
-  out.state = st.partitions.empty() ? "Empty" : "Stable";
   for (auto& m : live_members(self)) {
     member_description md;
     md.member_id = m;
     out.members.push_back(std::move(md));
   }
+  // As for a stream group: no live member, nothing is being consumed.
+  out.state = out.members.empty() ? "Empty" : "Stable";
   for (auto& [key, p] : st.partitions) {
     if (!p.table)
       continue;

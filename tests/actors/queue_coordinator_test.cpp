@@ -1034,6 +1034,7 @@ TEST_F(QueueCoordinatorTest, ProbeReportsLagLagSecondsAndMembersLikeAStreamGroup
   auto d = ask<group_description>(describe_atom_v, group_atom_v);
   ASSERT_TRUE(d->value);
   EXPECT_EQ(d->value->members.size(), 2u);
+  EXPECT_EQ(d->value->state, "Stable");
   ASSERT_EQ(d->value->partitions.size(), 1u);
   EXPECT_EQ(d->value->partitions[0].lag, 2);
   // Done: no lag. m2 left; m1 is gone once not seen for max(visibility
@@ -1053,6 +1054,9 @@ TEST_F(QueueCoordinatorTest, ProbeReportsLagLagSecondsAndMembersLikeAStreamGroup
   advance(30000ms);
   sched->run();
   EXPECT_EQ(members(), 0) << reg->text();
+  auto gone = ask<group_description>(describe_atom_v, group_atom_v);
+  ASSERT_TRUE(gone->value) << describe(gone->err);
+  EXPECT_EQ(gone->value->state, "Empty");
 }
 
 // -- start position and reset (issue 20) -------------------------------------------
