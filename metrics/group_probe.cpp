@@ -68,6 +68,29 @@ void group_probe::lag_seconds(const std::string& topic, partition_id p,
   s.lag_seconds->Set(seconds);
 }
 
+namespace {
+
+constexpr const char* queue_states[] = {"available", "leased", "retrying",
+                                        "scheduled", "dead_letter_pending"};
+
+} // namespace
+
+void group_probe::queue_records(const std::string& topic, partition_id p,
+                                const queue_counts& c) {
+  auto& s = partition(topic, p);
+  const uint64_t values[] = {c.available, c.leased, c.retrying, c.scheduled,
+                             c.dead_letter_pending};
+  for (size_t i = 0; i < s.queue.size(); ++i) {
+    if (!s.queue[i])
+      s.queue[i] = &reg_->acquire(reg_->queue_records(),
+                                  labels{{"group", group_},
+                                         {"topic", topic},
+                                         {"partition", std::to_string(p.value)},
+                                         {"state", queue_states[i]}});
+    s.queue[i]->Set(static_cast<double>(values[i]));
+  }
+}
+
 void group_probe::release(const partition_key& key, partition_series& s) {
   labels l{{"group", group_},
            {"topic", key.first},
@@ -78,6 +101,13 @@ void group_probe::release(const partition_key& key, partition_series& s) {
     reg_->release(reg_->consumergroup_lag(), l);
   if (s.lag_seconds)
     reg_->release(reg_->consumergroup_lag_seconds(), l);
+  for (size_t i = 0; i < s.queue.size(); ++i) {
+    if (!s.queue[i])
+      continue;
+    auto ls = l;
+    ls.emplace("state", queue_states[i]);
+    reg_->release(reg_->queue_records(), ls);
+  }
   s = partition_series{};
 }
 

@@ -4,7 +4,8 @@
 //
 // Series: ferry_consumergroup_members {group} from construction; per
 // partition {group, topic, partition} the committed offset, lag and lag
-// seconds, each added on its first value; per topic {group, topic} the
+// seconds, each added on its first value (queue mode: the records by state,
+// ferry_queue_records); per topic {group, topic} the
 // queue-mode counters (DLQ, redeliveries, lease expiries) and DLQ depth,
 // added on first use. retain()/forget() remove partitions that no longer
 // apply, clear() removes everything (the group was deleted); the destructor
@@ -15,6 +16,7 @@
 
 #include "broker/model.hpp"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,6 +73,17 @@ public:
   /// Queue mode: `n` leases on records of `topic` ran out.
   void lease_expired(const std::string& topic, uint64_t n = 1);
 
+  /// Queue mode: what the group tracks on a partition, by state.
+  struct queue_counts {
+    uint64_t available = 0;
+    uint64_t leased = 0;   ///< in flight
+    uint64_t retrying = 0; ///< waiting for a retry backoff
+    uint64_t scheduled = 0; ///< delayed delivery, not due
+    uint64_t dead_letter_pending = 0;
+  };
+  void queue_records(const std::string& topic, partition_id p,
+                     const queue_counts& counts);
+
   /// Removes every series of the group (members included) until the next
   /// call that sets a value.
   void clear();
@@ -82,6 +95,8 @@ private:
     prometheus::Gauge* committed = nullptr;
     prometheus::Gauge* lag = nullptr;
     prometheus::Gauge* lag_seconds = nullptr;
+    /// ferry_queue_records by state, in queue_counts' order.
+    std::array<prometheus::Gauge*, 5> queue{};
   };
   struct topic_series {
     prometheus::Counter* dlq_total = nullptr;

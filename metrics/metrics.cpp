@@ -69,6 +69,13 @@ struct registry::families {
                            "expired lease")),
       lease_expiries(counter(r, "ferry_lease_expiries_total",
                              "Record leases that ran out before an ack")),
+      queue_records(gauge(r, "ferry_queue_records",
+                          "Records a queue-mode group tracks on a partition, "
+                          "by state: available (deliverable, or held behind its "
+                          "key), leased (in "
+                          "flight to a member), retrying (waiting for a retry "
+                          "backoff), scheduled (delayed delivery not due), "
+                          "dead_letter_pending")),
       disk_used(gauge(r, "ferry_disk_used_bytes",
                       "Used bytes of the file system holding the data dir")),
       disk_free(gauge(r, "ferry_disk_free_bytes",
@@ -153,6 +160,7 @@ struct registry::families {
   gauges& dlq_depth;
   counters& redeliveries;
   counters& lease_expiries;
+  gauges& queue_records;
   gauges& disk_used;
   gauges& disk_free;
   gauges& raft_term;
@@ -212,6 +220,7 @@ prometheus::Family<prometheus::Counter>& registry::dlq_messages_total() { return
 prometheus::Family<prometheus::Gauge>& registry::dlq_depth() { return families_->dlq_depth; }
 prometheus::Family<prometheus::Counter>& registry::redeliveries_total() { return families_->redeliveries; }
 prometheus::Family<prometheus::Counter>& registry::lease_expiries_total() { return families_->lease_expiries; }
+prometheus::Family<prometheus::Gauge>& registry::queue_records() { return families_->queue_records; }
 prometheus::Family<prometheus::Gauge>& registry::disk_used_bytes() { return families_->disk_used; }
 prometheus::Family<prometheus::Gauge>& registry::disk_free_bytes() { return families_->disk_free; }
 prometheus::Family<prometheus::Gauge>& registry::raft_term() { return families_->raft_term; }

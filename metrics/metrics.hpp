@@ -106,6 +106,10 @@ public:
   prometheus::Family<prometheus::Counter>& redeliveries_total();
   /// ferry_lease_expiries_total {group, topic} (counter): leases that ran out.
   prometheus::Family<prometheus::Counter>& lease_expiries_total();
+  /// ferry_queue_records {group, topic, partition, state}: records a
+  /// queue-mode group tracks on a partition, by state (available, leased,
+  /// retrying, scheduled, dead_letter_pending).
+  prometheus::Family<prometheus::Gauge>& queue_records();
 
   // -- per node: no labels unless named ---------------------------------------
 

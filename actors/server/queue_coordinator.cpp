@@ -1849,6 +1849,14 @@ void refresh_metrics(self_ptr self) {
   for (auto& [key, p] : st.partitions) {
     if (!p.table)
       continue;
+    auto s = p.table->stats();
+    metrics::group_probe::queue_counts qc;
+    qc.available = s.available;
+    qc.leased = s.leased;
+    qc.retrying = s.delayed - s.scheduled;
+    qc.scheduled = s.scheduled;
+    qc.dead_letter_pending = s.dead_letter;
+    st.cfg.probe->queue_records(key.topic, key.partition, qc);
     auto committed = p.table->committed();
     fetch_request req{key.topic, key.partition, committed, 1, 0, 0, -2};
     auto inc = p.incarnation;

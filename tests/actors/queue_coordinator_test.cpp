@@ -962,17 +962,55 @@ TEST_F(QueueCoordinatorTest, CrashBeforeTheDlqProduceArrivedWritesIt) {
 // -- metrics ---------------------------------------------------------------------
 
 // The value of `name`{..., topic="t"} in the exposition text, or -1.
-double metric(const std::string& text, const std::string& name) {
+double metric(const std::string& text, const std::string& name,
+              const std::string& also = "") {
   size_t pos = 0;
   while ((pos = text.find(name + "{", pos)) != std::string::npos) {
     auto eol = text.find('\n', pos);
     auto line = text.substr(pos, eol - pos);
     pos = eol;
-    if (line.find("topic=\"t\"") == std::string::npos)
+    if (line.find("topic=\"t\"") == std::string::npos
+        || line.find(also) == std::string::npos)
       continue;
     return std::stod(line.substr(line.rfind(' ') + 1));
   }
   return -1;
+}
+
+TEST_F(QueueCoordinatorTest, ProbeCountsTheRecordsOfEachPartitionByState) {
+  auto reg = std::make_shared<metrics::registry>();
+  probe = std::make_shared<metrics::group_probe>(reg, "g");
+  settings.visibility_timeout_ms = 60000; // no lease runs out in this test
+  start();
+  produce("t", 0, {{"a", "1"}, {"b", "2"}, {"c", "3"},
+                   {"d", "4", {record_header{"ferry-delay-ms", "60000"}}}});
+  auto got = receive("m1", 2);
+  ASSERT_EQ(offsets_of(got), (std::vector<int64_t>{0, 1}));
+  ack_ok("m1", got[1], queue_ack_kind::nack, "later", 60000);
+  advance(5000ms);
+  auto text = reg->text();
+  auto state = [&](const char* s) {
+    return metric(text, "ferry_queue_records", std::string{"state=\""} + s + "\"");
+  };
+  EXPECT_EQ(state("available"), 1) << text;
+  EXPECT_EQ(state("leased"), 1) << text;
+  EXPECT_EQ(state("retrying"), 1) << text;
+  EXPECT_EQ(state("scheduled"), 1) << text;
+  EXPECT_EQ(state("dead_letter_pending"), 0) << text;
+  // Settled: every state empties; the series go with the group.
+  ack_ok("m1", got[0]);
+  advance(60000ms);
+  for (auto& m : receive("m1"))
+    ack_ok("m1", m);
+  advance(5000ms);
+  text = reg->text();
+  EXPECT_EQ(state("available"), 0) << text;
+  EXPECT_EQ(state("leased"), 0) << text;
+  EXPECT_EQ(state("retrying"), 0) << text;
+  EXPECT_EQ(state("scheduled"), 0) << text;
+  EXPECT_EQ(metric(text, "ferry_consumergroup_lag"), 0) << text;
+  probe->clear();
+  EXPECT_EQ(reg->text().find("ferry_queue_records{"), std::string::npos) << reg->text();
 }
 
 TEST_F(QueueCoordinatorTest, ProbeCountsExpiriesRedeliveriesAndDeadLetters) {

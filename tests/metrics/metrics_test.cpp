@@ -321,6 +321,7 @@ TEST(registry, text_format_names_every_family_with_its_type) {
   g.dlq_depth("t", 1);
   g.redelivered("t");
   g.lease_expired("t");
+  g.queue_records("t", partition_id{0}, {});
   n.request_failed(std::string_view{"throttled"});
   auto text = reg->text();
   for (const auto* line : {
@@ -338,6 +339,7 @@ TEST(registry, text_format_names_every_family_with_its_type) {
          "# TYPE ferry_dlq_depth gauge",
          "# TYPE ferry_redeliveries_total counter",
          "# TYPE ferry_lease_expiries_total counter",
+         "# TYPE ferry_queue_records gauge",
          "# TYPE ferry_produce_latency_seconds histogram",
          "# TYPE ferry_fetch_latency_seconds histogram",
          "# TYPE ferry_log_flush_seconds histogram",
