@@ -6,6 +6,7 @@
 #include "actors/client/session.hpp"
 #include "actors/client/tls.hpp"
 #include "broker/error.hpp"
+#include "broker/messages.hpp"
 #include "broker/topic_config.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -18,14 +19,9 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "gui/console_client.hpp"
-#include "gui/metrics_sampler.hpp"
 
 #include <QCoreApplication>
 #include <QMetaObject>
-#include <QNetworkAccessManager>
-#include <QNetworkReply>
-#include <QNetworkRequest>
-#include <QSslConfiguration>
 
 #include <algorithm>
 #include <atomic>
@@ -402,20 +398,8 @@ struct console_client::impl {
   caf::actor listener;
   std::shared_ptr<std::atomic<bool>> redrive_cancel;
   bool tls = false;
-  tls_files tls_paths;
   /// Who the console logs in as ("" for none, "the operator").
   QString login;
-  /// The port given to connect_to() (finds the node in the cluster
-  /// description).
-  int port = 0;
-  /// That node's HTTP API port: -1 not known yet, 0 the node has none.
-  int http_port = -1;
-  /// HTTP Basic credentials for the HTTP API (set_login's; "" for none).
-  QString http_user;
-  QString http_password;
-  /// Created on first use, deleted (with its replies) before the rest.
-  QNetworkAccessManager* net = nullptr;
-  std::unique_ptr<QSslConfiguration> ssl;
 
   void stop_actors() {
     if (producer)
@@ -440,19 +424,11 @@ console_client::console_client(const tls_files& tls, QObject* parent)
     configure_tls(d_->cfg, tls_settings{tls.certificate.toStdString(), tls.key.toStdString(),
                                         tls.ca.toStdString()});
   d_->tls = tls.enabled();
-  d_->tls_paths = tls;
   d_->sys = std::make_unique<caf::actor_system>(d_->cfg);
   d_->g->target = this;
 }
 
 console_client::~console_client() {
-  if (d_->net != nullptr) {
-    // Replies still in flight end without reaching this object.
-    for (auto* reply : d_->net->findChildren<QNetworkReply*>())
-      QObject::disconnect(reply, nullptr, this, nullptr);
-    delete d_->net;
-    d_->net = nullptr;
-  }
   {
     std::lock_guard<std::mutex> guard{d_->g->mtx};
     d_->g->target = nullptr;
@@ -478,8 +454,6 @@ void console_client::set_login(const QString& user, const QString& password) {
   c.password = password.toStdString();
   set_credentials(*d_->sys, std::move(c));
   d_->login = user;
-  d_->http_user = user;
-  d_->http_password = password;
 }
 
 QString console_client::set_operator(const QString& secret_file, bool is_credential) {
@@ -488,8 +462,6 @@ QString console_client::set_operator(const QString& secret_file, bool is_credent
     c.token = secret_file.toStdString();
     set_credentials(*d_->sys, std::move(c));
     d_->login = QStringLiteral("the operator");
-    d_->http_user.clear();
-    d_->http_password.clear();
     return {};
   }
   auto c = load_credentials("", "", secret_file.toStdString());
@@ -497,8 +469,6 @@ QString console_client::set_operator(const QString& secret_file, bool is_credent
     return QString::fromStdString(error_text(c.error()));
   set_credentials(*d_->sys, std::move(*c));
   d_->login = QStringLiteral("the operator");
-  d_->http_user.clear();
-  d_->http_password.clear();
   return {};
 }
 
@@ -509,8 +479,6 @@ QString console_client::connect_to(const QString& address) {
   d_->stop_actors();
   d_->address = address.trimmed();
   d_->host = qs(parsed->host);
-  d_->port = parsed->port;
-  d_->http_port = -1;
   parsed->connect_wait = d_->timeout;
   d_->conn = spawn_connection(*d_->sys, *parsed);
   auto g = d_->g;
@@ -570,23 +538,11 @@ void console_client::refresh_cluster() {
   if (!d_->conn)
     return;
   auto g = d_->g;
-  auto addr = d_->address;
-  auto port = d_->port;
   ask<cluster_description>(*d_->sys, d_->conn, d_->timeout, g,
                            QStringLiteral("cluster describe"),
-                           [g, addr, port](cluster_description& c) {
+                           [g](cluster_description& c) {
                              auto snap = to_snapshot(c);
-                             // The HTTP API of the node connected to (as
-                             // main_window finds its metrics port).
-                             int http_port = -1;
-                             for (auto& n : snap.nodes)
-                               if (n.port == port || snap.nodes.size() == 1) {
-                                 http_port = n.http_port;
-                                 break;
-                               }
-                             g->post([snap, addr, http_port](console_client* q) {
-                               if (q->address() == addr && http_port >= 0)
-                                 q->d_->http_port = http_port;
+                             g->post([snap](console_client* q) {
                                emit q->cluster_updated(snap);
                              });
                            },
@@ -706,52 +662,24 @@ void console_client::create_queue_group(const queue_group_settings& settings) {
     emit failed(QStringLiteral("create queue group"), QStringLiteral("the group name is empty"));
     return;
   }
-  auto what = QStringLiteral("create queue group %1").arg(group);
-  if (d_->http_port < 0) {
-    emit failed(what, QStringLiteral("no HTTP API port known for %1 (no cluster description "
-                                     "yet, or none of its nodes has port %2)")
-                        .arg(d_->address)
-                        .arg(d_->port));
-    return;
-  }
-  if (d_->http_port == 0) {
-    emit failed(what, QStringLiteral("%1 runs without its HTTP API (ferryd --http-port), "
-                                     "through which queue groups are created")
-                        .arg(d_->address));
-    return;
-  }
-  if (d_->tls && !d_->ssl) {
-    auto conf = std::make_unique<QSslConfiguration>();
-    auto& t = d_->tls_paths;
-    if (auto why = load_client_tls(t.certificate, t.key, t.ca, *conf); !why.isEmpty()) {
-      emit failed(what, why);
-      return;
-    }
-    d_->ssl = std::move(conf);
-  }
-  if (d_->net == nullptr)
-    d_->net = new QNetworkAccessManager;
-  QNetworkRequest req(queue_group_url(d_->tls ? QStringLiteral("https") : QStringLiteral("http"),
-                                      d_->host, d_->http_port, group));
-  req.setHeader(QNetworkRequest::ContentTypeHeader, QStringLiteral("application/json"));
-  req.setTransferTimeout(static_cast<int>(d_->timeout.count()));
-  if (d_->ssl)
-    req.setSslConfiguration(*d_->ssl);
-  if (!d_->http_user.isEmpty())
-    req.setRawHeader("Authorization",
-                     "Basic " + (d_->http_user + ':' + d_->http_password).toUtf8().toBase64());
-  auto* reply = d_->net->put(req, queue_group_body(settings));
-  connect(reply, &QNetworkReply::finished, this, [this, reply, what, group] {
-    reply->deleteLater();
-    auto status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
-    auto body = reply->readAll();
-    if (status == 201)
-      emit done(QStringLiteral("queue group %1 created").arg(group));
-    else if (status == 200)
-      emit done(QStringLiteral("queue group %1 already exists with these settings").arg(group));
-    else
-      emit failed(what, http_error_text(status, body, reply->errorString()));
-  });
+  // The broker answers the group's stored config both when it creates the
+  // group and when the group already has exactly these settings (other
+  // settings: invalid_request), so done() cannot tell the two apart.
+  auto g = d_->g;
+  ask<queue_group_config>(*d_->sys, d_->conn, d_->timeout, g,
+                          QStringLiteral("create queue group %1").arg(group),
+                          [g, group](queue_group_config&) {
+                            g->post([group](console_client* q) {
+                              emit q->done(queue_group_created(group));
+                            });
+                          },
+                          create_atom_v, group_atom_v, ss(group),
+                          to_queue_group_config(settings));
+}
+
+QString console_client::queue_group_created(const QString& group) {
+  return QStringLiteral("queue group %1 created (or it already existed with these settings)")
+    .arg(group);
 }
 
 void console_client::produce(const message_row& msg) {

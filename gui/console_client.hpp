@@ -2,9 +2,7 @@
 // The console's only link to Ferry: a QObject that owns a CAF actor system,
 // a reconnecting connection to one broker (actors/client/client_connection.hpp) and
 // a producer, sends the broker's requests from throw-away actors, and turns
-// each reply into a Qt signal delivered on the GUI thread. Queue groups are
-// created through the node's HTTP API instead (QNetworkAccessManager on the
-// GUI thread; the port from the cluster description). Models and views
+// each reply into a Qt signal delivered on the GUI thread. Models and views
 // see only the plain values of console_types.hpp; no CAF header is included
 // here.
 //
@@ -62,13 +60,16 @@ public:
                     const QMap<QString, QString>& config); ///< -> done
   void delete_topic(const QString& name);       ///< -> done
   void alter_topic(const QString& name, const QMap<QString, QString>& config);
-  /// Creates a queue-mode group: PUT /v1/groups/{group}/queue on the HTTP
-  /// API of the node connected to (its port from the last cluster
-  /// description; https with the TLS files, HTTP Basic with set_login's
-  /// user). -> done ("queue group G created", or "... already exists with
-  /// these settings"), or failed() with the broker's error (409 for a group
-  /// with other settings, 400 for bad ones).
+  /// Creates a queue-mode group with the broker's
+  /// (create_atom, group_atom, group, queue_group_config) request, as every
+  /// login may (user, operator, none) -> done(queue_group_created(group)),
+  /// also when the group already has exactly these settings (the broker
+  /// answers both alike), or failed() with the broker's error (invalid_config
+  /// for bad settings, invalid_request for a group with other settings or a
+  /// stream group of that name).
   void create_queue_group(const queue_group_settings& settings);
+  /// The done() text of create_queue_group.
+  static QString queue_group_created(const QString& group);
   /// Produces one message; partition -1 lets the partitioner decide.
   void produce(const message_row& msg);         ///< -> produced
   /// Reads a partition range and filters it; progress, matches, finished.

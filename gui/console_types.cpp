@@ -1,8 +1,11 @@
+// CAF (through broker/messages.hpp) before Qt: Qt's `emit` / `signals` macros
+// break CAF headers.
+#include "broker/messages.hpp"
+
 #include "gui/console_types.hpp"
 
 #include <QDateTime>
 #include <QJsonDocument>
-#include <QJsonObject>
 #include <QJsonParseError>
 #include <QTimeZone>
 
@@ -46,51 +49,24 @@ qint64 group_row::total_lag() const {
   return n;
 }
 
-QByteArray queue_group_body(const queue_group_settings& s) {
-  QJsonObject o{
-    {QStringLiteral("maxAttempts"), s.max_attempts},
-    {QStringLiteral("initialBackoffMs"), s.initial_backoff_ms},
-    {QStringLiteral("maxBackoffMs"), s.max_backoff_ms},
-    {QStringLiteral("backoffMultiplier"), s.backoff_multiplier},
-    {QStringLiteral("jitter"), s.jitter},
-    {QStringLiteral("visibilityTimeoutMs"), s.visibility_timeout_ms},
-    {QStringLiteral("ordering"), s.ordering},
-    {QStringLiteral("dlqTopic"), s.dlq_topic},
-    {QStringLiteral("start"), s.start},
-    {QStringLiteral("delayMs"), s.delay_ms},
-  };
-  return QJsonDocument(o).toJson(QJsonDocument::Compact);
+qint64 start_at(const QDateTime& t) {
+  return t.toMSecsSinceEpoch();
 }
 
-QUrl queue_group_url(const QString& scheme, const QString& host, int port,
-                     const QString& group) {
-  QUrl url;
-  url.setScheme(scheme);
-  url.setHost(host);
-  url.setPort(port);
-  // Tolerant mode keeps the %2F of "a/b" (the default would encode the '%').
-  url.setPath(QStringLiteral("/v1/groups/%1/queue")
-                .arg(QString::fromLatin1(QUrl::toPercentEncoding(group))),
-              QUrl::TolerantMode);
-  return url;
-}
-
-QString start_at(const QDateTime& t) {
-  return t.toUTC().toString(Qt::ISODate);
-}
-
-QString http_error_text(int status, const QByteArray& body, const QString& transport_error) {
-  auto err = QJsonDocument::fromJson(body).object().value(QStringLiteral("error")).toObject();
-  auto code = err.value(QStringLiteral("code")).toString();
-  auto message = err.value(QStringLiteral("message")).toString();
-  if (!message.isEmpty())
-    return code.isEmpty() ? message : QStringLiteral("%1: %2").arg(code, message);
-  if (status > 0) {
-    auto text = QString::fromUtf8(body).simplified();
-    return text.isEmpty() ? QStringLiteral("HTTP %1").arg(status)
-                          : QStringLiteral("HTTP %1: %2").arg(status).arg(text.left(200));
-  }
-  return transport_error;
+ferry::queue_group_config to_queue_group_config(const queue_group_settings& s) {
+  ferry::queue_group_config qc;
+  qc.mode = "queue";
+  qc.max_attempts = s.max_attempts;
+  qc.initial_backoff_ms = s.initial_backoff_ms;
+  qc.max_backoff_ms = s.max_backoff_ms;
+  qc.backoff_multiplier = s.backoff_multiplier;
+  qc.jitter = s.jitter;
+  qc.visibility_timeout_ms = s.visibility_timeout_ms;
+  qc.ordering = s.ordering.toStdString();
+  qc.dlq_topic = s.dlq_topic.toStdString();
+  qc.start = s.start;
+  qc.delay_ms = s.delay_ms;
+  return qc;
 }
 
 QString render_payload(const QByteArray& bytes, payload_format fmt) {

@@ -10,7 +10,10 @@
 #include <QPair>
 #include <QString>
 #include <QStringList>
-#include <QUrl>
+
+namespace ferry {
+struct queue_group_config; // broker/messages.hpp
+}
 
 namespace ferry::console {
 
@@ -178,14 +181,14 @@ struct redrive_selection {
   int rate_per_second = 0;    ///< 0 = unlimited
 };
 
-/// A queue-mode consumer group to create (PUT /v1/groups/{group}/queue of
-/// the HTTP API). The defaults are the broker's (queue_group_config).
+/// A queue-mode consumer group to create with the broker's
+/// `(create_atom, group_atom, group, queue_group_config)` request. The
+/// defaults are the broker's (queue_group_config).
 struct queue_group_settings {
   QString group;
-  /// "earliest", "latest", or an ISO 8601 date-time with its zone
-  /// (start_at()): where each partition begins the first time the group
-  /// reads its topic.
-  QString start = QStringLiteral("earliest");
+  /// Where each partition begins the first time the group reads its topic:
+  /// start_earliest, start_latest, or a time in epoch ms (start_at()).
+  qint64 start = start_earliest;
   int max_attempts = 5;             ///< failed attempts before the DLQ, >= 1
   qint64 initial_backoff_ms = 1000;
   qint64 max_backoff_ms = 60000;
@@ -195,26 +198,20 @@ struct queue_group_settings {
   QString ordering = QStringLiteral("none"); ///< "none" or "key"
   QString dlq_topic;                ///< "" = <topic>.<group>.dlq
   qint64 delay_ms = 0;              ///< delivery delay of every record, 0..12 h
+
+  /// The start positions (broker/start_position.hpp).
+  static constexpr qint64 start_earliest = -2;
+  static constexpr qint64 start_latest = -1;
 };
 
-/// The JSON body of PUT /v1/groups/{group}/queue: every setting of `s`
-/// (maxAttempts, initialBackoffMs, ..., start, delayMs; the group is in the
-/// path), so the group gets exactly what the dialog showed.
-QByteArray queue_group_body(const queue_group_settings& s);
+/// A start time as the broker's start position: ms since the epoch.
+qint64 start_at(const QDateTime& t);
 
-/// SCHEME://HOST:PORT/v1/groups/{group}/queue on a node's HTTP API, the
-/// group name percent-encoded as one path segment ("a/b" -> a%2Fb).
-QUrl queue_group_url(const QString& scheme, const QString& host, int port,
-                     const QString& group);
-
-/// A start time as the broker's ISO 8601 form, in UTC with a Z
-/// ("2026-12-01T08:00:00Z").
-QString start_at(const QDateTime& t);
-
-/// What went wrong in an HTTP API answer: "code: message" from its JSON
-/// error body ({"error":{"code","message"}}), else "HTTP status: body", else
-/// (no answer) `transport_error`.
-QString http_error_text(int status, const QByteArray& body, const QString& transport_error);
+/// The broker's queue_group_config for `s` (mode "queue", every setting of
+/// `s`; the group is the request's other argument). Defined in
+/// console_types.cpp, which includes broker/messages.hpp; callers include it
+/// too (before any Qt header).
+ferry::queue_group_config to_queue_group_config(const queue_group_settings& s);
 
 /// Text of a payload in the chosen rendering.
 enum class payload_format { text, json, hex };

@@ -23,8 +23,8 @@ void metrics_sampler::set_url(const QUrl& url) {
   url_ = url;
 }
 
-QString load_client_tls(const QString& certificate, const QString& key, const QString& ca,
-                        QSslConfiguration& out) {
+QString metrics_sampler::set_tls(const QString& certificate, const QString& key,
+                                  const QString& ca) {
   auto certs = QSslCertificate::fromPath(certificate, QSsl::Pem);
   if (certs.isEmpty())
     return QStringLiteral("no certificate in %1").arg(certificate);
@@ -40,22 +40,13 @@ QString load_client_tls(const QString& certificate, const QString& key, const QS
   auto cas = QSslCertificate::fromPath(ca, QSsl::Pem);
   if (cas.isEmpty())
     return QStringLiteral("no CA certificate in %1").arg(ca);
-  auto conf = QSslConfiguration::defaultConfiguration();
-  conf.setLocalCertificate(certs.front());
+  auto conf = std::make_unique<QSslConfiguration>(QSslConfiguration::defaultConfiguration());
+  conf->setLocalCertificate(certs.front());
   if (certs.size() > 1)
-    conf.setLocalCertificateChain(certs);
-  conf.setPrivateKey(k);
-  conf.setCaCertificates(cas);
-  conf.setPeerVerifyMode(QSslSocket::VerifyPeer);
-  out = conf;
-  return {};
-}
-
-QString metrics_sampler::set_tls(const QString& certificate, const QString& key,
-                                  const QString& ca) {
-  auto conf = std::make_unique<QSslConfiguration>();
-  if (auto why = load_client_tls(certificate, key, ca, *conf); !why.isEmpty())
-    return why;
+    conf->setLocalCertificateChain(certs);
+  conf->setPrivateKey(k);
+  conf->setCaCertificates(cas);
+  conf->setPeerVerifyMode(QSslSocket::VerifyPeer);
   ssl_ = std::move(conf);
   return {};
 }

@@ -18,13 +18,6 @@ QT_END_NAMESPACE
 
 namespace ferry::console {
 
-/// Loads a client certificate (PEM, possibly a chain), its EC or RSA key and
-/// the CA into `out` for https requests that present the certificate and
-/// trust only the CA. Returns what is wrong with the files ("" when they
-/// load).
-QString load_client_tls(const QString& certificate, const QString& key, const QString& ca,
-                        QSslConfiguration& out);
-
 class metrics_sampler : public QObject {
   Q_OBJECT
 public:

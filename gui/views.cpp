@@ -366,8 +366,11 @@ groups_view::groups_view(console_client* client, metrics_sampler* metrics, QWidg
     connect(metrics_, &metrics_sampler::sampled, this, [this] { update_charts(); });
   connect(create, &QPushButton::clicked, this, &groups_view::create_queue_group);
   connect(client_, &console_client::done, this, [this](const QString& what) {
-    static const QRegularExpression made(
-      QStringLiteral("^queue group (.+) (created|already exists with these settings)$"));
+    // queue_group_created()'s text with the group captured (letters and
+    // digits are not escaped).
+    static const QRegularExpression made(QRegularExpression::anchoredPattern(
+      QRegularExpression::escape(console_client::queue_group_created(QStringLiteral("GROUP0NAME")))
+        .replace(QStringLiteral("GROUP0NAME"), QStringLiteral("(.+)"))));
     if (auto m = made.match(what); m.hasMatch())
       select_when_listed_ = m.captured(1);
   });
@@ -440,11 +443,13 @@ void groups_view::create_queue_group() {
   start->addItem(QStringLiteral("latest (records after the first read)"),
                  QStringLiteral("latest"));
   start->addItem(QStringLiteral("at a time (UTC)"), QString{});
-  start->setCurrentIndex(start->findData(defaults.start));
+  start->setCurrentIndex(defaults.start == queue_group_settings::start_latest ? 1 : 0);
   auto* start_time = new QDateTimeEdit(&dlg);
   start_time->setTimeSpec(Qt::UTC);
   start_time->setDisplayFormat(QStringLiteral("yyyy-MM-dd HH:mm:ss 'UTC'"));
   start_time->setCalendarPopup(true);
+  // Start positions before the epoch would be the broker's -1 / -2.
+  start_time->setMinimumDateTime(QDateTime::fromMSecsSinceEpoch(0, Qt::UTC));
   auto now = QDateTime::currentDateTimeUtc();
   start_time->setDateTime(now.addSecs(-now.time().second()));
   start_time->setEnabled(false);
@@ -514,9 +519,10 @@ void groups_view::create_queue_group() {
     return;
   queue_group_settings s;
   s.group = name->text().trimmed();
-  s.start = start->currentData().toString();
-  if (s.start.isEmpty())
-    s.start = start_at(start_time->dateTime());
+  auto where = start->currentData().toString();
+  s.start = where == QStringLiteral("earliest") ? queue_group_settings::start_earliest
+            : where == QStringLiteral("latest") ? queue_group_settings::start_latest
+                                                : start_at(start_time->dateTime());
   s.max_attempts = attempts->value();
   s.initial_backoff_ms = initial_backoff->value();
   s.max_backoff_ms = max_backoff->value();

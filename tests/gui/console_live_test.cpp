@@ -6,7 +6,10 @@
 // CAF and the harness before Qt: Qt's `emit`/`signals` macros break CAF headers.
 #include "actors/client/client_connection.hpp"
 #include "actors/protocol/interfaces.hpp"
+#include "broker/start_position.hpp"
+#include "tests/integration/client_system.hpp"
 #include "tests/integration/process.hpp"
+#include "tests/integration/test_certs.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -46,6 +49,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 using namespace ferry::console;
 using namespace std::chrono_literals;
@@ -71,9 +75,15 @@ struct console {
   console_client client;
   metrics_sampler sampler;
   main_window win;
-  explicit console(const std::string& endpoint, uint16_t metrics_port)
-    : win(&client, &sampler,
+  /// `login` (if any) logs the client in before it connects.
+  explicit console(const std::string& endpoint, uint16_t metrics_port,
+                   const tls_files& tls = {},
+                   const std::function<void(console_client&)>& login = {})
+    : client(tls),
+      win(&client, &sampler,
           QUrl(QStringLiteral("http://127.0.0.1:%1/metrics").arg(metrics_port))) {
+    if (login)
+      login(client);
     win.set_refresh_interval_ms(300);
     win.show();
     win.connect_to(QString::fromStdString(endpoint));
@@ -1109,7 +1119,7 @@ void console_live_test::dlq_purge_asks_through_its_confirmation_box() {
   QCOMPARE(d.stop(), 0);
 }
 
-// -- queue groups: the create dialog (HTTP API) and their lag -----------------------
+// -- queue groups: the create dialog (the broker's CAF API) and their lag ----------
 
 namespace {
 
@@ -1121,6 +1131,69 @@ QJsonObject queue_config(const ferry::test::ferryd_process& d, const std::string
   return QJsonDocument::fromJson(QByteArray::fromStdString(r.body))
     .object()["config"]
     .toObject();
+}
+
+/// The broker at `endpoint` asked directly over CAF, as ferryctl asks it
+/// (client_connection; TLS and a login when the client_system has them).
+struct broker_link {
+  ferry::test::client_system cs;
+  ferry::connection_actor conn;
+
+  explicit broker_link(const std::string& endpoint) { connect(endpoint); }
+  broker_link(const std::string& endpoint, const ferry::tls_settings& tls,
+              const ferry::client_credentials& creds)
+    : cs(tls, creds) {
+    connect(endpoint);
+  }
+  ~broker_link() { caf::anon_send(conn, ferry::stop_atom_v); }
+  broker_link(const broker_link&) = delete;
+  broker_link& operator=(const broker_link&) = delete;
+
+  void connect(const std::string& endpoint) {
+    auto parsed = ferry::parse_broker_address(endpoint);
+    if (!parsed)
+      qFatal("bad endpoint %s", endpoint.c_str());
+    conn = cs.track(ferry::spawn_connection(*cs.sys, *parsed));
+  }
+
+  /// The broker's answer to xs..., or its error.
+  template <class R, class... Ts>
+  caf::expected<R> ask(Ts... xs) {
+    caf::scoped_actor self{*cs.sys};
+    std::optional<caf::expected<R>> out;
+    ferry::broker_actor b;
+    self->request(conn, 20s, ferry::connect_atom_v)
+      .receive([&](ferry::broker_actor& x) { b = x; },
+               [&](caf::error& err) { out = std::move(err); });
+    if (out)
+      return std::move(*out);
+    self->request(b, 20s, xs...)
+      .receive([&](R& x) { out = std::move(x); },
+               [&](caf::error& err) { out = std::move(err); });
+    if (!out)
+      return caf::make_error(caf::sec::request_timeout);
+    return std::move(*out);
+  }
+
+  /// (describe_atom, queue_atom, group): the group's stored config.
+  caf::expected<ferry::queue_group_config> config_of(const std::string& group) {
+    auto d = ask<ferry::queue_group_description>(ferry::describe_atom_v, ferry::queue_atom_v,
+                                                 group);
+    if (!d)
+      return d.error();
+    return d->config;
+  }
+
+  /// ferry::error_text of the broker's answer to creating `group` with
+  /// `qc` ("" when it creates it).
+  std::string create_error(const std::string& group, const ferry::queue_group_config& qc) {
+    auto r = ask<ferry::queue_group_config>(ferry::create_atom_v, ferry::group_atom_v, group, qc);
+    return r ? std::string{} : ferry::error_text(r.error());
+  }
+};
+
+std::string text_of(const caf::expected<ferry::queue_group_config>& x) {
+  return x ? std::string{"ok"} : ferry::error_text(x.error());
 }
 
 /// The console's failed() signals of queue group creations as
@@ -1148,29 +1221,39 @@ void choose(QComboBox* box, const QString& data) {
   box->setCurrentIndex(i);
 }
 
+/// Opens the groups view's "Create queue group…" dialog, lets `fill` set
+/// it, presses OK (or Cancel). True if the dialog showed.
+bool create_in_dialog(groups_view* groups, std::function<void(QDialog*)> fill,
+                      bool accept = true) {
+  bool shown = false;
+  on_modal<QDialog>([&shown, fill, accept](QDialog* dlg) {
+    shown = dlg->windowTitle() == "Create queue group";
+    fill(dlg);
+    press(dlg, accept ? QDialogButtonBox::Ok : QDialogButtonBox::Cancel);
+  });
+  child<QPushButton>(groups, "create_queue_group")->click();
+  return shown;
+}
+
+QString created(const QString& group) {
+  return QStringLiteral("queue group %1 created (or it already existed with these settings)")
+    .arg(group);
+}
+
 } // namespace
 
-void console_live_test::queue_group_dialog_creates_through_the_http_api() {
+void console_live_test::queue_group_dialog_creates_through_the_broker() {
   ferry::test::ferryd_process d;
   QVERIFY2(d.start(), d.output().c_str());
   QVERIFY(d.http_port() != 0);
   console c(d.endpoint(), d.metrics_port());
   failures failed(c.client);
+  broker_link broker(d.endpoint());
   auto* groups = c.win.groups();
   c.win.tabs()->setCurrentWidget(groups);
-  // The HTTP port comes with the cluster description.
   QTRY_COMPARE_WITH_TIMEOUT(c.win.cluster()->nodes()->rowCount(), 1, 20000);
-
-  // Opens the dialog, lets `fill` set it, presses OK (or Cancel).
   auto create = [&](std::function<void(QDialog*)> fill, bool accept = true) {
-    bool shown = false;
-    on_modal<QDialog>([&, fill, accept](QDialog* dlg) {
-      shown = dlg->windowTitle() == "Create queue group";
-      fill(dlg);
-      press(dlg, accept ? QDialogButtonBox::Ok : QDialogButtonBox::Cancel);
-    });
-    child<QPushButton>(groups, "create_queue_group")->click();
-    return shown;
+    return create_in_dialog(groups, std::move(fill), accept);
   };
 
   // The dialog starts at the broker's defaults; the start time is only
@@ -1204,7 +1287,16 @@ void console_live_test::queue_group_dialog_creates_through_the_http_api() {
   QCOMPARE(defaults, QString("|earliest|0|5|1000|60000|2|1|30000|none||0"));
   QVERIFY(time_enabled_for_time);
   QVERIFY(!time_enabled_for_latest);
-  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group dlg-workers created"), 20000);
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, created("dlg-workers")), 20000);
+  QCOMPARE(failed.seen, QStringList{});
+  // The broker has exactly these settings, the rest at its defaults.
+  ferry::queue_group_config workers;
+  workers.start = ferry::start_latest;
+  workers.max_attempts = 3;
+  workers.ordering = "key";
+  auto stored = broker.config_of("dlg-workers");
+  QVERIFY2(stored, text_of(stored).c_str());
+  QVERIFY(*stored == workers);
   auto cfg = queue_config(d, "dlg-workers");
   QCOMPARE(cfg["start"].toString(), QString("latest"));
   QCOMPARE(cfg["maxAttempts"].toInt(), 3);
@@ -1218,7 +1310,7 @@ void console_live_test::queue_group_dialog_creates_through_the_http_api() {
     if (g.group.name == "dlg-workers")
       QCOMPARE(g.group.mode, QString("queue"));
 
-  // Every setting, a start time (sent as ISO UTC) and a DLQ topic.
+  // Every setting, a start time (epoch ms) and a DLQ topic.
   QVERIFY(create([&](QDialog* dlg) {
     child<QLineEdit>(dlg, "group")->setText("dlg-all");
     choose(child<QComboBox>(dlg, "start"), "");
@@ -1233,81 +1325,131 @@ void console_live_test::queue_group_dialog_creates_through_the_http_api() {
     child<QLineEdit>(dlg, "dlq_topic")->setText("jobs.failed");
     child<QSpinBox>(dlg, "delay_ms")->setValue(1500);
   }));
-  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group dlg-all created"), 20000);
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, created("dlg-all")), 20000);
   QCOMPARE(QJsonDocument(queue_config(d, "dlg-all")).toJson(QJsonDocument::Compact),
            QByteArray(R"({"backoffMultiplier":1.5,"delayMs":1500,"dlqTopic":"jobs.failed",)"
                       R"("initialBackoffMs":250,"jitter":0.25,"maxAttempts":7,)"
                       R"("maxBackoffMs":9000,"ordering":"none",)"
                       R"("start":"2026-12-01T08:00:00.000Z","visibilityTimeoutMs":45000})"));
+  stored = broker.config_of("dlg-all");
+  QVERIFY2(stored, text_of(stored).c_str());
+  QCOMPARE(stored->start, int64_t{1'796'112'000'000});
 
-  // The dialog's defaults are the broker's: a group made with an empty
-  // body (the broker's defaults) is the same group, so PUT answers 200.
-  auto made = ferry::test::http_request(d.http_port(), "PUT", "/v1/groups/http-made/queue",
-                                        "{}", 5s);
-  QCOMPARE(made.status, 201);
-  QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("http-made"); }));
-  QTRY_VERIFY_WITH_TIMEOUT(
-    contains_event(c.win, "queue group http-made already exists with these settings"), 20000);
+  // The dialog's defaults are the broker's: for a group made with the
+  // broker's defaults the broker answers as for a new group (it does not
+  // say which), so the console reports no error and changes nothing.
+  ferry::queue_group_config broker_defaults;
+  QCOMPARE(broker.create_error("caf-made", broker_defaults), std::string{});
+  QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("caf-made"); }));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, created("caf-made")), 20000);
+  stored = broker.config_of("caf-made");
+  QVERIFY2(stored, text_of(stored).c_str());
+  QVERIFY(*stored == broker_defaults);
+  QCOMPARE(failed.seen, QStringList{});
 
-  // Other settings for an existing group: the broker's 409 text.
+  // Other settings for an existing group: the broker's error text (the
+  // same as it gives a direct request), the group unchanged.
   QVERIFY(create([&](QDialog* dlg) {
     child<QLineEdit>(dlg, "group")->setText("dlg-workers");
     child<QSpinBox>(dlg, "max_attempts")->setValue(4);
   }));
   QTRY_COMPARE_WITH_TIMEOUT(failed.seen.size(), 1, 20000);
-  QCOMPARE(failed.seen[0], QString("create queue group dlg-workers|invalid_request: queue group "
-                                   "dlg-workers exists with other settings: PATCH changes them"));
-  QCOMPARE(queue_config(d, "dlg-workers")["maxAttempts"].toInt(), 3);
+  auto other = workers;
+  other.max_attempts = 4;
+  auto other_error = broker.create_error("dlg-workers", other);
+  QVERIFY2(other_error.find("exists with another config") != std::string::npos,
+           other_error.c_str());
+  QCOMPARE(failed.seen[0],
+           "create queue group dlg-workers|" + QString::fromStdString(other_error));
+  QVERIFY(contains_event(c.win, "create queue group dlg-workers failed: "
+                                  + QString::fromStdString(other_error)));
+  stored = broker.config_of("dlg-workers");
+  QVERIFY2(stored, text_of(stored).c_str());
+  QVERIFY(*stored == workers);
 
-  // A DLQ topic name with a space: the broker's 400 and its text (asked of
-  // the broker directly for another group), nothing created.
+  // A DLQ topic name with a space: the broker's invalid_config and its
+  // text (asked of the broker directly for another group), nothing created.
   QVERIFY(create([&](QDialog* dlg) {
     child<QLineEdit>(dlg, "group")->setText("dlg-bad-dlq");
     child<QLineEdit>(dlg, "dlq_topic")->setText("jobs dlq");
   }));
   QTRY_COMPARE_WITH_TIMEOUT(failed.seen.size(), 2, 20000);
-  auto bad = ferry::test::http_request(d.http_port(), "PUT", "/v1/groups/probe/queue",
-                                       R"({"dlqTopic":"jobs dlq"})", 5s);
-  QCOMPARE(bad.status, 400);
-  auto err = QJsonDocument::fromJson(QByteArray::fromStdString(bad.body)).object()["error"].toObject();
-  QVERIFY2(err["message"].toString().contains("jobs dlq"), bad.body.c_str());
-  QCOMPARE(failed.seen[1], QStringLiteral("create queue group dlg-bad-dlq|%1: %2")
-                             .arg(err["code"].toString(), err["message"].toString()));
-  QVERIFY(contains_event(c.win, "create queue group dlg-bad-dlq failed: "
-                                + err["code"].toString()));
+  ferry::queue_group_config bad_dlq;
+  bad_dlq.dlq_topic = "jobs dlq";
+  auto bad_error = broker.create_error("probe", bad_dlq);
+  QVERIFY2(bad_error.find("invalid_config") != std::string::npos
+             && bad_error.find("jobs dlq") != std::string::npos,
+           bad_error.c_str());
+  QCOMPARE(failed.seen[1],
+           "create queue group dlg-bad-dlq|" + QString::fromStdString(bad_error));
+  QVERIFY(contains_event(c.win, "create queue group dlg-bad-dlq failed: invalid_config"));
+  auto missing = broker.config_of("dlg-bad-dlq");
+  QVERIFY(!missing);
+  QVERIFY2(text_of(missing).find("unknown_group") != std::string::npos, text_of(missing).c_str());
   QCOMPARE(queue_config(d, "dlg-bad-dlq"), QJsonObject{});
 
-  // A name the path must encode; Cancel sends nothing; an empty name is
+  // A name with a space and a '/'; Cancel sends nothing; an empty name is
   // refused in the window.
   QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("team a/b"); }));
-  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group team a/b created"), 20000);
-  QCOMPARE(queue_config(d, "team%20a%2Fb")["start"].toString(), QString("earliest"));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, created("team a/b")), 20000);
+  stored = broker.config_of("team a/b");
+  QVERIFY2(stored, text_of(stored).c_str());
+  QVERIFY(*stored == broker_defaults);
   QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("dlg-cancelled"); },
                  false));
   QVERIFY(create([&](QDialog* dlg) { child<QLineEdit>(dlg, "group")->setText("  "); }));
   QTRY_COMPARE_WITH_TIMEOUT(failed.seen.size(), 3, 5000);
   QCOMPARE(failed.seen[2], QString("create queue group|the group name is empty"));
   QTest::qWait(500);
-  QCOMPARE(queue_config(d, "dlg-cancelled"), QJsonObject{});
+  QVERIFY(!broker.config_of("dlg-cancelled"));
   QCOMPARE(failed.seen.size(), 3);
   QCOMPARE(d.stop(), 0);
+}
 
-  // A node without its HTTP API: the window says so, nothing is sent.
-  ferry::test::ferryd_process no_http({"--http-port", "-1"});
-  QVERIFY2(no_http.start(), no_http.output().c_str());
-  console c2(no_http.endpoint(), no_http.metrics_port());
-  failures failed2(c2.client);
-  QTRY_COMPARE_WITH_TIMEOUT(c2.win.cluster()->nodes()->rowCount(), 1, 20000);
-  on_modal<QDialog>([](QDialog* dlg) {
-    child<QLineEdit>(dlg, "group")->setText("nowhere");
-    press(dlg, QDialogButtonBox::Ok);
-  });
-  child<QPushButton>(c2.win.groups(), "create_queue_group")->click();
-  QCOMPARE(failed2.seen.size(), 1);
-  QVERIFY2(failed2.seen[0].startsWith("create queue group nowhere|")
-             && failed2.seen[0].contains("without its HTTP API"),
-           qPrintable(failed2.seen[0]));
-  QCOMPARE(no_http.stop(), 0);
+void console_live_test::queue_group_dialog_works_as_operator_without_http_api() {
+  // A node with mutual TLS, logins required, and no HTTP API; the console
+  // logs in as the operator (the cluster secret), which has no HTTP form.
+  ferry::test::test_certs certs;
+  QVERIFY2(certs.ok(), certs.why().c_str());
+  QVERIFY2(certs.make_cert("node") && certs.make_cert("client"), certs.why().c_str());
+  auto args = certs.args("node");
+  args.insert(args.end(), {"--auth", "scram", "--cluster-secret-file", certs.secret_file(),
+                           "--http-port", "-1"});
+  ferry::test::ferryd_process d(args);
+  QVERIFY2(d.start(), d.output().c_str());
+  QCOMPARE(d.http_port(), 0);
+  auto client_tls = certs.settings("client");
+  tls_files files{QString::fromStdString(client_tls.certificate),
+                  QString::fromStdString(client_tls.key), QString::fromStdString(client_tls.ca)};
+  auto secret = QString::fromStdString(certs.secret_file());
+  QString login_error = "not called";
+  console c(d.endpoint(), d.metrics_port(), files,
+            [&](console_client& client) { login_error = client.set_operator(secret, false); });
+  QCOMPARE(login_error, QString());
+  failures failed(c.client);
+  auto* groups = c.win.groups();
+  c.win.tabs()->setCurrentWidget(groups);
+  QTRY_COMPARE_WITH_TIMEOUT(c.win.cluster()->nodes()->rowCount(), 1, 20000);
+  QCOMPARE(c.win.cluster()->nodes()->rows()[0].http_port, 0);
+  QVERIFY(create_in_dialog(groups, [](QDialog* dlg) {
+    child<QLineEdit>(dlg, "group")->setText("op-workers");
+    choose(child<QComboBox>(dlg, "start"), "latest");
+    child<QSpinBox>(dlg, "max_attempts")->setValue(3);
+    choose(child<QComboBox>(dlg, "ordering"), "key");
+  }));
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, created("op-workers")), 20000);
+  QCOMPARE(failed.seen, QStringList{});
+  QTRY_COMPARE_WITH_TIMEOUT(groups->selected_group(), QString("op-workers"), 20000);
+  // Asked of the broker directly (as the operator too): these settings.
+  broker_link broker(d.endpoint(), client_tls, certs.operator_credentials());
+  ferry::queue_group_config want;
+  want.start = ferry::start_latest;
+  want.max_attempts = 3;
+  want.ordering = "key";
+  auto stored = broker.config_of("op-workers");
+  QVERIFY2(stored, text_of(stored).c_str());
+  QVERIFY(*stored == want);
+  QCOMPARE(d.stop(), 0);
 }
 
 void console_live_test::queue_group_lag_seconds_reach_the_groups_view() {
@@ -1328,7 +1470,7 @@ void console_live_test::queue_group_lag_seconds_reach_the_groups_view() {
     press(dlg, QDialogButtonBox::Ok);
   });
   child<QPushButton>(groups, "create_queue_group")->click();
-  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, "queue group lagging created"), 20000);
+  QTRY_VERIFY_WITH_TIMEOUT(contains_event(c.win, created("lagging")), 20000);
   // One record leased and never acked: the group reads "tasks" from its
   // start and is 5 records (and a few seconds) behind.
   QTest::qWait(1100);

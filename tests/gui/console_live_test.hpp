@@ -16,6 +16,7 @@ private slots:
   void browser_cancel_stops_long_filtered_scan();
   void dlq_groups_filters_and_redrives_a_range_rate_limited();
   void dlq_purge_asks_through_its_confirmation_box();
-  void queue_group_dialog_creates_through_the_http_api();
+  void queue_group_dialog_creates_through_the_broker();
+  void queue_group_dialog_works_as_operator_without_http_api();
   void queue_group_lag_seconds_reach_the_groups_view();
 };
