@@ -49,6 +49,14 @@ qint64 group_row::total_lag() const {
   return n;
 }
 
+qint64 group_row::total_in_flight() const {
+  qint64 n = -1;
+  for (auto& p : partitions)
+    if (p.in_flight >= 0)
+      n = std::max<qint64>(0, n) + p.in_flight;
+  return n;
+}
+
 qint64 start_at(const QDateTime& t) {
   return t.toMSecsSinceEpoch();
 }

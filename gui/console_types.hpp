@@ -84,6 +84,11 @@ struct group_partition_row {
   qint64 log_end = 0;
   qint64 lag = 0;
   double lag_seconds = -1; ///< from /metrics; negative = not known
+  // Queue-mode groups only, from ferry_queue_records (/metrics); negative =
+  // not known (stream groups, or no scrape yet).
+  qint64 in_flight = -1; ///< state "leased": delivered to a member, not settled
+  qint64 retrying = -1;  ///< state "retrying": waiting out a retry backoff
+  qint64 scheduled = -1; ///< state "scheduled": delayed delivery not due yet
 };
 
 /// A consumer group (stream or queue mode).
@@ -96,6 +101,8 @@ struct group_row {
   QStringList members;
   QList<group_partition_row> partitions;
   qint64 total_lag() const;
+  /// Sum of the partitions' known in-flight counts; -1 when none is known.
+  qint64 total_in_flight() const;
 };
 
 /// One header of a message (values are bytes).

@@ -52,6 +52,11 @@ QString partition_state(const partition_row& p) {
   return QStringLiteral("ok");
 }
 
+/// A count, or "-" when not known (negative).
+QVariant count_or_dash(qint64 n) {
+  return n < 0 ? QVariant{QStringLiteral("-")} : QVariant{n};
+}
+
 QString preview(const QByteArray& b, bool present) {
   if (!present)
     return QStringLiteral("(null)");
@@ -202,6 +207,9 @@ table_model<group_partition_row>* make_group_lag_model(QObject* parent) {
       col<R>("End offset", [](const R& r) { return r.log_end; }),
       col<R>("Lag", [](const R& r) { return r.lag; }),
       col<R>("Lag (s)", [](const R& r) { return r.lag_seconds < 0 ? QStringLiteral("-") : QString::number(r.lag_seconds, 'f', 1); }),
+      col<R>("In flight", [](const R& r) { return count_or_dash(r.in_flight); }),
+      col<R>("Retrying", [](const R& r) { return count_or_dash(r.retrying); }),
+      col<R>("Scheduled", [](const R& r) { return count_or_dash(r.scheduled); }),
     },
     parent);
 }

@@ -35,7 +35,9 @@ struct group_summary {
 };
 table_model<group_summary>* make_groups_model(QObject* parent);
 
-/// One group's partitions: member, committed, end offset, lag, lag seconds.
+/// One group's partitions: member, committed, end offset, lag, lag seconds,
+/// and (queue groups; "-" otherwise or until /metrics has them) records in
+/// flight, retrying and scheduled.
 table_model<group_partition_row>* make_group_lag_model(QObject* parent);
 
 /// Browsed messages: partition, offset, timestamp, key, headers, value.

@@ -33,6 +33,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <cmath>
 
 namespace ferry::console {
 
@@ -344,6 +345,7 @@ groups_view::groups_view(console_client* client, metrics_sampler* metrics, QWidg
   auto* mid = new QWidget(split);
   auto* ml = new QVBoxLayout(mid);
   ml->setContentsMargins(0, 0, 0, 0);
+  trend_->setObjectName(QStringLiteral("group_summary"));
   ml->addWidget(trend_);
   ml->addWidget(make_table(lag_, mid), 1);
   auto* charts = new QWidget(split);
@@ -389,6 +391,19 @@ void groups_view::show_groups(const QList<group_row>& groups) {
                           {{"group", g.name}, {"topic", p.topic},
                            {"partition", QString::number(p.partition)}});
         p.lag_seconds = v;
+        if (g.mode == QStringLiteral("queue")) {
+          // ferry_queue_records by state; -1 (shown "-") until scraped.
+          auto records = [&](const char* state) {
+            auto n = h.latest(QStringLiteral("ferry_queue_records"),
+                              {{"group", g.name}, {"topic", p.topic},
+                               {"partition", QString::number(p.partition)},
+                               {"state", QString::fromLatin1(state)}});
+            return n < 0 ? qint64{-1} : static_cast<qint64>(std::llround(n));
+          };
+          p.in_flight = records("leased");
+          p.retrying = records("retrying");
+          p.scheduled = records("scheduled");
+        }
       }
       auto lag = h.gauge(QStringLiteral("ferry_consumergroup_lag"), {{"group", g.name}});
       auto rate = h.rate(QStringLiteral("ferry_consumergroup_committed_offset"),
@@ -554,12 +569,17 @@ void groups_view::show_selected() {
     return;
   }
   lag_->set_rows(r->group.partitions);
+  // Queue groups: the records leased to members right now, once /metrics
+  // has them.
+  auto in_flight = r->group.total_in_flight();
   trend_->setText(QStringLiteral("<b>%1</b> (%2, %3, generation %4, assignor %5) &nbsp; total lag "
-                                 "%6 &nbsp; trend: <b>%7</b> &nbsp; members: %8")
+                                 "%6%7 &nbsp; trend: <b>%8</b> &nbsp; members: %9")
                     .arg(r->group.name.toHtmlEscaped(), r->group.mode, r->group.state)
                     .arg(r->group.generation)
                     .arg(r->group.assignor.isEmpty() ? QStringLiteral("-") : r->group.assignor)
                     .arg(r->group.total_lag())
+                    .arg(in_flight < 0 ? QString{}
+                                       : QStringLiteral(" &nbsp; in flight %1").arg(in_flight))
                     .arg(r->trend.isEmpty() ? QStringLiteral("collecting samples") : r->trend)
                     .arg(r->group.members.isEmpty() ? QStringLiteral("none")
                                                     : r->group.members.join(", ")));

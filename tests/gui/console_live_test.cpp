@@ -1467,6 +1467,8 @@ void console_live_test::queue_group_lag_seconds_reach_the_groups_view() {
   QTRY_COMPARE_WITH_TIMEOUT(c.win.cluster()->nodes()->rowCount(), 1, 20000);
   on_modal<QDialog>([](QDialog* dlg) {
     child<QLineEdit>(dlg, "group")->setText("lagging");
+    // The lease outlives the test: the record stays in flight.
+    child<QSpinBox>(dlg, "visibility_timeout_ms")->setValue(600000);
     press(dlg, QDialogButtonBox::Ok);
   });
   child<QPushButton>(groups, "create_queue_group")->click();
@@ -1514,6 +1516,31 @@ void console_live_test::queue_group_lag_seconds_reach_the_groups_view() {
   QCOMPARE(lag->data(lag->index(0, lag_col)).toString(), QString("5"));
   auto seconds = lag->data(lag->index(0, seconds_col)).toString();
   QVERIFY2(seconds != "-" && seconds.toDouble() >= 1.0, qPrintable(seconds));
+  // ferry_queue_records reaches the same row: the one leased record is in
+  // flight, none waits for a retry or a delay...
+  QTRY_VERIFY_WITH_TIMEOUT(
+    ferry::test::http_get(d.metrics_port(), "/metrics")
+        .body.find(
+          R"(ferry_queue_records{group="lagging",partition="0",state="leased",topic="tasks"} 1)")
+      != std::string::npos,
+    30000);
+  QTRY_COMPARE_WITH_TIMEOUT(lag_row().in_flight, qint64{1}, 30000);
+  QCOMPARE(lag_row().retrying, qint64{0});
+  QCOMPARE(lag_row().scheduled, qint64{0});
+  auto cell_of = [&](const char* header) -> QString {
+    for (int col = 0; col < lag->columnCount(); ++col)
+      if (lag->headerData(col, Qt::Horizontal).toString() == header)
+        return lag->data(lag->index(0, col)).toString();
+    return QStringLiteral("no column %1").arg(header);
+  };
+  QTRY_COMPARE_WITH_TIMEOUT(cell_of("In flight"), QString("1"), 10000);
+  QCOMPARE(cell_of("Retrying"), QString("0"));
+  QCOMPARE(cell_of("Scheduled"), QString("0"));
+  // ...and the summary line above the table counts it.
+  auto* summary = groups->findChild<QLabel*>("group_summary");
+  QVERIFY(summary != nullptr);
+  QTRY_VERIFY2_WITH_TIMEOUT(summary->text().contains("in flight 1"),
+                            qPrintable(summary->text()), 10000);
   QCOMPARE(d.stop(), 0);
 }
 

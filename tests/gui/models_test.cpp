@@ -175,6 +175,52 @@ private slots:
     QCOMPARE(cell(lag, 1, column_of(lag, "Committed")), QString("none"));
     QCOMPARE(cell(lag, 0, column_of(lag, "Lag (s)")), QString("2.5"));
     QCOMPARE(cell(lag, 1, column_of(lag, "Lag (s)")), QString("-"));
+    // A stream group has no leases: its queue columns say "-".
+    for (auto h : {"In flight", "Retrying", "Scheduled"}) {
+      QVERIFY2(column_of(lag, h) >= 0, h);
+      QCOMPARE(cell(lag, 0, column_of(lag, h)), QString("-"));
+    }
+    QCOMPARE(g.total_in_flight(), -1);
+  }
+
+  void queue_group_lag_model_shows_in_flight_retrying_scheduled() {
+    group_row g;
+    g.name = "workers";
+    g.mode = "queue";
+    g.partitions = {{"jobs", 0, "", 3, 0, 10, 7, 4.0},
+                    {"jobs", 1, "", 0, 0, 6, 6, -1},
+                    {"jobs", 2, "", -1, 0, 0, 0, -1}};
+    // Partition 0: 2 leased, 1 waiting out a backoff, 3 delayed; partition
+    // 1: all zero; partition 2: not scraped yet.
+    g.partitions[0].in_flight = 2;
+    g.partitions[0].retrying = 1;
+    g.partitions[0].scheduled = 3;
+    g.partitions[1].in_flight = 0;
+    g.partitions[1].retrying = 0;
+    g.partitions[1].scheduled = 0;
+    QCOMPARE(g.total_in_flight(), 2);
+    auto* lag = make_group_lag_model(this);
+    exercise(lag, g.partitions);
+    lag->set_rows(g.partitions);
+    int in_flight = column_of(lag, "In flight"), retrying = column_of(lag, "Retrying"),
+        scheduled = column_of(lag, "Scheduled");
+    QVERIFY(in_flight > column_of(lag, "Lag (s)") && retrying > in_flight
+            && scheduled > retrying);
+    QCOMPARE(cell(lag, 0, in_flight), QString("2"));
+    QCOMPARE(cell(lag, 0, retrying), QString("1"));
+    QCOMPARE(cell(lag, 0, scheduled), QString("3"));
+    // Numbers (they sort as numbers), not text.
+    QCOMPARE(lag->data(lag->index(0, in_flight)).typeId(), QMetaType::LongLong);
+    QCOMPARE(cell(lag, 1, in_flight), QString("0"));
+    QCOMPARE(cell(lag, 1, retrying), QString("0"));
+    QCOMPARE(cell(lag, 1, scheduled), QString("0"));
+    QCOMPARE(cell(lag, 2, in_flight), QString("-"));
+    QCOMPARE(cell(lag, 2, retrying), QString("-"));
+    QCOMPARE(cell(lag, 2, scheduled), QString("-"));
+    // Nothing known anywhere: no total either.
+    for (auto& p : g.partitions)
+      p.in_flight = -1;
+    QCOMPARE(g.total_in_flight(), -1);
   }
 
   void queue_group_config_from_settings() {
