@@ -52,6 +52,7 @@ const char* to_string(record_status x) {
     case record_status::unread: return "unread";
     case record_status::available: return "available";
     case record_status::delayed: return "delayed";
+    case record_status::parked: return "parked";
     case record_status::leased: return "leased";
     case record_status::done: return "done";
     case record_status::dead_letter: return "dead_letter";
@@ -64,6 +65,8 @@ caf::error lease_table_config::validate() const {
     return err;
   if (window < 1)
     return make_error(ec::invalid_config, "queue: window must be >= 1");
+  if (max_waiting < 1)
+    return make_error(ec::invalid_config, "queue: max waiting must be >= 1");
   if (max_visibility.count() <= 0)
     return make_error(ec::invalid_config,
                       "queue: max visibility must be positive");
@@ -203,14 +206,18 @@ caf::error lease_table::offer(offset off, std::optional<std::string_view> key,
     return caf::none;
   }
   auto it = window_.find(off);
-  if (it == window_.end() && window_.size() >= cfg_.window
+  if (it == window_.end() && full()
       && (window_.empty() || off > window_.rbegin()->first)) {
     // Restored rows that this offer would skip free no room: records up to
     // the last restored row are always taken, so a full window of restored
     // rows cannot deadlock the reader.
     return make_error(ec::throttled,
                       "queue: window of " + std::to_string(cfg_.window)
-                        + " records is full at " + off_str(committed_));
+                        + " records (" + std::to_string(waiting())
+                        + " of at most "
+                        + std::to_string(cfg_.max_waiting)
+                        + " waiting besides) is full at "
+                        + off_str(committed_));
   }
   // Restored rows between the read position and `off` name records that are
   // no longer in the log.
@@ -252,8 +259,13 @@ caf::expected<size_t> lease_table::offer(std::span<const queue_candidate> cs) {
   return n;
 }
 
+bool lease_table::full() const {
+  auto w = waiting();
+  return window_.size() - w >= cfg_.window || w >= cfg_.max_waiting;
+}
+
 size_t lease_table::room() const {
-  size_t n = window_.size() >= cfg_.window ? 0 : cfg_.window - window_.size();
+  size_t n = full() ? 0 : cfg_.window - (window_.size() - waiting());
   // Offers up to the last restored row are taken even in a full window.
   if (!window_.empty() && window_.rbegin()->first >= read_end_)
     n = std::max(n, static_cast<size_t>(window_.rbegin()->first - read_end_)
@@ -277,7 +289,8 @@ size_t lease_table::skip_to(offset off) {
 caf::expected<std::vector<lease>>
 lease_table::acquire(std::string_view member, size_t max_records,
                      timestamp_ms now,
-                     std::optional<std::chrono::milliseconds> visibility) {
+                     std::optional<std::chrono::milliseconds> visibility,
+                     const std::function<bool(offset)>& skip) {
   if (member.empty())
     return make_error(ec::invalid_argument, "queue: empty member id");
   auto vis = visibility.value_or(cfg_.retry.visibility_timeout);
@@ -295,6 +308,10 @@ lease_table::acquire(std::string_view member, size_t max_records,
     if (cfg_.ordering == queue_ordering::key && e.has_key
         && *keys_.at(e.key_hash).begin() != off) {
       ++it; // an earlier record of its key is not finished
+      continue;
+    }
+    if (skip && skip(off)) {
+      ++it;
       continue;
     }
     it = ready_.erase(it);
@@ -545,8 +562,10 @@ std::optional<record_view> lease_table::find(offset off) const {
         v.status = record_status::unread;
       else if (ready_.count(off) != 0)
         v.status = record_status::available;
-      else
+      else if (waiting_.count({e.available_at, off}) != 0)
         v.status = record_status::delayed;
+      else
+        v.status = record_status::parked;
       break;
     case state::leased:
       v.status = record_status::leased;
@@ -571,6 +590,7 @@ lease_table_stats lease_table::stats() const {
   for (const auto& [at, off] : waiting_)
     if (window_.at(off).attempts == 0)
       ++s.scheduled;
+  s.parked = key_held_;
   s.leased = deadlines_.size();
   s.dead_letter = dead_letters_.size();
   return s;
@@ -721,7 +741,10 @@ caf::error lease_table::verify() const {
     bool in_wait = waiting_.count({e.available_at, off}) != 0;
     bool in_dl = deadlines_.count({e.deadline, off}) != 0;
     bool in_dlq = dead_letters_.count(off) != 0;
-    if (e.st == state::available && e.offered) {
+    if (e.st == state::available && e.offered && !key_head(off, e)) {
+      if (in_ready || in_wait)
+        return broken(where + "parked but queued");
+    } else if (e.st == state::available && e.offered) {
       if (in_ready == in_wait)
         return broken(where + "available but not in exactly one queue");
       ++avail;
@@ -757,14 +780,18 @@ caf::error lease_table::verify() const {
     return broken("stale entries in the deadline index");
   if (dead_letters_.size() != dlq)
     return broken("stale entries in the dead-letter index");
-  size_t key_entries = 0;
+  size_t key_entries = 0, held = 0;
   for (const auto& [h, offs] : keys_) {
     if (offs.empty())
       return broken("empty key set");
     key_entries += offs.size();
+    held += offs.size() - 1;
   }
   if (key_entries != keyed)
     return broken("stale entries in the key index");
+  if (held != key_held_)
+    return broken("parked count " + std::to_string(key_held_) + " should be "
+                  + std::to_string(held));
   if (cfg_.ordering == queue_ordering::key) {
     // At most one leased record per key, and it is the key's first.
     for (const auto& [h, offs] : keys_) {
@@ -796,15 +823,27 @@ void lease_table::promote(timestamp_ms now) {
 void lease_table::index_available(offset off, entry& e) {
   if (!e.offered)
     return; // a restored stub: offer() indexes it when it is read again
+  if (!key_head(off, e))
+    return; // parked: release_key() indexes it when its turn comes
   if (e.available_at <= clock_)
     ready_.insert(off);
   else
     waiting_.emplace(e.available_at, off);
 }
 
+bool lease_table::key_head(offset off, const entry& e) const {
+  if (cfg_.ordering != queue_ordering::key || !e.has_key)
+    return true;
+  auto k = keys_.find(e.key_hash);
+  return k == keys_.end() || *k->second.begin() == off;
+}
+
 void lease_table::hold_key(offset off, const entry& e) {
-  if (cfg_.ordering == queue_ordering::key && e.has_key)
-    keys_[e.key_hash].insert(off);
+  if (cfg_.ordering != queue_ordering::key || !e.has_key)
+    return;
+  auto& offs = keys_[e.key_hash];
+  if (offs.insert(off).second && offs.size() > 1)
+    ++key_held_;
 }
 
 void lease_table::release_key(offset off, const entry& e) {
@@ -813,9 +852,21 @@ void lease_table::release_key(offset off, const entry& e) {
   auto k = keys_.find(e.key_hash);
   if (k == keys_.end())
     return;
-  k->second.erase(off);
-  if (k->second.empty())
+  auto& offs = k->second;
+  bool head = *offs.begin() == off;
+  if (offs.erase(off) == 0)
+    return;
+  if (offs.empty()) {
     keys_.erase(k);
+    return;
+  }
+  --key_held_;
+  if (head) { // the key's next record takes its turn
+    auto next = *offs.begin();
+    auto& n = window_.at(next);
+    if (n.st == state::available)
+      index_available(next, n);
+  }
 }
 
 void lease_table::end_lease(offset off, entry& e) {

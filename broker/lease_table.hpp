@@ -44,14 +44,19 @@
 // ordered. Keys are compared by a 64-bit hash: a collision only serialises two
 // keys, it never reorders one.
 //
-// Memory is bounded by config().window: offer() refuses new records with
-// ec::throttled while that many records are tracked that are not done
-// (available, waiting for a retry, parked behind their key, leased or
-// pending dead-letter). Done records leave the window at once: above
-// committed() they are kept as intervals of offsets (one interval for any
-// run of done records, so a record that keeps failing does not stall the
-// records behind it: the window slides past them and the committed
-// position waits). Errors are kept to max_error_bytes.
+// Memory is bounded by two limits. config().window bounds the records that
+// need a member or the dead-letter queue now (available, leased, pending
+// dead-letter, restored rows not read again yet); config().max_waiting
+// bounds the records that only wait: for a retry time or a delayed delivery
+// (delayed), or behind an earlier record of their key (parked, ordering=key).
+// offer() refuses new records with ec::throttled while either is full. So
+// records that wait do not hold back the records behind them: a key parked
+// by a failing record, or a flood of delayed records, lets the partition
+// run on until max_waiting records wait. Done records leave the window at
+// once: above committed() they are kept as intervals of offsets (one
+// interval for any run of done records, so the window slides past a record
+// that keeps failing and the committed position waits). Errors are kept to
+// max_error_bytes.
 //
 // Persistence: the table tracks what changed since take_changes(); a change
 // set holds committed(), the records to upsert (failed at least once, done
@@ -88,6 +93,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -121,8 +127,10 @@ inline constexpr size_t max_error_bytes = 1024;
 struct lease_table_config {
   retry_config retry;
   queue_ordering ordering = queue_ordering::none;
-  /// Most records tracked at once (see the window above); >= 1.
+  /// Most records tracked at once that do not only wait (see above); >= 1.
   size_t window = 10'000;
+  /// Most records that only wait (delayed or parked); >= 1.
+  size_t max_waiting = 100'000;
   /// Longest lease acquire() or extend() grants, counted from "now".
   std::chrono::milliseconds max_visibility{12 * 3600 * 1000};
   /// Persist leases in the change sets and take them back in restore()
@@ -262,7 +270,8 @@ struct queue_changes {
 enum class record_status : uint8_t {
   unread,      ///< restored, not offered again yet
   available,   ///< may be leased now (if its key allows)
-  delayed,     ///< waits for its retry time
+  delayed,     ///< waits for its retry time or its delivery time
+  parked,      ///< ordering=key: waits behind an earlier record of its key
   leased,
   done,
   dead_letter, ///< pending dead-letter
@@ -290,6 +299,7 @@ struct lease_table_stats {
   size_t available = 0; ///< ready to lease (ignoring key order)
   size_t delayed = 0;   ///< waiting for a retry or a delayed delivery
   size_t scheduled = 0; ///< of those: delayed deliveries, no attempt yet
+  size_t parked = 0;    ///< ordering=key: behind an earlier record of the key
   size_t leased = 0;
   size_t dead_letter = 0;
   size_t done = 0;      ///< done above committed
@@ -325,8 +335,24 @@ public:
   caf::expected<size_t> offer(std::span<const queue_candidate> records);
 
   /// How many more records offer() would take now: the free part of the
-  /// window, or, after restore(), at least up to the last restored row.
+  /// window (0 while max_waiting records wait), or, after restore(), at
+  /// least up to the last restored row.
   size_t room() const;
+
+  /// Records that only wait: delayed or parked (bounded by max_waiting).
+  size_t waiting() const noexcept {
+    return waiting_.size() + key_held_;
+  }
+
+  /// Calls f(off) for the records that may be leased now in offset order
+  /// (as acquire() would take them, as of its last `now`) until f returns
+  /// false.
+  template <class F>
+  void for_each_ready(F f) const {
+    for (auto off : ready_)
+      if (!f(off))
+        return;
+  }
 
   /// One past the last offered record: where the caller reads on.
   offset read_end() const noexcept {
@@ -345,9 +371,12 @@ public:
   /// offset order. Does not expire leases: call expire(now) first.
   /// ec::invalid_argument for an empty member or a visibility that is not
   /// positive or exceeds max_visibility.
+  /// `skip`, if given, names records not to lease now (the caller has no
+  /// contents for them yet); they stay available.
   caf::expected<std::vector<lease>>
   acquire(std::string_view member, size_t max_records, timestamp_ms now,
-          std::optional<std::chrono::milliseconds> visibility = std::nullopt);
+          std::optional<std::chrono::milliseconds> visibility = std::nullopt,
+          const std::function<bool(offset)>& skip = {});
 
   /// The record is done.
   caf::error ack(std::string_view member, offset off, uint64_t lease_id);
@@ -473,6 +502,8 @@ private:
   void observe(timestamp_ms now);
   void promote(timestamp_ms now);
   void index_available(offset off, entry& e);
+  bool key_head(offset off, const entry& e) const;
+  bool full() const;
   void hold_key(offset off, const entry& e);
   void release_key(offset off, const entry& e);
   void end_lease(offset off, entry& e);
@@ -517,8 +548,11 @@ private:
   /// Pending dead letters.
   std::set<offset> dead_letters_;
   /// ordering=key: per key hash, its offered records that are available or
-  /// leased. Only the first may be leased.
+  /// leased. Only the first may be leased; only the first is in ready_ or
+  /// waiting_ (the others are parked).
   std::unordered_map<uint64_t, std::set<offset>> keys_;
+  /// The parked records: the sum over keys_ of (records - 1).
+  size_t key_held_ = 0;
   // Change tracking for take_changes().
   std::set<offset> dirty_;
   std::vector<offset> erased_;

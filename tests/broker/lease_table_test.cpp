@@ -598,7 +598,10 @@ TEST(lease_table, a_poison_record_and_a_parked_key_do_not_stall_the_records_behi
     ASSERT_FALSE(r->offer(offset{i}, i <= 2 ? std::optional<std::string_view>{i == 0 ? "poison" : "k"}
                                             : std::optional<std::string_view>{"h"},
                           i));
-  EXPECT_EQ(r->room(), 97u);
+  // 0 and 1 wait for their retry time (the restored table's clock is 0), 2
+  // is parked behind 1: all three only wait, the window is free.
+  EXPECT_EQ(r->room(), 100u);
+  EXPECT_EQ(r->waiting(), 3u);
   auto again = take(*r, "m", 1000, now);
   EXPECT_EQ(offsets_of(again), (v64{0, 1}));
   // The head is done at last: the position jumps to the end, and the change
@@ -614,6 +617,107 @@ TEST(lease_table, a_poison_record_and_a_parked_key_do_not_stall_the_records_behi
   EXPECT_EQ(ch.erased.size(), static_cast<size_t>(healthy) + 2);
   EXPECT_EQ(r->stats().done, 0u);
   EXPECT_FALSE(r->verify()) << describe(r->verify());
+}
+
+// Issue 20: records that only wait -- parked behind a failing record of
+// their key, or scheduled for a later delivery -- do not count against the
+// window: with a window of 100, a parked key of 3,000 records and 2,000
+// delayed ones, the 20,000 healthy records between them all get processed;
+// max_waiting bounds the waiting ones.
+TEST(lease_table, records_that_wait_leave_the_window_to_the_records_behind) {
+  auto cfg = exact_config(queue_ordering::key, 100);
+  cfg.max_waiting = 6'000;
+  cfg.retry.max_attempts = 1'000'000;
+  auto t = make_table(cfg);
+  constexpr int64_t parked = 3'000, delayed = 2'000, healthy = 20'000;
+  constexpr timestamp_ms later = 1'000'000'000;
+  // Every fifth record is of the stuck key (until `parked` of them), every
+  // fifth+1 a delayed one (until `delayed`), the others healthy.
+  auto kind = [](int64_t i) {
+    if (i == 0)
+      return 's'; // the stuck key's first record: fails every time
+    if (i % 5 == 0 && i / 5 <= parked)
+      return 's';
+    if (i % 5 == 1 && i / 5 < delayed)
+      return 'd';
+    return 'h';
+  };
+  const int64_t end = [&] {
+    int64_t i = 0, h = 0;
+    for (; h < healthy; ++i)
+      h += kind(i) == 'h' ? 1 : 0;
+    return std::max<int64_t>(i, parked * 5 + 1);
+  }();
+  std::vector<int> delivered(static_cast<size_t>(end), 0);
+  int64_t next = 0, done = 0, expect_healthy = 0;
+  for (int64_t i = 0; i < end; ++i)
+    expect_healthy += kind(i) == 'h' ? 1 : 0;
+  timestamp_ms now = 0;
+  for (int round = 0; done < expect_healthy && round < 100'000; ++round) {
+    while (next < end && t.room() > 0) {
+      auto k = kind(next);
+      // Healthy records share 97 keys (their later records are parked
+      // behind the first for a while); each delayed one has its own.
+      std::string key = k == 's'   ? "stuck"
+                        : k == 'd' ? "d" + std::to_string(next)
+                                   : "h" + std::to_string(next % 97);
+      ASSERT_FALSE(t.offer(offset{next}, key, now, k == 'd' ? later : 0));
+      ++next;
+    }
+    auto got = take(t, "m", 50, now);
+    ASSERT_FALSE(got.empty()) << "stalled at " << next << " after " << done;
+    for (auto& l : got) {
+      ++delivered[static_cast<size_t>(l.off.value)];
+      auto k = kind(l.off.value);
+      ASSERT_NE(k, 'd') << "record " << l.off << " delivered early";
+      if (k == 's') {
+        ASSERT_EQ(l.off, offset{0}) << "leased behind the stuck record";
+        ASSERT_TRUE(t.nack("m", l.off, l.lease_id, now, 0ms, "boom"));
+      } else {
+        ASSERT_FALSE(t.ack("m", l.off, l.lease_id));
+        ++done;
+      }
+    }
+    now += 2000; // past every backoff (cap 1 s)
+  }
+  ASSERT_EQ(done, expect_healthy);
+  ASSERT_EQ(next, end);
+  auto s = t.stats();
+  EXPECT_EQ(s.parked, static_cast<size_t>(parked));
+  EXPECT_EQ(s.scheduled, static_cast<size_t>(delayed));
+  EXPECT_EQ(t.find(offset{5})->status, record_status::parked);
+  EXPECT_EQ(t.find(offset{1})->status, record_status::delayed);
+  EXPECT_FALSE(t.verify()) << describe(t.verify());
+  // Records that wait fill max_waiting: then the reader stops (room 0)
+  // until something stops waiting, whatever the window says.
+  ASSERT_EQ(t.waiting(), 5'000u + 1u) << "the stuck record waits for its retry";
+  auto more = end;
+  while (t.room() > 0 && more < end + 10'000)
+    ASSERT_FALSE(t.offer(offset{more++}, "stuck", now));
+  EXPECT_EQ(more, end + 999);
+  EXPECT_EQ(t.waiting(), cfg.max_waiting);
+  EXPECT_EQ(t.stats().leased + t.stats().available, 0u);
+  auto err = t.offer(offset{more}, "h", now);
+  EXPECT_TRUE(is(err, ec::throttled)) << describe(err);
+  // The stuck record goes to the dead-letter queue: its key runs again, one
+  // record at a time in offset order; then the delayed ones come due.
+  auto first = take(t, "m", 10, now);
+  ASSERT_EQ(offsets_of(first), (v64{0}));
+  ASSERT_FALSE(t.reject("m", first[0].off, first[0].lease_id, now, "poison"));
+  ASSERT_FALSE(t.dead_lettered(offset{0}));
+  int64_t expect = 5;
+  for (int round = 0; expect < more && round < 10'000; ++round) {
+    auto ls = take(t, "m", 50, now);
+    ASSERT_EQ(ls.size(), 1u) << "key order allows one at a time";
+    ASSERT_EQ(ls[0].off, offset{expect});
+    ASSERT_FALSE(t.ack("m", ls[0].off, ls[0].lease_id));
+    expect = expect < parked * 5 ? expect + 5 : std::max(expect + 1, end);
+  }
+  EXPECT_EQ(expect, more);
+  EXPECT_EQ(t.stats().parked, 0u);
+  EXPECT_TRUE(take(t, "m", 50, later - 1).empty());
+  EXPECT_EQ(take(t, "m", 5'000, later).size(), static_cast<size_t>(delayed));
+  EXPECT_FALSE(t.verify()) << describe(t.verify());
 }
 
 // Issue 20: a record offered with a delivery time waits for it like a retry,
