@@ -344,11 +344,17 @@ public:
     return waiting_.size() + key_held_;
   }
 
-  /// Calls f(off) for the records that may be leased now in offset order
-  /// (as acquire() would take them, as of its last `now`) until f returns
-  /// false.
+  /// Records tracked that are not done (restored rows not read again yet
+  /// included): O(1).
+  size_t not_done() const noexcept {
+    return window_.size();
+  }
+
+  /// Calls f(off) for the records that may be leased at `now`, in offset
+  /// order (as acquire() would take them), until f returns false.
   template <class F>
-  void for_each_ready(F f) const {
+  void for_each_ready(timestamp_ms now, F f) {
+    observe(now);
     for (auto off : ready_)
       if (!f(off))
         return;

@@ -71,7 +71,8 @@ void group_probe::lag_seconds(const std::string& topic, partition_id p,
 namespace {
 
 constexpr const char* queue_states[] = {"available", "leased", "retrying",
-                                        "scheduled", "dead_letter_pending"};
+                                        "scheduled", "dead_letter_pending",
+                                        "parked"};
 
 } // namespace
 
@@ -79,7 +80,7 @@ void group_probe::queue_records(const std::string& topic, partition_id p,
                                 const queue_counts& c) {
   auto& s = partition(topic, p);
   const uint64_t values[] = {c.available, c.leased, c.retrying, c.scheduled,
-                             c.dead_letter_pending};
+                             c.dead_letter_pending, c.parked};
   for (size_t i = 0; i < s.queue.size(); ++i) {
     if (!s.queue[i])
       s.queue[i] = &reg_->acquire(reg_->queue_records(),

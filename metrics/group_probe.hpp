@@ -80,6 +80,7 @@ public:
     uint64_t retrying = 0; ///< waiting for a retry backoff
     uint64_t scheduled = 0; ///< delayed delivery, not due
     uint64_t dead_letter_pending = 0;
+    uint64_t parked = 0; ///< ordering=key: behind an earlier record of its key
   };
   void queue_records(const std::string& topic, partition_id p,
                      const queue_counts& counts);
@@ -96,7 +97,7 @@ private:
     prometheus::Gauge* lag = nullptr;
     prometheus::Gauge* lag_seconds = nullptr;
     /// ferry_queue_records by state, in queue_counts' order.
-    std::array<prometheus::Gauge*, 5> queue{};
+    std::array<prometheus::Gauge*, 6> queue{};
   };
   struct topic_series {
     prometheus::Counter* dlq_total = nullptr;

@@ -71,11 +71,11 @@ struct registry::families {
                              "Record leases that ran out before an ack")),
       queue_records(gauge(r, "ferry_queue_records",
                           "Records a queue-mode group tracks on a partition, "
-                          "by state: available (deliverable, or held behind its "
-                          "key), leased (in "
+                          "by state: available (deliverable now), leased (in "
                           "flight to a member), retrying (waiting for a retry "
                           "backoff), scheduled (delayed delivery not due), "
-                          "dead_letter_pending")),
+                          "dead_letter_pending, parked (ordering=key: behind "
+                          "an earlier record of its key)")),
       disk_used(gauge(r, "ferry_disk_used_bytes",
                       "Used bytes of the file system holding the data dir")),
       disk_free(gauge(r, "ferry_disk_free_bytes",

@@ -334,10 +334,30 @@ void prune(queue_partition_state& p) {
     uncache(p, p.cache.begin()->first);
 }
 
+// True if the record only waits (a retry or delivery time, or parked
+// behind its key).
+bool only_waits(const queue_partition_state& p, offset off) {
+  auto v = p.table->find(off);
+  return v
+         && (v->status == record_status::delayed
+             || v->status == record_status::parked);
+}
+
+// The contents of records that only wait are kept in the first half of the
+// cache budget; past it they are dropped and read again when the record may
+// be leased (maybe_reload), so waiting records never pause the reader.
+bool keep_contents(self_ptr self, const queue_partition_state& p, offset off) {
+  return p.cached_bytes < self->state.cfg.max_cached_bytes / 2
+         || !only_waits(p, off);
+}
+
 void schedule_timer(self_ptr self);
 bool topic_read(self_ptr self, const std::string& topic);
 bool topics_read(self_ptr self, const std::vector<std::string>& topics);
 void maybe_fetch(self_ptr self, queue_partition_state& p);
+void maybe_reload(self_ptr self, queue_partition_state& p, timestamp_ms now);
+void on_reloaded(self_ptr self, queue_partition_state& p, offset from,
+                 fetch_response& resp);
 void pump_dlq(self_ptr self, queue_partition_state& p);
 void serve_waiters(self_ptr self, timestamp_ms now);
 
@@ -388,6 +408,7 @@ void schedule_timer(self_ptr self) {
     consider(p.table->next_retry());
     consider(p.fetch_retry_at);
     consider(p.dlq_retry_at);
+    consider(p.reload_retry_at);
   }
   // A waiter on a topic not read yet is woken by the read (mark_read).
   for (auto& [id, w] : st.waiters)
@@ -691,6 +712,8 @@ void on_fetched(self_ptr self, queue_partition_state& p,
   else
     bad = std::move(n.error());
   for (size_t i = 0; i < taken; ++i) {
+    if (!keep_contents(self, p, recs[i].first))
+      continue; // read again when it may be leased
     p.cached_bytes += record_bytes(recs[i].second);
     p.cache.emplace(recs[i].first, std::move(recs[i].second));
   }
@@ -764,6 +787,110 @@ void resolve_start(self_ptr self, queue_partition_state& p) {
                   mark_dirty(self, p);
                   maybe_fetch(self, p);
                 });
+}
+
+// Reads again the contents of records that may be leased now but whose
+// contents were dropped while they waited (keep_contents): one fetch in
+// flight per partition, from the first such record, beside the reader.
+void maybe_reload(self_ptr self, queue_partition_state& p, timestamp_ms now) {
+  auto& st = self->state;
+  if (!p.table || p.reloading || p.reload_retry_at != 0 || !st.cfg.broker
+      || p.cache.size() >= p.table->not_done())
+    return; // every tracked record's contents are there (the common case)
+  std::optional<offset> from;
+  size_t seen = 0;
+  p.table->for_each_ready(now, [&](offset off) {
+    if (p.cache.count(off) == 0) {
+      from = off;
+      return false;
+    }
+    return ++seen < 4096;
+  });
+  if (!from)
+    return;
+  fetch_request req;
+  req.topic = p.key.topic;
+  req.partition = p.key.partition;
+  req.from = *from;
+  req.max_bytes = st.cfg.fetch_max_bytes;
+  req.min_bytes = 1;
+  req.max_wait_ms = 0;
+  p.reloading = true;
+  auto key = p.key;
+  auto inc = p.incarnation;
+  auto at = *from;
+  self->request(st.cfg.broker, st.cfg.broker_timeout, fetch_atom_v, req)
+    .then(
+      [self, key, inc, at](fetch_response& resp) {
+        auto* p = find_part(self, key, inc);
+        if (!p)
+          return;
+        p->reloading = false;
+        on_reloaded(self, *p, at, resp);
+      },
+      [self, key, inc, at](caf::error& err) {
+        auto* p = find_part(self, key, inc);
+        if (!p)
+          return;
+        p->reloading = false;
+        log::warn("queue group {}: cannot read {} at {} again: {}; retrying",
+                  self->state.cfg.group, tp_text(p->key), at, err);
+        p->reload_retry_at = now_ms(self)
+                             + span_ms(self->state.cfg.retry_backoff);
+        schedule_timer(self);
+      });
+}
+
+void on_reloaded(self_ptr self, queue_partition_state& p, offset from,
+                 fetch_response& resp) {
+  auto& st = self->state;
+  std::string_view data = resp.data;
+  size_t pos = 0, cached = 0;
+  bool found = false;
+  while (pos < data.size()) {
+    auto hdr = parse_batch_header(data.substr(pos));
+    if (!hdr)
+      break; // the end of what fit, or damage the reader reports
+    auto size = hdr->total_size();
+    auto dec = decode_batch(data.substr(pos, size));
+    if (!dec)
+      break;
+    pos += size;
+    if (hdr->control())
+      continue;
+    for (auto& r : dec->records) {
+      auto off = hdr->base_offset + r.offset_delta;
+      if (off < from || p.cache.count(off) > 0)
+        continue;
+      auto v = p.table->find(off);
+      if (!v || v->status == record_status::done
+          || v->status == record_status::unread)
+        continue; // not tracked, or the reader brings it
+      if (off == from)
+        found = true;
+      else if (!keep_contents(self, p, off))
+        continue;
+      p.cached_bytes += record_bytes(r);
+      p.cache.emplace(off, std::move(r));
+      ++cached;
+    }
+  }
+  auto now = now_ms(self);
+  if (!found) {
+    // Gone from the log since it was read (compaction or retention), or
+    // the fetch failed: try again later rather than spin.
+    log::warn("queue group {}: {}@{} could not be read again; retrying",
+              st.cfg.group, tp_text(p.key), from);
+    p.reload_retry_at = now + span_ms(st.cfg.retry_backoff);
+    schedule_timer(self);
+    return;
+  }
+  log::debug("queue group {}: read {} records of {} again from {}",
+             st.cfg.group, cached, tp_text(p.key), from);
+  serve_waiters(self, now);
+  pump_dlq(self, p);
+  maybe_reload(self, p, now);
+  schedule_timer(self);
 }
 
 // The log start moved past the read position (retention): skip there.
@@ -889,7 +1016,12 @@ acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
     auto& p = *parts[(start + n) % parts.size()];
     uint64_t redelivered = 0;
     expire_partition(self, p, now);
-    auto ls = p.table->acquire(req.member_id, want - out.size(), now, vis);
+    // Records whose contents were dropped while they waited are read again
+    // first (maybe_reload); the others are leased meanwhile.
+    auto ls = p.table->acquire(req.member_id, want - out.size(), now, vis,
+                               [&p](offset off) {
+                                 return p.cache.count(off) == 0;
+                               });
     if (!ls)
       return make_error(ec::invalid_request, describe(ls.error()));
     if (!ls->empty() && p.table->has_changes())
@@ -913,6 +1045,7 @@ acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
     }
     if (redelivered > 0 && st.cfg.probe)
       st.cfg.probe->redelivered(p.key.topic, redelivered);
+    maybe_reload(self, p, now);
   }
   return out;
 }
@@ -1478,6 +1611,9 @@ void on_tick(self_ptr self) {
       p.dlq_retry_at = 0;
       pump_dlq(self, p);
     }
+    if (p.reload_retry_at != 0 && p.reload_retry_at <= now)
+      p.reload_retry_at = 0;
+    maybe_reload(self, p, now);
   }
   if (st.flush_retry_at != 0 && st.flush_retry_at <= now) {
     st.flush_retry_at = 0;
@@ -1527,8 +1663,11 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
       }
       resp.attempts = r->attempts;
       resp.dead_letter = r->outcome == failure_outcome::dead_letter;
-      if (!resp.dead_letter)
+      if (!resp.dead_letter) {
         resp.retry_at = r->available_at;
+        if (!keep_contents(self, p, req.off))
+          uncache(p, req.off); // read again when it is due
+      }
       break;
     }
     case queue_ack_kind::reject:
@@ -1567,6 +1706,7 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
   mark_dirty(self, p);
   serve_waiters(self, now); // a key may be free, or records due
   maybe_fetch(self, p);     // the window may have room
+  maybe_reload(self, p, now);
   schedule_timer(self);
   auto rp = self->make_response_promise<queue_ack_response>();
   st.after_flush.push_back(queue_pending_reply{rp, resp});
@@ -1643,8 +1783,10 @@ caf::result<queue_group_config> on_alter(self_ptr self,
     dead_lettered[key] = p.dead_lettered;
   st.cfg.settings = qc;
   auto window = st.table_cfg.window;
+  auto max_waiting = st.table_cfg.max_waiting;
   st.table_cfg = to_lease_table_config(qc);
   st.table_cfg.window = window;
+  st.table_cfg.max_waiting = max_waiting;
   st.table_cfg.persist_leases = cluster(self);
   // Fresh lease ids: acks of the old leases must not match new ones.
   if (st.cfg.seed != 0)
@@ -1784,7 +1926,8 @@ queue_group_description describe_queue(self_ptr self) {
     d.committed = s.committed;
     d.read_end = s.read_end;
     d.high_watermark = p.high_watermark;
-    d.available = static_cast<int64_t>(s.available);
+    // Parked records (behind their key) count as available, as before.
+    d.available = static_cast<int64_t>(s.available + s.parked);
     d.delayed = static_cast<int64_t>(s.delayed - s.scheduled);
     d.scheduled = static_cast<int64_t>(s.scheduled);
     d.leased = static_cast<int64_t>(s.leased);
@@ -1852,6 +1995,7 @@ void refresh_metrics(self_ptr self) {
     auto s = p.table->stats();
     metrics::group_probe::queue_counts qc;
     qc.available = s.available;
+    qc.parked = s.parked;
     qc.leased = s.leased;
     qc.retrying = s.delayed - s.scheduled;
     qc.scheduled = s.scheduled;
@@ -1931,6 +2075,7 @@ queue_coordinator(
   st.cfg = std::move(cfg);
   st.table_cfg = to_lease_table_config(st.cfg.settings);
   st.table_cfg.window = std::max<size_t>(st.cfg.window, 1);
+  st.table_cfg.max_waiting = std::max<size_t>(st.cfg.max_waiting, 1);
   // Cluster mode: another node takes over the group with its leases.
   st.table_cfg.persist_leases = !st.cfg.state_topic.empty();
   st.queue_store = std::make_unique<queue_state_store>(*st.cfg.store);

@@ -18,7 +18,11 @@
 // room() and the cache is under max_cached_bytes. Records are offered in
 // order; what does not fit is fetched again later. A record that keeps
 // failing (or a key parked behind one) holds the committed offset, not the
-// reader: done records leave the window. A partition the group has no state
+// reader: done records leave the window, and records that only wait (a
+// retry or delivery time, or parked behind their key) count against
+// max_waiting, not the window. Their contents are dropped once half the
+// cache budget is used and read again (one fetch beside the reader) when
+// they may be leased, so they do not pause the reader either. A partition the group has no state
 // for begins at the group's start position (settings.start) when the group
 // first reads its topic -- earliest (offset 0), latest or a time, looked up
 // with list offsets before the first fetch and stored before anything is
@@ -258,11 +262,17 @@ struct queue_coordinator_config {
   caf::timespan broker_timeout = std::chrono::seconds{10};
   /// Delay before a failed fetch, DLQ write or save is tried again.
   caf::timespan retry_backoff = std::chrono::seconds{1};
-  /// Most records not done tracked per partition (lease_table window:
-  /// available, retrying, parked, leased, pending dead-letter; done records
-  /// above the committed offset are intervals outside it).
+  /// Most records tracked per partition that a member or the DLQ can take
+  /// now (lease_table window: available, leased, pending dead-letter; done
+  /// records above the committed offset are intervals outside it).
   size_t window = 10'000;
-  /// Record bytes cached per partition before the reader pauses.
+  /// Most records per partition that only wait: for a retry or delivery
+  /// time, or behind an earlier record of their key (lease_table
+  /// max_waiting). About 250 bytes each, without their contents.
+  size_t max_waiting = 100'000;
+  /// Record bytes cached per partition before the reader pauses. Records
+  /// that only wait keep their contents in the first half only; past it
+  /// their contents are read again when they may be leased.
   size_t max_cached_bytes = size_t{16} << 20;
   /// Most records one receive returns.
   int32_t max_receive_records = 10'000;
@@ -308,6 +318,9 @@ struct queue_partition_state {
   offset fetch_at{0};
   bool fetching = false;
   timestamp_ms fetch_retry_at = 0;
+  /// A fetch that reads again contents dropped while records waited.
+  bool reloading = false;
+  timestamp_ms reload_retry_at = 0;
   offset high_watermark{-1};
   /// The last fetch failed (logged once per run of failures).
   bool fetch_failing = false;

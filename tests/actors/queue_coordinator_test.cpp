@@ -430,6 +430,9 @@ protected:
     qc.seed = seed;
     qc.clock = test_clock();
     qc.probe = probe;
+    qc.window = window;
+    qc.max_waiting = max_waiting;
+    qc.max_cached_bytes = max_cached_bytes;
     auto c = sys->spawn(queue_coordinator, std::move(qc));
     sched->run();
     spawned.push_back(c);
@@ -575,6 +578,10 @@ protected:
   std::shared_ptr<fake_world> world;
   broker_actor broker;
   queue_group_config settings;
+  /// Per-partition limits of the coordinators start() spawns.
+  size_t window = 10'000;
+  size_t max_waiting = 100'000;
+  size_t max_cached_bytes = size_t{16} << 20;
   std::shared_ptr<metrics::group_probe> probe;
   queue_coordinator_actor coord;
   std::vector<queue_coordinator_actor> spawned;
@@ -997,6 +1004,7 @@ TEST_F(QueueCoordinatorTest, ProbeCountsTheRecordsOfEachPartitionByState) {
   EXPECT_EQ(state("retrying"), 1) << text;
   EXPECT_EQ(state("scheduled"), 1) << text;
   EXPECT_EQ(state("dead_letter_pending"), 0) << text;
+  EXPECT_EQ(state("parked"), 0) << text;
   // Settled: every state empties; the series go with the group.
   ack_ok("m1", got[0]);
   advance(60000ms);
@@ -1252,6 +1260,97 @@ TEST_F(QueueCoordinatorTest, APoisonRecordAndAParkedKeyDoNotStallAHundredThousan
     d = describe_partition();
   }
   EXPECT_EQ(d.committed, offset{healthy + 3});
+}
+
+// Issue 20: records that only wait -- a key parked behind a failing record,
+// records scheduled for later -- leave the window (20 here) and, past half
+// the cache budget (8 KiB), their contents: the healthy records behind them
+// all get processed, and the waiting ones, read again when their turn
+// comes, arrive whole, in key order, not before their time.
+TEST_F(QueueCoordinatorTest, WaitingRecordsLeaveTheWindowAndAreReadAgainWhenDue) {
+  settings.ordering = "key";
+  settings.max_attempts = 1000;
+  settings.initial_backoff_ms = 100;
+  settings.max_backoff_ms = 100;
+  settings.visibility_timeout_ms = 60000;
+  window = 20;
+  max_cached_bytes = 8 << 10;
+  auto value = [](int i) { return "v" + std::to_string(i) + std::string(200, 'x'); };
+  // 0: fails until rejected; 1..300: parked behind it (key "k"); 301..400:
+  // delayed 60 s; 401..1400: healthy, keys of their own.
+  std::vector<kv> recs{{"k", "fail"}};
+  for (int i = 1; i <= 300; ++i)
+    recs.push_back(kv{"k", value(i)});
+  for (int i = 301; i <= 400; ++i)
+    recs.push_back(kv{"d" + std::to_string(i), value(i),
+                      {record_header{"ferry-delay-ms", "60000"}}});
+  for (int i = 401; i <= 1400; ++i)
+    recs.push_back(kv{"h" + std::to_string(i), value(i)});
+  for (size_t i = 0; i < recs.size(); i += 100) {
+    auto end = std::min(i + 100, recs.size());
+    produce("t", 0, std::vector<kv>(recs.begin() + static_cast<long>(i),
+                                    recs.begin() + static_cast<long>(end)));
+  }
+  start();
+  int healthy = 0, failures = 0;
+  for (int round = 0; healthy < 1000 && round < 500; ++round) {
+    for (auto& m : receive("m1", 50)) {
+      auto off = m.message.off.value;
+      ASSERT_TRUE(off == 0 || off > 400) << "record " << off << " too early";
+      if (off == 0) {
+        ack_ok("m1", m, queue_ack_kind::nack, "boom");
+        ++failures;
+      } else {
+        ASSERT_EQ(m.message.value, value(static_cast<int>(off)));
+        ack_ok("m1", m);
+        ++healthy;
+      }
+    }
+    advance(200ms);
+  }
+  ASSERT_EQ(healthy, 1000);
+  EXPECT_GT(failures, 1);
+  auto d = describe_partition();
+  EXPECT_EQ(d.read_end, offset{1401});
+  EXPECT_EQ(d.scheduled, 100);
+  // The key runs again once its head goes to the dead-letter queue: its
+  // 300 records, one at a time, in order, each whole.
+  std::vector<leased_message> head;
+  for (int round = 0; head.empty() && round < 10; ++round) {
+    head = receive("m1", 50);
+    if (head.empty())
+      advance(200ms);
+  }
+  ASSERT_EQ(offsets_of(head), (std::vector<int64_t>{0}));
+  ack_ok("m1", head[0], queue_ack_kind::reject, "poison");
+  int64_t next = 1;
+  for (int round = 0; next <= 300 && round < 2000; ++round) {
+    auto got = receive("m1", 50);
+    ASSERT_LE(got.size(), 1u) << "one record of a key at a time";
+    if (got.empty()) {
+      advance(100ms); // its contents are being read again
+      continue;
+    }
+    ASSERT_EQ(got[0].message.off.value, next);
+    ASSERT_EQ(got[0].message.value, value(static_cast<int>(next)));
+    ack_ok("m1", got[0]);
+    ++next;
+  }
+  ASSERT_EQ(next, 301);
+  EXPECT_TRUE(receive("m1", 200).empty()) << "the delayed ones are not due";
+  advance(60s);
+  std::set<int64_t> late;
+  for (int round = 0; late.size() < 100 && round < 50; ++round) {
+    for (auto& m : receive("m1", 200)) {
+      EXPECT_EQ(m.message.value, value(static_cast<int>(m.message.off.value)));
+      EXPECT_EQ(m.attempt, 1);
+      late.insert(m.message.off.value);
+      ack_ok("m1", m);
+    }
+    advance(100ms);
+  }
+  EXPECT_EQ(late.size(), 100u);
+  EXPECT_EQ(describe_partition().committed, offset{1401});
 }
 
 // Issue 20: delayed delivery, per record (header) or for the group; the
