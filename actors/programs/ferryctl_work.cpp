@@ -643,7 +643,12 @@ int run_queue(caf::actor_system& sys, connection_actor conn, broker_actor broker
         if (idle >= max_idle)
           break;
       }
-      int64_t wait = running.empty() ? 500 : 100;
+      // While commands run, a receive does not wait: the loop waits for the
+      // first command to end instead (below), so its settle goes out at once.
+      // (A receive waiting meanwhile held the settle back; with ordering=key
+      // the key's next record only comes after it, so such keys ran at one
+      // record per wait.)
+      int64_t wait = running.empty() ? 500 : 0;
       if (running.empty() && max_idle.count() > 0) {
         auto idle = std::chrono::duration_cast<milliseconds>(steady::now() - last_record);
         wait = std::max<int64_t>(1, std::min<int64_t>(wait, (max_idle - idle).count()));
@@ -660,6 +665,13 @@ int run_queue(caf::actor_system& sys, connection_actor conn, broker_actor broker
           break;
         }
         std::this_thread::sleep_for(milliseconds{200});
+        continue;
+      }
+      if (got.empty() && !running.empty()) {
+        for (auto& r : done.take(milliseconds{100})) {
+          running.erase(r.id);
+          settle(r);
+        }
         continue;
       }
       if (!got.empty())
