@@ -49,6 +49,9 @@ struct sim {
   std::deque<raft_message> net;
   std::map<uint64_t, int32_t> leader_of_term;
   std::map<uint64_t, raft_entry> committed; // index -> entry, over all members
+  // index -> the lowest term a member was in when it saw the entry committed:
+  // the entry was committed in that term or earlier.
+  std::map<uint64_t, uint64_t> committed_by;
   uint64_t proposals = 0;
 
   bool start(int i) {
@@ -82,17 +85,28 @@ struct sim {
       auto [it, fresh] = committed.emplace(index, entry);
       if (!fresh && !(it->second == entry))
         violated("two entries committed at one index", index, it->second.term);
+      auto [by, first] = committed_by.emplace(index, core.term());
+      if (!first)
+        by->second = std::min(by->second, core.term());
     }
     if (core.role() == ferry::raft_role::leader) {
       auto [it, fresh] = leader_of_term.emplace(core.term(), core.id());
       if (!fresh && it->second != core.id())
         violated("two leaders in one term", core.term(), static_cast<uint64_t>(it->second));
-      // Leader completeness: every committed entry it still holds is the
-      // committed one (same term).
-      for (auto& [index, entry] : committed)
-        if (index > core.snapshot_index() && index <= core.last_index())
-          if (auto t = core.term_at(index); t && *t != entry.term)
-            violated("a leader lacks a committed entry", index, *t);
+      // Leader completeness: a leader of a term after the one an entry was
+      // committed in holds it (a leader of an older term that has not heard
+      // of the newer ones yet need not: it cannot commit anything).
+      for (auto& [index, entry] : committed) {
+        if (core.term() <= committed_by.at(index))
+          continue;
+        if (index <= core.snapshot_index())
+          continue;
+        if (index > core.last_index())
+          violated("a leader lacks a committed entry", index, core.last_index());
+        if (auto t = core.term_at(index); t && *t != entry.term)
+          violated("a leader holds another entry at a committed index", index,
+                   *t);
+      }
     }
   }
 
