@@ -350,6 +350,11 @@ public:
     return window_.size();
   }
 
+  /// True if the record at `off` is tracked and not done: O(log n).
+  bool tracks(offset off) const {
+    return window_.count(off) != 0;
+  }
+
   /// Calls f(off) for the records that may be leased at `now`, in offset
   /// order (as acquire() would take them), until f returns false.
   template <class F>

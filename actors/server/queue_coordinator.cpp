@@ -712,6 +712,11 @@ void on_fetched(self_ptr self, queue_partition_state& p,
   else
     bad = std::move(n.error());
   for (size_t i = 0; i < taken; ++i) {
+    // Done already (a restored done row): nothing to deliver. The cache
+    // holds tracked records only, so its size tells maybe_reload whether
+    // any contents are missing.
+    if (!p.table->tracks(recs[i].first))
+      continue;
     if (!keep_contents(self, p, recs[i].first))
       continue; // read again when it may be leased
     p.cached_bytes += record_bytes(recs[i].second);
