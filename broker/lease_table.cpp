@@ -579,6 +579,12 @@ std::optional<record_view> lease_table::find(offset off) const {
   return v;
 }
 
+bool lease_table::waits(offset off) const {
+  auto it = window_.find(off);
+  return it != window_.end() && it->second.st == state::available
+         && it->second.offered && ready_.count(off) == 0;
+}
+
 lease_table_stats lease_table::stats() const {
   lease_table_stats s;
   s.committed = committed_;

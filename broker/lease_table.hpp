@@ -355,6 +355,10 @@ public:
     return window_.count(off) != 0;
   }
 
+  /// True if the record at `off` only waits: delayed or parked (as of the
+  /// last `now` seen). O(log n).
+  bool waits(offset off) const;
+
   /// Calls f(off) for the records that may be leased at `now`, in offset
   /// order (as acquire() would take them), until f returns false.
   template <class F>

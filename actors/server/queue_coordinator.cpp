@@ -334,21 +334,20 @@ void prune(queue_partition_state& p) {
     uncache(p, p.cache.begin()->first);
 }
 
-// True if the record only waits (a retry or delivery time, or parked
-// behind its key).
-bool only_waits(const queue_partition_state& p, offset off) {
-  auto v = p.table->find(off);
-  return v
-         && (v->status == record_status::delayed
-             || v->status == record_status::parked);
-}
-
-// The contents of records that only wait are kept in the first half of the
-// cache budget; past it they are dropped and read again when the record may
-// be leased (maybe_reload), so waiting records never pause the reader.
+// The contents of records read while they only wait (a delivery time, or
+// parked behind their key) are kept in the first half of the cache budget;
+// past it they are not kept and are read again when the record may be
+// leased (maybe_reload), so waiting records never pause the reader. (Records
+// waiting for a retry keep theirs: they were leased a moment ago.)
 bool keep_contents(self_ptr self, const queue_partition_state& p, offset off) {
   return p.cached_bytes < self->state.cfg.max_cached_bytes / 2
-         || !only_waits(p, off);
+         || p.table->waiting() == 0 || !p.table->waits(off);
+}
+
+// True if some tracked record's contents are not cached (the cache holds
+// tracked records only).
+bool contents_missing(const queue_partition_state& p) {
+  return p.cache.size() < p.table->not_done();
 }
 
 void schedule_timer(self_ptr self);
@@ -691,8 +690,12 @@ void on_fetched(self_ptr self, queue_partition_state& p,
       }
     next = std::max(next, hdr->next_offset());
   }
-  if (pos == 0 && !bad && resp.next_offset > from)
-    next = resp.next_offset; // nothing returned, but the broker moved on
+  // Nothing returned, but the broker moved on (records gone to compaction,
+  // control records). Not when records came and none was decoded: the
+  // window may have filled while the fetch was out (records that waited
+  // came due), and those records are read again later.
+  if (data.empty() && !bad && resp.next_offset > from)
+    next = resp.next_offset;
   p.high_watermark = resp.high_watermark;
   std::vector<queue_candidate> cs;
   cs.reserve(recs.size());
@@ -800,7 +803,7 @@ void resolve_start(self_ptr self, queue_partition_state& p) {
 void maybe_reload(self_ptr self, queue_partition_state& p, timestamp_ms now) {
   auto& st = self->state;
   if (!p.table || p.reloading || p.reload_retry_at != 0 || !st.cfg.broker
-      || p.cache.size() >= p.table->not_done())
+      || !contents_missing(p))
     return; // every tracked record's contents are there (the common case)
   std::optional<offset> from;
   size_t seen = 0;
@@ -817,7 +820,9 @@ void maybe_reload(self_ptr self, queue_partition_state& p, timestamp_ms now) {
   req.topic = p.key.topic;
   req.partition = p.key.partition;
   req.from = *from;
-  req.max_bytes = st.cfg.fetch_max_bytes;
+  // A few batches: the records that come due together are mostly near each
+  // other (a parked key's next ones, delayed records produced together).
+  req.max_bytes = std::min<int32_t>(st.cfg.fetch_max_bytes, 256 << 10);
   req.min_bytes = 1;
   req.max_wait_ms = 0;
   p.reloading = true;
@@ -1023,10 +1028,11 @@ acquire_for(self_ptr self, const queue_receive_request& req, timestamp_ms now) {
     expire_partition(self, p, now);
     // Records whose contents were dropped while they waited are read again
     // first (maybe_reload); the others are leased meanwhile.
+    std::function<bool(offset)> uncached;
+    if (contents_missing(p))
+      uncached = [&p](offset off) { return p.cache.count(off) == 0; };
     auto ls = p.table->acquire(req.member_id, want - out.size(), now, vis,
-                               [&p](offset off) {
-                                 return p.cache.count(off) == 0;
-                               });
+                               uncached);
     if (!ls)
       return make_error(ec::invalid_request, describe(ls.error()));
     if (!ls->empty() && p.table->has_changes())
@@ -1668,11 +1674,8 @@ caf::result<queue_ack_response> on_ack(self_ptr self, queue_ack_request& req) {
       }
       resp.attempts = r->attempts;
       resp.dead_letter = r->outcome == failure_outcome::dead_letter;
-      if (!resp.dead_letter) {
+      if (!resp.dead_letter)
         resp.retry_at = r->available_at;
-        if (!keep_contents(self, p, req.off))
-          uncache(p, req.off); // read again when it is due
-      }
       break;
     }
     case queue_ack_kind::reject:
