@@ -378,6 +378,16 @@ protected:
     store.reset();
   }
 
+  // ordering=key, retries 100 ms apart for up to 1,000 attempts, leases
+  // that do not run out during a test.
+  void key_order_with_quick_retries() {
+    settings.ordering = "key";
+    settings.max_attempts = 1000;
+    settings.initial_backoff_ms = 100;
+    settings.max_backoff_ms = 100;
+    settings.visibility_timeout_ms = 60000;
+  }
+
   void open_store() {
     lmdb::env_options opts;
     opts.no_sync = true;
@@ -1214,11 +1224,7 @@ TEST_F(QueueCoordinatorTest, ResetMovesThePositionAndForgetsRetriesButNotWhileLe
 // Issue 20: the tracking window (10,000 records) must not stall a partition
 // behind a record that keeps failing or a key parked behind one.
 TEST_F(QueueCoordinatorTest, APoisonRecordAndAParkedKeyDoNotStallAHundredThousandRecords) {
-  settings.ordering = "key";
-  settings.max_attempts = 1000;
-  settings.initial_backoff_ms = 100;
-  settings.max_backoff_ms = 100;
-  settings.visibility_timeout_ms = 60000;
+  key_order_with_quick_retries();
   produce("t", 0, {{"poison", "fail"}, {"k", "fail"}, {"k", "parked"}});
   constexpr int healthy = 100'000;
   for (int b = 0; b < healthy / 1000; ++b) {
@@ -1268,11 +1274,7 @@ TEST_F(QueueCoordinatorTest, APoisonRecordAndAParkedKeyDoNotStallAHundredThousan
 // all get processed, and the waiting ones, read again when their turn
 // comes, arrive whole, in key order, not before their time.
 TEST_F(QueueCoordinatorTest, WaitingRecordsLeaveTheWindowAndAreReadAgainWhenDue) {
-  settings.ordering = "key";
-  settings.max_attempts = 1000;
-  settings.initial_backoff_ms = 100;
-  settings.max_backoff_ms = 100;
-  settings.visibility_timeout_ms = 60000;
+  key_order_with_quick_retries();
   window = 20;
   max_cached_bytes = 8 << 10;
   auto value = [](int i) { return "v" + std::to_string(i) + std::string(200, 'x'); };
