@@ -284,6 +284,22 @@ size_t lease_table::skip_to(offset off) {
   return n;
 }
 
+std::vector<offset> lease_table::forget(offset from, offset to,
+                                        const std::function<bool(offset)>& keep) {
+  std::vector<offset> gone;
+  for (auto it = window_.lower_bound(from);
+       it != window_.end() && it->first < to; ++it) {
+    auto& e = it->second;
+    if (!e.offered || e.st == state::leased || e.st == state::dead_letter
+        || (keep && keep(it->first)))
+      continue;
+    gone.push_back(it->first);
+  }
+  for (auto off : gone)
+    set_done(off, window_.at(off));
+  return gone;
+}
+
 // -- member requests ------------------------------------------------------------
 
 caf::expected<std::vector<lease>>

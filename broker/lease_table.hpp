@@ -379,6 +379,15 @@ public:
   /// Returns how many tracked records were dropped.
   size_t skip_to(offset off);
 
+  /// Records in [from, to) that the log no longer holds (compaction or
+  /// retention removed them after they were read, and the caller dropped
+  /// their contents while they waited), except those `keep` names: each one
+  /// that is offered and neither leased nor pending dead-letter becomes
+  /// done without a delivery, like an offset the log never had. Returns the
+  /// offsets forgotten.
+  std::vector<offset> forget(offset from, offset to,
+                             const std::function<bool(offset)>& keep = {});
+
   // -- member requests --------------------------------------------------------
 
   /// Leases up to `max_records` available records to `member` until

@@ -25,6 +25,7 @@
 #include <charconv>
 #include <functional>
 #include <limits>
+#include <set>
 #include <type_traits>
 #include <utility>
 
@@ -357,6 +358,8 @@ void maybe_fetch(self_ptr self, queue_partition_state& p);
 void maybe_reload(self_ptr self, queue_partition_state& p, timestamp_ms now);
 void on_reloaded(self_ptr self, queue_partition_state& p, offset from,
                  fetch_response& resp);
+void reload_below_log_start(self_ptr self, queue_partition_state& p,
+                            offset from);
 void pump_dlq(self_ptr self, queue_partition_state& p);
 void serve_waiters(self_ptr self, timestamp_ms now);
 
@@ -843,11 +846,80 @@ void maybe_reload(self_ptr self, queue_partition_state& p, timestamp_ms now) {
         if (!p)
           return;
         p->reloading = false;
+        if (is(err, ec::offset_out_of_range))
+          return reload_below_log_start(self, *p, at);
         log::warn("queue group {}: cannot read {} at {} again: {}; retrying",
                   self->state.cfg.group, tp_text(p->key), at, err);
         p->reload_retry_at = now_ms(self)
                              + span_ms(self->state.cfg.retry_backoff);
         schedule_timer(self);
+      });
+}
+
+// Tracked records in [from, to) whose contents were dropped while they
+// waited and that the log no longer has (compaction or retention removed
+// them since they were read): done without a delivery, as the reader
+// treats offsets the log never had. `keep` names the ones still there.
+void forget_gone(self_ptr self, queue_partition_state& p, offset from,
+                 offset to, const std::function<bool(offset)>& keep,
+                 const char* why) {
+  auto& st = self->state;
+  auto gone = p.table->forget(from, to, [&](offset off) {
+    return p.cache.count(off) > 0 || (keep && keep(off));
+  });
+  if (gone.empty())
+    return;
+  log::warn("queue group {}: {} records of {} from {} to {} are no longer "
+            "in the log ({}); skipped",
+            st.cfg.group, gone.size(), tp_text(p.key), gone.front(),
+            gone.back(), why);
+  prune(p);
+  mark_dirty(self, p);
+}
+
+// A reload was refused as below the log's start: retention deleted records
+// since they were read. Those without contents are skipped, up to the
+// start; any other answer is retried later.
+void reload_below_log_start(self_ptr self, queue_partition_state& p,
+                            offset from) {
+  auto& st = self->state;
+  p.reloading = true;
+  auto key = p.key;
+  auto inc = p.incarnation;
+  list_offsets_request req{key.topic, key.partition, -2};
+  auto retry = [self](queue_partition_state& p) {
+    p.reload_retry_at = now_ms(self) + span_ms(self->state.cfg.retry_backoff);
+    schedule_timer(self);
+  };
+  self->request(st.cfg.broker, st.cfg.broker_timeout, offsets_atom_v, req)
+    .then(
+      [self, key, inc, from, retry](offset start) {
+        auto* p = find_part(self, key, inc);
+        if (!p)
+          return;
+        p->reloading = false;
+        if (start <= from) {
+          log::warn("queue group {}: {}@{} is out of range, yet the log "
+                    "starts at {}; retrying",
+                    self->state.cfg.group, tp_text(p->key), from, start);
+          return retry(*p);
+        }
+        forget_gone(self, *p, offset{0}, start, {}, "retention");
+        auto now = now_ms(self);
+        serve_waiters(self, now);
+        pump_dlq(self, *p);
+        maybe_reload(self, *p, now);
+        schedule_timer(self);
+      },
+      [self, key, inc, retry](caf::error& err) {
+        auto* p = find_part(self, key, inc);
+        if (!p)
+          return;
+        p->reloading = false;
+        log::warn("queue group {}: cannot look up where {} starts: {}; "
+                  "retrying",
+                  self->state.cfg.group, tp_text(p->key), err);
+        retry(*p);
       });
 }
 
@@ -857,6 +929,8 @@ void on_reloaded(self_ptr self, queue_partition_state& p, offset from,
   std::string_view data = resp.data;
   size_t pos = 0, cached = 0;
   bool found = false;
+  offset reached = from; // one past the last whole batch of the answer
+  std::set<offset> present; // the records at or after `from` it holds
   while (pos < data.size()) {
     auto hdr = parse_batch_header(data.substr(pos));
     if (!hdr)
@@ -866,11 +940,15 @@ void on_reloaded(self_ptr self, queue_partition_state& p, offset from,
     if (!dec)
       break;
     pos += size;
+    reached = std::max(reached, hdr->next_offset());
     if (hdr->control())
       continue;
     for (auto& r : dec->records) {
       auto off = hdr->base_offset + r.offset_delta;
-      if (off < from || p.cache.count(off) > 0)
+      if (off < from)
+        continue;
+      present.insert(off);
+      if (p.cache.count(off) > 0)
         continue;
       auto v = p.table->find(off);
       if (!v || v->status == record_status::done
@@ -886,9 +964,14 @@ void on_reloaded(self_ptr self, queue_partition_state& p, offset from,
     }
   }
   auto now = now_ms(self);
-  if (!found) {
-    // Gone from the log since it was read (compaction or retention), or
-    // the fetch failed: try again later rather than spin.
+  if (!found && reached > from) {
+    // The log holds later records but not this one: compaction removed
+    // it (and any other record of [from, reached) the answer lacks).
+    forget_gone(self, p, from, reached,
+                [&](offset off) { return present.count(off) > 0; },
+                "compaction");
+  } else if (!found) {
+    // Nothing at or after it came back: try again later rather than spin.
     log::warn("queue group {}: {}@{} could not be read again; retrying",
               st.cfg.group, tp_text(p.key), from);
     p.reload_retry_at = now + span_ms(st.cfg.retry_backoff);

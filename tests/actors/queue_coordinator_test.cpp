@@ -573,6 +573,74 @@ protected:
     return {};
   }
 
+  /// Key "k" fails at its head (offset 0) and parks 299 records behind it
+  /// (batches 0-99, 100-199, 200-299) whose contents are dropped while they
+  /// wait; 200 healthy records follow. Once those are done, `remove` takes
+  /// records out of the log (as compaction or retention would), the head is
+  /// rejected, and the key's records are taken one by one. Returns the
+  /// key's offsets delivered after the head, in order (fails the test if
+  /// the group does not get to the end of the log).
+  std::vector<int64_t>
+  key_records_after_removal(const std::function<void(fake_partition&)>& remove) {
+    key_order_with_quick_retries();
+    window = 20;
+    max_cached_bytes = 8 << 10;
+    auto value = [](int64_t i) {
+      return "v" + std::to_string(i) + std::string(200, 'x');
+    };
+    for (int64_t b = 0; b < 5; ++b) {
+      std::vector<kv> recs;
+      for (int64_t i = b * 100; i < (b + 1) * 100; ++i)
+        recs.push_back(i == 0 ? kv{"k", "fail"}
+                       : i < 300 ? kv{"k", value(i)}
+                                 : kv{"h" + std::to_string(i), value(i)});
+      produce("t", 0, std::move(recs));
+    }
+    start();
+    std::vector<int64_t> out;
+    int healthy = 0;
+    for (int round = 0; healthy < 200 && round < 200; ++round) {
+      for (auto& m : receive("m1", 50)) {
+        if (m.message.off.value == 0) {
+          ack_ok("m1", m, queue_ack_kind::nack, "boom");
+        } else {
+          ack_ok("m1", m);
+          ++healthy;
+        }
+      }
+      advance(200ms);
+    }
+    EXPECT_EQ(healthy, 200);
+    remove(world->topics["t"][0]);
+    std::vector<leased_message> head;
+    for (int round = 0; head.empty() && round < 10; ++round) {
+      head = receive("m1", 50);
+      if (head.empty())
+        advance(200ms);
+    }
+    EXPECT_EQ(offsets_of(head), (std::vector<int64_t>{0}));
+    if (head.empty())
+      return out;
+    ack_ok("m1", head[0], queue_ack_kind::reject, "poison");
+    for (int round = 0; round < 3000; ++round) {
+      if (describe_partition().committed == offset{500})
+        break;
+      auto got = receive("m1", 50);
+      EXPECT_LE(got.size(), 1u) << "one record of a key at a time";
+      if (got.empty()) {
+        advance(100ms);
+        continue;
+      }
+      auto off = got[0].message.off.value;
+      EXPECT_EQ(got[0].message.value, value(off));
+      out.push_back(off);
+      ack_ok("m1", got[0]);
+    }
+    EXPECT_EQ(describe_partition().committed, offset{500})
+      << "the group is stuck at the removed records";
+    return out;
+  }
+
   std::vector<int64_t> offsets_of(const std::vector<leased_message>& ms) {
     std::vector<int64_t> out;
     for (auto& m : ms)
@@ -1353,6 +1421,40 @@ TEST_F(QueueCoordinatorTest, WaitingRecordsLeaveTheWindowAndAreReadAgainWhenDue)
   }
   EXPECT_EQ(late.size(), 100u);
   EXPECT_EQ(describe_partition().committed, offset{1401});
+}
+
+// A record whose contents were dropped while it waited and that compaction
+// then removed from the log is skipped when its turn comes, like a record
+// the reader never saw, and the records after it go on (before, its reload
+// was retried forever and the group's committed offset stayed there).
+TEST_F(QueueCoordinatorTest, WaitingRecordsCompactedAwayAreSkipped) {
+  auto got = key_records_after_removal([](fake_partition& p) {
+    std::erase_if(p.batches, [](auto& b) { return b.base == 100; });
+  });
+  std::vector<int64_t> want;
+  for (int64_t i = 1; i < 300; ++i)
+    if (i < 100 || i >= 200)
+      want.push_back(i);
+  EXPECT_EQ(got, want);
+}
+
+// The same for retention: a reload below the log's start skips the waiting
+// records without contents below it; those with contents still go.
+TEST_F(QueueCoordinatorTest, WaitingRecordsDeletedByRetentionAreSkipped) {
+  auto got = key_records_after_removal([](fake_partition& p) {
+    std::erase_if(p.batches, [](auto& b) { return b.last < 200; });
+    p.start = 200;
+  });
+  ASSERT_GE(got.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+  EXPECT_TRUE(std::none_of(got.begin(), got.end(),
+                           [](int64_t o) { return o >= 100 && o < 200; }));
+  EXPECT_EQ(std::vector<int64_t>(got.end() - 100, got.end()), [] {
+    std::vector<int64_t> v;
+    for (int64_t i = 200; i < 300; ++i)
+      v.push_back(i);
+    return v;
+  }());
 }
 
 // Records that come due while the reader's fetch is out fill the window

@@ -1409,3 +1409,44 @@ TEST(lease_table_leases, release_ends_one_lease_without_an_attempt) {
   EXPECT_EQ(got[0].attempt, 1);
   EXPECT_FALSE(t.verify());
 }
+
+// Records gone from the log while they waited (compaction, retention) are
+// forgotten: done without a delivery, the key's next record takes its turn,
+// and the committed position moves over them; leased records, records
+// pending dead-letter and those the caller keeps stay.
+TEST(lease_table, forget_makes_records_gone_from_the_log_done) {
+  auto cfg = exact_config(queue_ordering::key, 100);
+  cfg.retry.max_attempts = 1;
+  auto t = make_table(cfg);
+  for (int64_t i = 0; i < 8; ++i)
+    ASSERT_FALSE(t.offer(offset{i}, i < 6 ? "k" : "x" + std::to_string(i), 0,
+                         i == 7 ? 1'000'000 : 0));
+  auto got = take(t, "m", 10, 0);
+  ASSERT_EQ(got.size(), 2u); // 0 (key k's head) and 6
+  ASSERT_EQ(got[0].off, offset{0});
+  // 0 leased, 1..5 parked behind it, 6 leased, 7 delayed.
+  auto gone = t.forget(offset{0}, offset{8},
+                       [](offset off) { return off == offset{3}; });
+  EXPECT_EQ(gone, (std::vector<offset>{offset{1}, offset{2}, offset{4},
+                                       offset{5}, offset{7}}));
+  EXPECT_EQ(t.committed(), offset{0});
+  EXPECT_TRUE(t.tracks(offset{3}));
+  ASSERT_FALSE(t.ack("m", offset{0}, got[0].lease_id));
+  // Key k's next record is 3 (1 and 2 are gone): it may be leased now.
+  auto next = take(t, "m", 10, 0);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].off, offset{3});
+  ASSERT_FALSE(t.ack("m", offset{3}, next[0].lease_id));
+  ASSERT_FALSE(t.ack("m", offset{6}, got[1].lease_id));
+  EXPECT_EQ(t.committed(), offset{8});
+  EXPECT_EQ(t.stats().parked, 0u);
+  EXPECT_EQ(t.waiting(), 0u);
+  EXPECT_FALSE(t.verify()) << describe(t.verify());
+  // A record pending dead-letter is not forgotten.
+  ASSERT_FALSE(t.offer(offset{8}, "z", 0));
+  auto d = take(t, "m", 1, 0);
+  ASSERT_EQ(d.size(), 1u);
+  ASSERT_TRUE(t.nack("m", offset{8}, d[0].lease_id, 0, 0ms, "boom"));
+  EXPECT_TRUE(t.forget(offset{0}, offset{9}).empty());
+  EXPECT_EQ(t.pending_dead_letters().size(), 1u);
+}
