@@ -131,12 +131,12 @@ void producer_state::record(producer_id pid, int16_t epoch, int32_t base_seq,
   e.last_timestamp = std::max(e.last_timestamp, max_ts);
 }
 
-void producer_state::record(const batch_header& h) {
+void producer_state::record(const batch_header& h, timestamp_ms seen) {
   if (h.last_offset_delta < 0)
     return;
   record(producer_id{h.producer_id}, h.producer_epoch, h.base_sequence,
          h.last_offset_delta + 1, h.base_offset, h.last_offset(),
-         h.max_timestamp);
+         std::max(h.max_timestamp, seen));
 }
 
 void producer_state::truncate_to(offset end) {

@@ -107,8 +107,11 @@ public:
               offset first, offset last, timestamp_ms max_ts);
 
   /// record() from a header whose base offset is the assigned one. Skips
-  /// batches without producer id or sequence.
-  void record(const batch_header& h);
+  /// batches without producer id or sequence. `seen` (the append time, if
+  /// known) ages the entry when it is later than the batch's timestamps:
+  /// a producer of records with old timestamps (a DLQ redrive, a replay)
+  /// is active now, not when its records were made.
+  void record(const batch_header& h, timestamp_ms seen = 0);
 
   /// Forgets batches at or above `end`; producers left without batches are
   /// removed (treated as unknown afterwards). end() drops to at most `end`.

@@ -767,7 +767,7 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     auto info = st.log->append_replicated(batch);
     if (!info)
       return std::move(info.error());
-    st.producers.record(*h);
+    st.producers.record(*h, st.cfg.clock ? st.cfg.clock() : system_now_ms());
     st.last_batch_epoch = h->partition_leader_epoch;
     ++st.stats.appends;
     appended = true;
@@ -1130,7 +1130,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   ++st.stats.appends;
   st.last_batch_epoch = st.assignment.epoch.value;
   hdr->base_offset = info->base_offset;
-  st.producers.record(*hdr);
+  st.producers.record(*hdr, st.cfg.clock ? st.cfg.clock() : system_now_ms());
   produce_response resp{info->base_offset, info->last_offset,
                         st.log->log_start(), false};
   uint64_t records = info->records;

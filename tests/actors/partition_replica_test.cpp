@@ -629,6 +629,33 @@ TEST_F(partition_replica_test, retried_batch_is_a_duplicate_with_same_offsets) {
   EXPECT_EQ(state().stats.duplicates, 1u);
 }
 
+// A producer is forgotten after a day without appends, whatever the
+// timestamps of its records: a DLQ redrive copies records with their old
+// timestamps, and its retry after a lost answer must still be a duplicate
+// (before, the producer expired at the next tick: its entry aged by the
+// records' timestamps, and the retry was appended a second time).
+TEST_F(partition_replica_test, records_with_old_timestamps_do_not_expire_their_producer) {
+  spawn();
+  auto old = make_batch({.records = 2, .pid = 42, .epoch = 0, .seq = 0,
+                         .ts = t0 - 3 * 24 * 3'600'000});
+  auto a = produce(old);
+  ASSERT_OK(a);
+  EXPECT_FALSE(a->duplicate);
+  now_->store(t0 + 60'000);
+  caf::anon_send(replica_, tick_atom_v);
+  sched_->run();
+  auto b = produce(old);
+  ASSERT_OK(b);
+  EXPECT_TRUE(b->duplicate);
+  EXPECT_EQ(b->base_offset, a->base_offset);
+  EXPECT_EQ(state().log->log_end(), offset{2});
+  // A day after its last append it is forgotten, as before.
+  now_->store(t0 + 25 * 3'600'000);
+  caf::anon_send(replica_, tick_atom_v);
+  sched_->run();
+  EXPECT_EQ(state().producers.find(producer_id{42}), nullptr);
+}
+
 TEST_F(partition_replica_test, duplicate_of_an_unflushed_batch_waits_for_it) {
   spawn();
   auto batch = make_batch({.records = 2, .pid = 42, .epoch = 0, .seq = 0});
