@@ -345,6 +345,10 @@ struct hosted_replica {
   /// replayed its log into the node's stores (partition_replica_config::
   /// on_loaded); its groups are not coordinated here before that.
   std::shared_ptr<std::atomic<bool>> loaded;
+  /// ... and set while batches it appended as a follower are not applied
+  /// to the stores yet (partition_replica_config::on_behind): a node that
+  /// just became its leader does not coordinate its groups before that.
+  std::shared_ptr<std::atomic<bool>> behind;
 };
 
 /// A create request waiting for its replicas.

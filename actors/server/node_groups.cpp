@@ -326,7 +326,8 @@ bool state_loaded(const node_state& st, const std::string& key) {
   auto n = static_cast<int32_t>(t->second.partitions.size());
   auto r = st.replicas.find(
     topic_partition{consumer_state_topic, partition_id{partition_for_key(key, n)}});
-  return r != st.replicas.end() && r->second.loaded && r->second.loaded->load();
+  return r != st.replicas.end() && r->second.loaded && r->second.loaded->load()
+         && !(r->second.behind && r->second.behind->load());
 }
 
 group_home_t group_home(self_ptr self, const std::string& group) {

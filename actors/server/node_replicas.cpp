@@ -119,6 +119,9 @@ void spawn_replica(self_ptr self, const topic_partition& key,
       auto loaded = std::make_shared<std::atomic<bool>>(false);
       r.loaded = loaded;
       rc.on_loaded = [loaded] { loaded->store(true); };
+      auto behind = std::make_shared<std::atomic<bool>>(false);
+      r.behind = behind;
+      rc.on_behind = [behind](bool b) { behind->store(b); };
     }
     rc.assignment = pa;
     rc.leader_broker = replica_leader(self, pa);

@@ -300,6 +300,8 @@ caf::expected<offset> flush_log(partition_replica_state& st) {
 }
 
 void follower_synced(replica_ptr self);
+void apply_durable_replicated(partition_replica_state& st);
+void drop_pending_from(partition_replica_state& st, offset end);
 void follower_fetch(replica_ptr self);
 
 void observe_flush(const partition_replica_state& st,
@@ -402,6 +404,8 @@ void commit(replica_ptr self, bool inline_sync = false) {
   advance(self);
   if (!st.leader)
     follower_synced(self);
+  else
+    apply_durable_replicated(st);
 }
 
 // -- checkpoints and snapshots ---------------------------------------------------
@@ -726,6 +730,7 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
               "truncated from {} to {}",
               name_of(st), st.assignment.leader, r.diverging_epoch, old_end,
               *cut);
+    drop_pending_from(st, *cut);
     st.producers = producer_state{};
     if (auto err = st.producers.rebuild(*st.log))
       return err;
@@ -740,6 +745,7 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
               name_of(st), r.log_start, st.log->log_end());
     if (auto err = st.log->truncate_fully_and_start_at(r.log_start))
       return err;
+    drop_pending_from(st, offset{0});
     st.producers = producer_state{};
     st.snapshot_end = offset{-1};
     st.last_batch_epoch = -1;
@@ -779,6 +785,8 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
   if (appended && st.cfg.sync) {
     // Durable on the I/O threads; follower_synced applies the rest and
     // follower_fetch waits for it.
+    if (st.replicated_pending.empty() && !fresh.empty() && st.cfg.on_behind)
+      st.cfg.on_behind(true);
     for (auto b : fresh)
       st.replicated_pending.emplace_back(b);
     st.leader_hw = std::max(st.leader_hw, r.high_watermark);
@@ -803,6 +811,43 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
   return caf::none;
 }
 
+// Batches at or past `end` a truncation cut are not applied any more.
+void drop_pending_from(partition_replica_state& st, offset end) {
+  std::erase_if(st.replicated_pending, [end](const std::string& b) {
+    auto h = parse_batch_header(b, std::numeric_limits<int32_t>::max());
+    return !h || h->next_offset() > end;
+  });
+  if (st.replicated_pending.empty() && st.cfg.on_behind)
+    st.cfg.on_behind(false);
+}
+
+// Applies (cfg.on_replicated) the batches follower fetches appended, once
+// durable, in log order. Called after every commit in either role: a
+// follower that becomes leader before its last fetch's sync finished
+// applies them as leader (before, they were left out of the node's stores
+// until a restart: the node's new group coordinator served commits older
+// than the log's, and a DLQ home a producer row behind; tests/chaos seed
+// 1108, and likely 607).
+void apply_durable_replicated(partition_replica_state& st) {
+  if (st.replicated_pending.empty())
+    return;
+  size_t n = 0;
+  for (; n < st.replicated_pending.size(); ++n) {
+    auto& b = st.replicated_pending[n];
+    auto h = parse_batch_header(b, std::numeric_limits<int32_t>::max());
+    if (h && h->next_offset() > st.log->durable_end())
+      break;
+    if (auto r = st.cfg.on_replicated(b); !r)
+      log::warn("partition {}: applying replicated data failed: {}",
+                name_of(st), r.error());
+  }
+  st.replicated_pending.erase(st.replicated_pending.begin(),
+                              st.replicated_pending.begin()
+                                + static_cast<std::ptrdiff_t>(n));
+  if (st.replicated_pending.empty() && st.cfg.on_behind)
+    st.cfg.on_behind(false);
+}
+
 // Follower with cfg.sync (from commit): once the last fetch's appends are
 // durable, applies them to the node, takes the leader's HW, and fetches on.
 void follower_synced(replica_ptr self) {
@@ -810,13 +855,7 @@ void follower_synced(replica_ptr self) {
   if (st.leader || st.fenced || !st.log || st.sync_job
       || st.log->durable_end() < st.log->log_end())
     return;
-  if (!st.replicated_pending.empty()) {
-    for (auto& b : st.replicated_pending)
-      if (auto n = st.cfg.on_replicated(b); !n)
-        log::warn("partition {}: applying replicated data failed: {}",
-                  name_of(st), n.error());
-    st.replicated_pending.clear();
-  }
+  apply_durable_replicated(st);
   if (st.leader_hw >= offset{0}) {
     auto hw = std::min(st.leader_hw, st.log->log_end());
     if (hw > st.log->high_watermark())

@@ -186,6 +186,11 @@ struct partition_replica_config {
   /// them while it passes the old records (a coordinator must not serve
   /// from them before this).
   std::function<void()> on_loaded;
+  /// Called (on the replica's thread) with true when batches a follower
+  /// fetch appended wait for their sync before on_replicated applies them,
+  /// and with false once every one was applied (also when the replica led
+  /// meanwhile). While true the node's stores are behind the log.
+  std::function<void(bool behind)> on_behind;
   /// Node-wide store for the HW checkpoint and producer snapshots; may be
   /// null (see the file comment). Shared: it outlives the replica.
   std::shared_ptr<metadata_store> store;

@@ -2214,4 +2214,56 @@ TEST_F(replication_test, follower_with_io_threads_fetches_on_only_once_durable) 
   expect_identical_logs(lcfg.dir, fcfg.dir);
 }
 
+// 10. A follower that becomes leader while its last fetch's appends wait
+// for their sync still applies them to the node (on_replicated) once they
+// are durable, and says it is behind until then (the node does not
+// coordinate that partition's groups meanwhile). Before, they were never
+// applied: follower_synced returns at once for a leader (tests/chaos seed
+// 1108: the new group coordinator served commits older than the log's).
+TEST_F(replication_test, a_follower_made_leader_before_its_sync_applies_what_it_fetched) {
+  auto pool = std::make_shared<sync_pool>(
+    sync_pool_options{.threads = 0, .syncfs_threshold = 0});
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  lcfg.sync = pool;
+  auto leader = spawn_replica(lcfg);
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  fcfg.sync = pool;
+  auto applied = std::make_shared<std::vector<int64_t>>();
+  auto behind = std::make_shared<std::vector<bool>>();
+  fcfg.on_replicated = [applied](std::string_view data) -> caf::expected<size_t> {
+    size_t n = 0;
+    while (!data.empty()) {
+      auto h = parse_batch_header(data);
+      if (!h)
+        return std::move(h.error());
+      applied->push_back(h->base_offset.value);
+      data.remove_prefix(h->total_size());
+      ++n;
+    }
+    return n;
+  };
+  fcfg.on_behind = [behind](bool b) { behind->push_back(b); };
+  auto follower = spawn_replica(fcfg);
+  applied->clear(); // the start's replay of the (empty) log
+  auto r = produce(leader, make_batch({.records = 4}));
+  ASSERT_EQ(state(follower).log->log_end(), offset{4});
+  ASSERT_EQ(state(follower).log->durable_end(), offset{0});
+  EXPECT_TRUE(applied->empty()) << "applied before it was durable";
+  EXPECT_EQ(*behind, (std::vector<bool>{true}));
+  // The leader is gone; node 2 leads epoch 1 before its sync ran.
+  assign(follower, make_assignment(2, 1, {1, 2}, {2}), caf::actor{});
+  ASSERT_TRUE(state(follower).leader);
+  EXPECT_TRUE(applied->empty());
+  for (int i = 0; i < 10 && pool->run_pending() > 0; ++i)
+    sched_->run();
+  EXPECT_EQ(state(follower).log->durable_end(), offset{4});
+  EXPECT_EQ(*applied, (std::vector<int64_t>{0}))
+    << "the fetched batch never reached the node's stores";
+  EXPECT_EQ(*behind, (std::vector<bool>{true, false}));
+  (void)r;
+}
+
 } // namespace
