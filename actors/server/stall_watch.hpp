@@ -36,24 +36,48 @@ public:
   /// Raft leader after the gap (note_caught_up), plus a moment for the
   /// node to take in what that brought.
   bool stalled(std::chrono::milliseconds limit, std::chrono::milliseconds quarantine) const {
-    auto now = clock::now().time_since_epoch().count();
-    auto beat = last_beat_.load(std::memory_order_acquire);
-    if (now - beat > to_ticks(limit))
-      return true;
-    auto gap = last_gap_.load(std::memory_order_acquire);
-    if (gap <= to_ticks(limit))
-      return false;
-    auto end = last_gap_end_.load(std::memory_order_acquire);
-    auto caught_up = caught_up_.load(std::memory_order_acquire);
-    return now - end < to_ticks(quarantine) || caught_up <= end
-           || now - caught_up < to_ticks(std::chrono::milliseconds{250});
+    return stalled_at(clock::now().time_since_epoch().count(),
+                      last_beat_.load(std::memory_order_acquire),
+                      last_gap_.load(std::memory_order_acquire),
+                      last_gap_end_.load(std::memory_order_acquire),
+                      caught_up_.load(std::memory_order_acquire), to_ticks(limit),
+                      to_ticks(quarantine));
   }
 
   /// The local Raft node applied everything a current leader had committed
   /// (raft_node: a leader's append applied up to its commit index, or, as
-  /// the leader, a follower's acknowledgement in its term).
+  /// the leader, a follower's acknowledgement in its term). Only the first
+  /// evidence after the last gap counts (first_caught_up).
   void note_caught_up() {
-    caught_up_.store(clock::now().time_since_epoch().count(), std::memory_order_release);
+    auto now = clock::now().time_since_epoch().count();
+    auto prev = caught_up_.load(std::memory_order_acquire);
+    auto next = first_caught_up(prev, last_gap_end_.load(std::memory_order_acquire), now);
+    if (next != prev)
+      caught_up_.compare_exchange_strong(prev, next, std::memory_order_acq_rel);
+  }
+
+  /// stalled() on given clock readings (ticks of `clock`): `beat` is the
+  /// watch thread's last run, `gap`/`gap_end` its last gap, `caught_up`
+  /// the first catch-up evidence after it (0: none yet).
+  static bool stalled_at(int64_t now, int64_t beat, int64_t gap, int64_t gap_end,
+                         int64_t caught_up, int64_t limit, int64_t quarantine) {
+    if (now - beat > limit)
+      return true;
+    if (gap <= limit)
+      return false;
+    return now - gap_end < quarantine || caught_up <= gap_end
+           || now - caught_up < to_ticks(std::chrono::milliseconds{250});
+  }
+
+  /// What note_caught_up() at `now` stores: `now` for the first evidence
+  /// after the last gap (which ended at `gap_end`), else the earlier one
+  /// unchanged. Keeping the first matters: Raft heartbeats bring evidence
+  /// every tick, and a time refreshed by each of them was never 250 ms
+  /// old, so a node once paused longer than the limit refused its groups
+  /// for good (tests/chaos seed 608: coordinator_not_available from the
+  /// Raft leader's node until the end of the run).
+  static int64_t first_caught_up(int64_t prev, int64_t gap_end, int64_t now) {
+    return prev <= gap_end ? now : prev;
   }
 
   stall_watch(const stall_watch&) = delete;
