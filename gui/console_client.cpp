@@ -27,6 +27,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 namespace ferry::console {
 
@@ -56,9 +57,34 @@ struct gate {
     auto text = QString::fromStdString(error_text(err));
     post([what, text](console_client* q) { emit q->failed(what, text); });
   }
+
+  /// Request actors still waiting for a reply, and the actor they are
+  /// linked to: ~console_client ends it (and so them) and waits for them
+  /// before the actor system goes. An actor still running when the system
+  /// is destroyed is destroyed with it and calls into its torn-down parts
+  /// ("pure virtual method called" in gui.live, CI of 2026-12-05).
+  std::atomic<int> running{0};
+  caf::actor life;
 };
 
 using gate_ptr = std::shared_ptr<gate>;
+
+/// Counts a request actor as running until it ends, and links it to the
+/// gate's `life` (see gate::running).
+template <class Self>
+void track(const gate_ptr& g, Self* self) {
+  caf::actor life;
+  {
+    std::lock_guard<std::mutex> guard{g->mtx};
+    life = g->life;
+  }
+  ++g->running;
+  self->attach_functor([g] { --g->running; });
+  if (life)
+    self->link_to(life);
+  else
+    self->quit(caf::exit_reason::user_shutdown); // the client is going
+}
 
 QString qs(const std::string& s) {
   return QString::fromStdString(s);
@@ -203,6 +229,7 @@ template <class Result, class Ok, class... Ts>
 void ask(caf::actor_system& sys, connection_actor conn, milliseconds timeout,
          gate_ptr g, QString what, Ok ok, Ts... xs) {
   sys.spawn([=](caf::event_based_actor* self) {
+    track(g, self);
     self->request(conn, timeout, connect_atom_v)
       .then(
         [=](broker_actor& b) {
@@ -426,6 +453,9 @@ console_client::console_client(const tls_files& tls, QObject* parent)
   d_->tls = tls.enabled();
   d_->sys = std::make_unique<caf::actor_system>(d_->cfg);
   d_->g->target = this;
+  d_->g->life = d_->sys->spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](int) {}}; // lives until ~console_client ends it
+  });
 }
 
 console_client::~console_client() {
@@ -436,6 +466,19 @@ console_client::~console_client() {
   cancel_browse();
   d_->browse_hdl = nullptr;
   d_->stop_actors();
+  {
+    caf::actor life;
+    {
+      std::lock_guard<std::mutex> guard{d_->g->mtx};
+      std::swap(life, d_->g->life);
+    }
+    if (life)
+      caf::anon_send_exit(life, caf::exit_reason::user_shutdown);
+  }
+  // The request actors linked to it end now; bounded, in case one is
+  // busy in a handler.
+  for (int i = 0; i < 300 && d_->g->running.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
   // Queued replies may hold actor handles (the browse's flow-control tick):
   // drop them while the actor system still exists.
   QCoreApplication::removePostedEvents(this);
@@ -557,6 +600,7 @@ void console_client::refresh_groups() {
   auto timeout = d_->timeout;
   auto what = QStringLiteral("group list");
   d_->sys->spawn([=](caf::event_based_actor* self) {
+    track(g, self);
     auto st = std::make_shared<groups_state>();
     auto publish = [g, st] {
       QList<group_row> rows;
@@ -698,6 +742,7 @@ void console_client::produce(const message_row& msg) {
   auto producer = d_->producer;
   auto what = QStringLiteral("produce to %1").arg(msg.topic);
   d_->sys->spawn([=](caf::event_based_actor* self) {
+    track(g, self);
     self->request(producer, milliseconds{35000}, produce_atom_v, m)
       .then(
         [g](delivery_report& r) {
