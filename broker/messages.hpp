@@ -1316,4 +1316,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(ferry, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(ferry, (ferry::epoch_end))
   // Log compaction (issue 19): the node's cleaner finished a clean.
   CAF_ADD_ATOM(ferry, ferry, clean_atom, "clean")
+  // Every queue group of the cluster, (list_atom, queue_atom) (issue 18).
+  CAF_ADD_TYPE_ID(ferry, (std::vector<ferry::queue_group_description>))
 CAF_END_TYPE_ID_BLOCK(ferry)

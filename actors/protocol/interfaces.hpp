@@ -193,6 +193,13 @@ using broker_core_actor = caf::typed_actor<
   caf::replies_to<ack_atom, queue_ack_request>::with<queue_ack_response>,
   /// Queue mode: positions, record counts and DLQ per partition.
   caf::replies_to<describe_atom, queue_atom, std::string>::with<queue_group_description>,
+  /// Queue mode: every queue group's config (group, config, and one entry
+  /// per topic it has state for in `partitions`, topic names only). A node
+  /// stores the groups of the __consumer_state partitions it replicates, so
+  /// in a cluster the node merges its own with every linked peer's (a
+  /// peer's request is answered from its store alone). Nodes only (the DLQ
+  /// manager tells DLQs by it).
+  caf::replies_to<list_atom, queue_atom>::with<std::vector<queue_group_description>>,
   /// Queue mode: changes a queue group's max_attempts, backoff, jitter,
   /// visibility and ordering (stored; dlq_topic cannot change:
   /// invalid_config). Leases held at that moment are released (their

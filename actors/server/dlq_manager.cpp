@@ -216,28 +216,36 @@ std::map<std::string, dlq_class> classify(self_ptr self,
     if (c.source.empty())
       c.source = source;
   };
-  if (auto groups = load_queue_groups(store)) {
+  // group -> (config, topics it has state for)
+  std::map<std::string, std::pair<queue_group_config, std::set<std::string>>> groups;
+  if (auto& cg = self->state.cluster_groups) {
+    for (auto& d : *cg) {
+      auto& g = groups[d.group];
+      g.first = d.config;
+      for (auto& p : d.partitions)
+        g.second.insert(p.topic);
+    }
+  } else if (auto stored = load_queue_groups(store)) {
     queue_state_store qs{store};
-    for (auto& [group, qc] : *groups) {
-      for (auto& [name, md] : topics) {
-        auto d = dlq_topic_of(qc, name, group);
-        if (d != name && topics.count(d) > 0 && qc.dlq_topic.empty())
-          add(d, group, name);
-      }
-      if (!qc.dlq_topic.empty() && topics.count(qc.dlq_topic) > 0) {
-        std::string source;
-        if (auto parts = qs.partitions(group)) {
-          std::set<std::string> srcs;
-          for (auto& r : *parts)
-            srcs.insert(r.topic);
-          if (srcs.size() == 1)
-            source = *srcs.begin();
-        }
-        add(qc.dlq_topic, group, source);
-      }
+    for (auto& [group, qc] : *stored) {
+      auto& g = groups[group];
+      g.first = qc;
+      if (auto parts = qs.partitions(group))
+        for (auto& r : *parts)
+          g.second.insert(r.topic);
     }
   } else {
-    log::warn("dlq: cannot read the queue groups: {}", groups.error());
+    log::warn("dlq: cannot read the queue groups: {}", stored.error());
+  }
+  for (auto& [group, g] : groups) {
+    auto& [qc, srcs] = g;
+    for (auto& [name, md] : topics) {
+      auto d = dlq_topic_of(qc, name, group);
+      if (d != name && topics.count(d) > 0 && qc.dlq_topic.empty())
+        add(d, group, name);
+    }
+    if (!qc.dlq_topic.empty() && topics.count(qc.dlq_topic) > 0)
+      add(qc.dlq_topic, group, srcs.size() == 1 ? *srcs.begin() : std::string{});
   }
   for (auto& [name, md] : topics) {
     if (!has_dlq_suffix(name) || out.count(name) > 0)
@@ -257,23 +265,43 @@ std::map<std::string, dlq_class> classify(self_ptr self,
   return out;
 }
 
-/// Lists topics and calls `k` with them (or the error).
+/// Lists topics and calls `k` with them (or the error). In cluster mode it
+/// first refreshes state.cluster_groups (classify's queue groups).
 void with_topics(self_ptr self,
                  std::function<void(caf::expected<topic_map>)> k) {
   auto& st = self->state;
-  self->request(st.cfg.broker, st.cfg.broker_timeout, list_atom_v, topic_atom_v)
+  auto list = [self, k] {
+    auto& st = self->state;
+    self->request(st.cfg.broker, st.cfg.broker_timeout, list_atom_v, topic_atom_v)
+      .then(
+        [self, k](std::vector<topic_metadata>& list) {
+          topic_map m;
+          for (auto& t : list) {
+            if (t.name == self->state.cfg.state_topic)
+              self->state.state_partitions
+                = static_cast<int32_t>(t.partitions.size());
+            m.emplace(t.name, std::move(t));
+          }
+          k(std::move(m));
+        },
+        [k](caf::error& err) { k(std::move(err)); });
+  };
+  if (st.cfg.state_topic.empty()) {
+    list();
+    return;
+  }
+  self->request(st.cfg.broker, st.cfg.broker_timeout, list_atom_v, queue_atom_v)
     .then(
-      [self, k](std::vector<topic_metadata>& list) {
-        topic_map m;
-        for (auto& t : list) {
-          if (t.name == self->state.cfg.state_topic)
-            self->state.state_partitions
-              = static_cast<int32_t>(t.partitions.size());
-          m.emplace(t.name, std::move(t));
-        }
-        k(std::move(m));
+      [self, list](std::vector<queue_group_description>& groups) {
+        self->state.cluster_groups = std::move(groups);
+        list();
       },
-      [k](caf::error& err) { k(std::move(err)); });
+      [self, list](caf::error& err) {
+        log::warn("dlq: cannot list the cluster's queue groups ({}); using this "
+                  "node's", err);
+        self->state.cluster_groups.reset();
+        list();
+      });
 }
 
 /// The error for a topic that is missing or not a DLQ, or none.

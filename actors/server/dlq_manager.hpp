@@ -5,8 +5,9 @@
 // (redrive_atom, dlq_redrive_request) and (purge_atom, dlq_purge_request) to
 // it, and sends it every topic list (update_atom) like the coordinators.
 //
-// Which topics are DLQs: for every stored queue group (load_queue_groups)
-// and every topic T, dlq_topic_of(group config, T, group) if that topic
+// Which topics are DLQs: for every queue group (the stored ones,
+// load_queue_groups; in a cluster those of every node, asked from the broker
+// with (list_atom, queue_atom) before each request) and every topic T, dlq_topic_of(group config, T, group) if that topic
 // exists (source topic T); a configured dlq_topic that exists (source
 // unknown unless the default naming matched); and any topic whose name ends
 // in ".dlq" (a stream group's DLQ: "<topic>.<group>.dlq" of an existing
@@ -88,6 +89,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -159,6 +161,11 @@ struct dlq_manager_state {
   /// Cluster mode: partitions of cfg.state_topic (from the last topic list;
   /// 0: not known yet).
   int32_t state_partitions = 0;
+  /// Cluster mode: the queue groups of the whole cluster, from the last
+  /// (list_atom, queue_atom) answer of the broker (a node stores only the
+  /// groups of the __consumer_state partitions it replicates); nullopt when
+  /// that failed, and then the local store's groups are used.
+  std::optional<std::vector<queue_group_description>> cluster_groups;
   /// Redrives: the running one first.
   std::deque<std::shared_ptr<dlq_redrive_job>> redrives;
   uint64_t next_job = 1;

@@ -385,6 +385,7 @@ node(broker_actor::stateful_pointer<node_state> self, node_config cfg) {
       return fetch_offsets(self, r);
     },
     [self](list_atom, group_atom) { return list_groups(self); },
+    [self](list_atom, queue_atom) { return list_queue_groups(self); },
     [self](describe_atom, group_atom, std::string& g) {
       return describe_group(self, g);
     },

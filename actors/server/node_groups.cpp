@@ -612,6 +612,88 @@ caf::result<std::vector<group_description>> list_groups(self_ptr self) {
   return rp;
 }
 
+/// The queue groups in this node's store (see broker_core_actor's
+/// (list_atom, queue_atom)): config, and the topics with stored state.
+caf::expected<std::vector<queue_group_description>>
+stored_queue_groups(self_ptr self) {
+  auto& store = *self->state.cfg.store;
+  auto groups = load_queue_groups(store);
+  if (!groups)
+    return std::move(groups.error());
+  queue_state_store qs{store};
+  std::vector<queue_group_description> out;
+  for (auto& [name, qc] : *groups) {
+    queue_group_description d;
+    d.group = name;
+    d.config = qc;
+    if (auto parts = qs.partitions(name)) {
+      std::set<std::string> topics;
+      for (auto& r : *parts)
+        if (topics.insert(r.topic).second) {
+          queue_partition_description pd;
+          pd.topic = r.topic;
+          d.partitions.push_back(std::move(pd));
+        }
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+caf::result<std::vector<queue_group_description>> list_queue_groups(self_ptr self) {
+  auto& st = self->state;
+  auto local = stored_queue_groups(self);
+  if (!local)
+    return failed(self, std::move(local.error()));
+  if (!cluster_mode(st) || from_peer(self) || st.peers.empty())
+    return std::move(*local);
+  // Merged with every linked peer's (each replicates other __consumer_state
+  // partitions); a peer that does not answer is left out (its groups are
+  // usually on other replicas too).
+  auto rp = self->make_response_promise<std::vector<queue_group_description>>();
+  auto merged = std::make_shared<std::map<std::string, queue_group_description>>();
+  auto add = [merged](std::vector<queue_group_description>& xs) {
+    for (auto& x : xs) {
+      auto [it, fresh] = merged->emplace(x.group, x);
+      if (fresh)
+        continue;
+      for (auto& p : x.partitions) // topics another replica knows of
+        if (std::none_of(it->second.partitions.begin(), it->second.partitions.end(),
+                         [&](auto& q) { return q.topic == p.topic; }))
+          it->second.partitions.push_back(p);
+    }
+  };
+  add(*local);
+  auto pending = std::make_shared<size_t>(st.peers.size());
+  auto done = [rp, merged, pending]() mutable {
+    if (--*pending > 0)
+      return;
+    std::vector<queue_group_description> out;
+    for (auto& [name, d] : *merged)
+      out.push_back(std::move(d));
+    rp.deliver(std::move(out));
+  };
+  for (auto& [id, peer] : st.peers) {
+    if (!peer) {
+      done();
+      continue;
+    }
+    auto peer_id = id;
+    forward_to<std::vector<queue_group_description>>(
+      self, id, peer, std::chrono::seconds{5},
+      [add, done](std::vector<queue_group_description>& xs) mutable {
+        add(xs);
+        done();
+      },
+      [done, peer_id](caf::error& err) mutable {
+        log::warn("node: queue group list: node {} did not answer: {}", peer_id, err);
+        done();
+      },
+      list_atom_v, queue_atom_v);
+  }
+  return rp;
+}
+
 caf::result<group_description> describe_group(self_ptr self,
                                               std::string& group) {
   if (known_queue_group(self, group))

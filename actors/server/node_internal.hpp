@@ -466,6 +466,7 @@ caf::result<void> commit_offsets(self_ptr self, commit_offsets_request& req);
 caf::result<std::vector<partition_offset>>
 fetch_offsets(self_ptr self, fetch_offsets_request& req);
 caf::result<std::vector<group_description>> list_groups(self_ptr self);
+caf::result<std::vector<queue_group_description>> list_queue_groups(self_ptr self);
 caf::result<group_description> describe_group(self_ptr self,
                                               std::string& group);
 caf::result<std::vector<partition_offset>>

@@ -569,6 +569,9 @@ struct fake_cluster {
   std::vector<std::string> events;     ///< "state:<kind>" / "copy:<value>"
   bool refuse_state = false;           ///< answer not_leader to state produces
   int64_t next_pid = 100;
+  /// The cluster's queue groups ((list_atom, queue_atom)); unset: the
+  /// request fails (the manager uses its store's groups then).
+  std::optional<std::vector<queue_group_description>> groups;
 };
 
 std::vector<topic_metadata> fake_topics() {
@@ -581,13 +584,18 @@ std::vector<topic_metadata> fake_topics() {
         partition_assignment{partition_id{p}, 1, leader_epoch{1}, {1}, {1}});
     return md;
   };
-  return {t("orders", 1), t("x.dlq", 1), t("__consumer_state", 4)};
+  return {t("orders", 1), t("x.dlq", 1), t("__consumer_state", 4), t("dead-g", 1)};
 }
 
 caf::behavior fake_broker(caf::event_based_actor*,
                           std::shared_ptr<fake_cluster> fc) {
   return {
     [fc](list_atom, topic_atom) { return fake_topics(); },
+    [fc](list_atom, queue_atom) -> caf::result<std::vector<queue_group_description>> {
+      if (!fc->groups)
+        return make_error(ec::request_timed_out, "no answer (test)");
+      return *fc->groups;
+    },
     [fc](describe_atom, topic_atom, const std::string& name) {
       topic_description td;
       td.name = name;
@@ -740,6 +748,27 @@ protected:
     return *r->value;
   }
 
+  caf::expected<std::vector<dlq_info>> list(const dlq_manager_actor& m) {
+    auto r = std::make_shared<reply<std::vector<dlq_info>>>();
+    sys->spawn([r, m](caf::event_based_actor* self) {
+      self->request(m, caf::infinite, list_atom_v, dlq_atom_v)
+        .then(
+          [r](std::vector<dlq_info>& x) {
+            r->done = true;
+            r->value = std::move(x);
+          },
+          [r](caf::error& err) {
+            r->done = true;
+            r->err = std::move(err);
+          });
+    });
+    sched->run();
+    EXPECT_TRUE(r->done);
+    if (r->err || !r->value)
+      return r->err ? r->err : make_error(ec::request_timed_out, "no answer");
+    return *r->value;
+  }
+
   ferry::test::temp_dir dir{"ferry-dlqc"};
   std::vector<std::shared_ptr<metadata_store>> stores;
   caf::actor_system_config cfg;
@@ -833,6 +862,43 @@ TEST_F(DlqManagerClusterTest, ACopyWhoseMarkWasLostIsADuplicateAtTheNewHome) {
   EXPECT_EQ(*fc->copies[0].value, "dead-0");
   EXPECT_EQ(*fc->copies[1].value, "dead-1");
   EXPECT_EQ(*fc->copies[2].value, "dead-2");
+}
+
+// A node stores only the queue groups of the __consumer_state partitions it
+// replicates (with five nodes and RF 3, not all of them): the manager tells
+// DLQs by the cluster's groups, which its node gathers from every peer.
+// Found by the five-node chaos run (seed 5001): a group's explicit DLQ
+// "chaos-q-dlq" was "not a DLQ" at a home without the group's partition,
+// so every redrive failed.
+TEST_F(DlqManagerClusterTest, ADlqOfAGroupStoredOnlyOnOtherNodesIsADlq) {
+  queue_group_description g;
+  g.group = "g";
+  g.config.dlq_topic = "dead-g";
+  queue_partition_description pd;
+  pd.topic = "orders";
+  g.partitions.push_back(pd);
+  fc->groups = std::vector<queue_group_description>{g};
+  auto m = spawn_manager(0); // store 0 holds no queue group
+  auto dlqs = list(m);
+  ASSERT_TRUE(dlqs) << describe(dlqs.error());
+  const dlq_info* dead = nullptr;
+  for (auto& d : *dlqs)
+    if (d.topic == "dead-g")
+      dead = &d;
+  ASSERT_NE(dead, nullptr) << "dead-g is not listed as a DLQ";
+  EXPECT_EQ(dead->groups, (std::vector<std::string>{"g"}));
+  EXPECT_EQ(dead->source_topic, "orders");
+  dlq_redrive_request req;
+  req.topic = "dead-g";
+  req.to_topic = "orders";
+  auto r = redrive(m, req);
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->redriven, 0);
+  // Without the cluster's answer only the store counts: not a DLQ.
+  fc->groups.reset();
+  auto alone = redrive(m, req);
+  ASSERT_FALSE(alone);
+  EXPECT_TRUE(is(alone.error(), ec::invalid_request)) << describe(alone.error());
 }
 
 } // namespace ferry

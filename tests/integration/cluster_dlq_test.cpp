@@ -12,6 +12,12 @@
 //   leaders and show their records)
 //   --all redrives 0 records and skips 12, the target still holds 12
 //   copies, and `dlq show` there shows every record as redriven.
+//   ClusterDlq.AQueueGroupsDlqIsADlqOnEveryNodeOfFive: five nodes, topics
+//   RF 3, so every __consumer_state partition lives on three of them. A
+//   queue group with an explicit DLQ topic ("qd-dead", not named *.dlq):
+//   `dlq list` through every node lists it with its group, and
+//   `dlq show` through every node serves it (before, nodes without the
+//   group's __consumer_state partition answered "not a DLQ").
 // Every wait is bounded; every ferryd is killed when the test ends.
 
 #include "cluster_harness.hpp"
@@ -127,7 +133,7 @@ TEST(ClusterDlq, RedrivesAreServedAtTheHomeAndSurviveItsDeath) {
     home = ps->leader;
   }
   std::vector<int> others;
-  for (int id = 1; id <= cluster::size; ++id)
+  for (int id = 1; id <= c.voters(); ++id)
     if (id != home)
       others.push_back(id);
   std::cout << "[dlq] " << dlq << " lives in " << ferry::consumer_state_topic << "-"
@@ -238,4 +244,76 @@ TEST(ClusterDlq, RedrivesAreServedAtTheHomeAndSurviveItsDeath) {
     EXPECT_TRUE(r.redriven) << r.message.value;
   std::cout << "[dlq] done after " << seconds_since(t0) << " s\n";
   c.stop_all();
+}
+
+TEST(ClusterDlq, AQueueGroupsDlqIsADlqOnEveryNodeOfFive) {
+  cluster c{5};
+  ASSERT_CLUSTER_STARTED(c);
+  for (auto t : {"qd-src", "qd-dead"}) {
+    auto why = c.create_topic(t, 1);
+    ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+    ASSERT_TRUE(c.wait_placed(t, 1)) << c.dump();
+  }
+  ASSERT_TRUE(c.wait_placed(ferry::consumer_state_topic, 0)) << c.dump();
+  ferry::queue_group_config qc;
+  qc.dlq_topic = "qd-dead";
+  auto deadline = steady::now() + 30s;
+  caf::error last;
+  bool created = false;
+  while (!created && steady::now() < deadline) {
+    for (int id = 1; id <= c.voters() && !created; ++id) {
+      auto b = c.broker(id);
+      if (!b)
+        continue;
+      auto r = ask<ferry::queue_group_config>(*c.cs.sys, *b, 10s, ferry::create_atom_v,
+                                              ferry::group_atom_v, std::string{"qd-workers"}, qc);
+      created = static_cast<bool>(r);
+      if (!r)
+        last = r.error();
+    }
+    if (!created)
+      std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(created) << ferry::error_text(last) << "\n" << c.dump();
+  // The group reads qd-src: its coordinator stores a position there.
+  {
+    ferry::queue_receive_request rr;
+    rr.group = "qd-workers";
+    rr.member_id = "m1";
+    rr.topic = "qd-src";
+    rr.max_records = 1;
+    rr.wait_ms = 0;
+    auto r = ask_retrying<std::vector<ferry::leased_message>>(c, 1, steady::now() + 20s, rr,
+                                                              ferry::receive_atom_v);
+    ASSERT_TRUE(r) << ferry::error_text(r.error()) << "\n" << c.dump();
+  }
+  for (int id = 1; id <= c.voters(); ++id) {
+    std::string seen;
+    bool listed = wait_until(20s, [&] {
+      auto b = c.broker(id);
+      if (!b)
+        return false;
+      auto list = ask<std::vector<ferry::dlq_info>>(*c.cs.sys, *b, 10s, ferry::list_atom_v,
+                                                    ferry::dlq_atom_v);
+      if (!list) {
+        seen = ferry::error_text(list.error());
+        return false;
+      }
+      seen.clear();
+      for (auto& x : *list) {
+        seen += " " + x.topic;
+        if (x.topic == "qd-dead" && x.groups == std::vector<std::string>{"qd-workers"})
+          return true;
+      }
+      return false;
+    }, 300ms);
+    EXPECT_TRUE(listed) << "node " << id << " does not list qd-dead as qd-workers' DLQ; it "
+                        << "lists:" << seen;
+    ferry::dlq_show_request sr;
+    sr.topic = "qd-dead";
+    auto shown = ask_retrying<ferry::dlq_show_response>(c, id, steady::now() + 20s, sr,
+                                                        ferry::show_atom_v);
+    EXPECT_TRUE(shown) << "dlq show qd-dead through node " << id << ": "
+                       << ferry::error_text(shown.error());
+  }
 }
