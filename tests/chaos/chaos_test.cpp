@@ -1,4 +1,4 @@
-// The chaos suite (issue 18): a three-node ferryd cluster whose nodes reach
+// The chaos suite (issue 18): a three- or five-node ferryd cluster whose nodes reach
 // each other only through the link proxy (tests/integration/link_proxy.hpp),
 // a keyed acks=all workload through the idempotent CAF producer, a consumer
 // group, queue-mode workers with a DLQ and redrives (queue_workload.hpp), an
@@ -25,6 +25,8 @@
 // Each run prints its seed and one summary line ("[chaos] summary ...",
 // read by tests/chaos/soak.sh). Environment:
 //   FERRY_CHAOS_SEED        the seed (default: random, printed)
+//   FERRY_CHAOS_NODES       voters, 3 (default) or 5; with 5 the nemesis
+//                           also splits the cluster 2 | 3
 //   FERRY_CHAOS_FAULTS      faults per run (default 6)
 //   FERRY_CHAOS_PARTITIONS  partitions of the topic, RF 3 (default 6)
 //   FERRY_CHAOS_RATE        messages per second the workload offers (800)
@@ -47,6 +49,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -92,6 +95,7 @@ enum class fault_kind {
   kill_and_pause,
   kill_and_isolate,
   fill_disk,
+  split,
 };
 
 constexpr fault_kind all_faults[] = {
@@ -99,6 +103,7 @@ constexpr fault_kind all_faults[] = {
   fault_kind::pause,         fault_kind::isolate,         fault_kind::isolate_reset,
   fault_kind::cut_in,        fault_kind::cut_out,         fault_kind::kill_two,
   fault_kind::kill_and_pause, fault_kind::kill_and_isolate, fault_kind::fill_disk,
+  fault_kind::split,
 };
 
 const char* name_of(fault_kind k) {
@@ -115,19 +120,23 @@ const char* name_of(fault_kind k) {
     case fault_kind::kill_and_pause: return "kill_and_pause";
     case fault_kind::kill_and_isolate: return "kill_and_isolate";
     case fault_kind::fill_disk: return "fill_disk";
+    case fault_kind::split: return "split";
   }
   return "?";
 }
 
 /// The faults the nemesis draws from: FERRY_CHAOS_FAULT_KINDS (names of
-/// name_of, comma-separated) or all.
-std::vector<fault_kind> fault_kinds() {
+/// name_of, comma-separated) or all. `split` (a minority of two nodes cut
+/// from the majority) only with five voters: with three it is `isolate`,
+/// and leaving it out keeps the three-node seeds' schedules as they were.
+std::vector<fault_kind> fault_kinds(int voters) {
   std::vector<fault_kind> out;
   auto v = std::getenv("FERRY_CHAOS_FAULT_KINDS");
   std::string list = v ? v : "";
   for (auto k : all_faults)
-    if (list.empty() || ("," + list + ",").find(std::string{","} + name_of(k) + ",")
-                          != std::string::npos)
+    if ((k != fault_kind::split || voters > 3)
+        && (list.empty() || ("," + list + ",").find(std::string{","} + name_of(k) + ",")
+                              != std::string::npos))
       out.push_back(k);
   if (out.empty()) {
     ADD_FAILURE() << "FERRY_CHAOS_FAULT_KINDS=" << list << " names no fault";
@@ -148,7 +157,7 @@ class nemesis {
 public:
   nemesis(cluster& c, uint64_t seed, std::string topic, int32_t partitions)
     : c_(c), rng_(seed), topic_(std::move(topic)), partitions_(partitions),
-      kinds_(fault_kinds()) {
+      kinds_(fault_kinds(c.voters())) {
   }
 
   int kills = 0;
@@ -210,7 +219,7 @@ public:
         break;
       case fault_kind::cut_in:
         what << "one-way cut: nothing reaches node " << a;
-        for (int id = 1; id <= cluster::size; ++id)
+        for (int id = 1; id <= c_.voters(); ++id)
           if (id != a)
             c_.net().set(id, a, link_mode::blackhole);
         links_cut = true;
@@ -218,7 +227,7 @@ public:
         break;
       case fault_kind::cut_out:
         what << "one-way cut: node " << a << " reaches nobody";
-        for (int id = 1; id <= cluster::size; ++id)
+        for (int id = 1; id <= c_.voters(); ++id)
           if (id != a)
             c_.net().set(a, id, link_mode::blackhole);
         links_cut = true;
@@ -226,7 +235,8 @@ public:
         break;
       case fault_kind::kill_two:
         hold = ms{pick(1000, 3000)};
-        what << "SIGKILL nodes " << a << " and " << b << " (no majority)";
+        what << "SIGKILL nodes " << a << " and " << b
+             << (c_.voters() <= 3 ? " (no majority)" : "");
         kill(a);
         kill(b);
         break;
@@ -254,6 +264,29 @@ public:
              << (fill_why.empty() ? "" : "; " + fill_why) << ")";
         filled = a;
         ++disk_fills;
+        break;
+      }
+      case fault_kind::split: {
+        // Node a and voters/2 - 1 others (a minority) from the rest, both
+        // ways; a is a leader, the controller or any node as drawn.
+        std::vector<int> others;
+        for (int id = 1; id <= c_.voters(); ++id)
+          if (id != a)
+            others.push_back(id);
+        std::shuffle(others.begin(), others.end(), rng_);
+        std::set<int> minority{a};
+        for (int i = 0; static_cast<int>(minority.size()) < c_.voters() / 2; ++i)
+          minority.insert(others[static_cast<size_t>(i)]);
+        what << "split: nodes";
+        for (int id : minority)
+          what << " " << id;
+        what << " cut from the others";
+        for (int i = 1; i <= c_.voters(); ++i)
+          for (int j = 1; j <= c_.voters(); ++j)
+            if (minority.count(i) != minority.count(j))
+              c_.net().set(i, j, link_mode::blackhole);
+        links_cut = true;
+        ++cuts;
         break;
       }
     }
@@ -293,11 +326,11 @@ private:
     if (kind == fault_kind::kill_controller)
       if (auto cd = c_.describe_controller(); cd && cd->controller >= 1)
         return cd->controller;
-    return static_cast<int>(pick(1, cluster::size));
+    return static_cast<int>(pick(1, c_.voters()));
   }
 
   int other_than(int a) {
-    auto b = static_cast<int>(pick(1, cluster::size - 1));
+    auto b = static_cast<int>(pick(1, c_.voters() - 1));
     return b >= a ? b + 1 : b;
   }
 
@@ -366,7 +399,7 @@ public:
     req.group = group;
     for (int32_t p = 0; p < partitions_; ++p)
       req.partitions.push_back(ferry::topic_partition{topic_, ferry::partition_id{p}});
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c_.voters(); ++id) {
       if (!c_.up(id))
         continue;
       auto b = c_.broker(id);
@@ -488,7 +521,7 @@ private:
   std::map<std::pair<int32_t, int64_t>, std::string> consumed_;
 };
 
-/// Every partition has a leader and the full ISR {1,2,3}.
+/// Every partition has a leader and its three replicas in the ISR.
 bool recovered(cluster& c, const std::string& topic, int32_t partitions,
                leader_tracker& leaders) {
   auto cd = c.describe_controller();
@@ -497,7 +530,7 @@ bool recovered(cluster& c, const std::string& topic, int32_t partitions,
   leaders.observe(*cd, topic, partitions);
   for (int32_t p = 0; p < partitions; ++p) {
     auto ps = find_partition(*cd, topic, p);
-    if (!ps || ps->leader < 1 || !same_members(ps->isr, {1, 2, 3}))
+    if (!ps || ps->leader < 1 || !full_isr(*ps))
       return false;
   }
   return true;
@@ -513,12 +546,14 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   auto rate = static_cast<double>(env_int("FERRY_CHAOS_RATE", 800));
   auto queue_rate = static_cast<double>(env_int("FERRY_CHAOS_QUEUE_RATE", 100));
   auto http_rate = static_cast<double>(env_int("FERRY_CHAOS_HTTP_RATE", 50));
+  auto voters = static_cast<int>(env_int("FERRY_CHAOS_NODES", 3));
+  ASSERT_TRUE(voters == 3 || voters == 5) << "FERRY_CHAOS_NODES=" << voters << ": 3 or 5";
   std::cout << "[chaos] seed " << seed << " (rerun: FERRY_CHAOS_SEED=" << seed
-            << "), faults " << faults << ", partitions " << partitions << ", rate " << rate
-            << " msgs/s\n";
+            << "), nodes " << voters << ", faults " << faults << ", partitions " << partitions
+            << ", rate " << rate << " msgs/s\n";
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
 
-  cluster c{cluster::behind_proxy};
+  cluster c{cluster::behind_proxy, voters};
   c.add_node_args({"--http-port", "0"}); // the HTTP producer's
   if (disks_available)
     c.before_launch([](int, const std::filesystem::path& dir) {
@@ -531,7 +566,7 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   auto why = c.create_topic(topic, partitions);
   ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
   ASSERT_TRUE(c.wait_placed(topic, partitions))
-    << "not every partition got a leader and ISR {1,2,3}\n" << c.dump();
+    << "not every partition got a leader and its three replicas in the ISR\n" << c.dump();
 
   leader_tracker leaders;
   auto prod = make_producer(c, c.endpoints());
@@ -629,7 +664,7 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     std::lock_guard<std::mutex> guard{topo.book->mtx};
     topo_acked = topo.book->acked;
   }
-  topo.finish(); // node 4 leaves: chaos-topo is on nodes 1-3 again
+  topo.finish(); // the broker-only node leaves: chaos-topo is on the voters again
   auto topo_found = check_acked_writes(c, topology_workload::topic,
                                        topology_workload::partitions, topo_acked, 90s);
   auto found = check_acked_writes(c, topic, partitions, acked, 60s);
@@ -644,11 +679,14 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     queue.check(queue_acked);
   }
   queue.stop_workers();
+  for (auto& [text, n] : queue.redrive_errors)
+    std::cout << "[chaos] redrive error x" << n << ": " << text << "\n";
   std::map<int32_t, int64_t> http_hws;
+  std::map<int32_t, std::vector<int>> http_replicas;
   {
     std::string state;
     bool converged = wait_converged(c, http_workload::topic, http_workload::partitions, 60s,
-                                    http_hws, state);
+                                    http_hws, state, &http_replicas);
     EXPECT_TRUE(converged) << "replicas of " << http_workload::topic << " did not converge:\n"
                            << state << c.dump();
     if (converged)
@@ -676,19 +714,20 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     for (auto& [id, code] : codes)
       EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly\n"
                          << tail(c.node(id).output(), 3000);
-    disk_diffs = check_logs_on_disk(c, topic, partitions, found.hws);
+    disk_diffs = check_logs_on_disk(c, topic, partitions, found.hws, found.replicas);
     if (queue_found.why.empty())
       disk_diffs += check_logs_on_disk(c, queue_workload::topic, queue_workload::partitions,
-                                       queue_found.hws);
+                                       queue_found.hws, queue_found.replicas);
     if (topo_found.why.empty())
       disk_diffs += check_logs_on_disk(c, topology_workload::topic,
-                                       topology_workload::partitions, topo_found.hws);
+                                       topology_workload::partitions, topo_found.hws,
+                                       topo_found.replicas);
     if (!http_hws.empty())
       disk_diffs += check_logs_on_disk(c, http_workload::topic, http_workload::partitions,
-                                       http_hws);
+                                       http_hws, http_replicas);
   }
   bool pass = !::testing::Test::HasFailure();
-  std::cout << "[chaos] summary seed=" << seed << " faults=" << applied
+  std::cout << "[chaos] summary seed=" << seed << " nodes=" << voters << " faults=" << applied
             << " kills=" << nem.kills << " pauses=" << nem.pauses << " cuts=" << nem.cuts
             << " disk_fills="
             << (disks_available ? std::to_string(nem.disk_fills) : std::string{"unavailable"})

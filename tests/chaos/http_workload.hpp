@@ -55,7 +55,7 @@ public:
       return std::string{"create "} + topic + ": " + why;
     if (!c_.wait_placed(topic, partitions))
       return std::string{topic} + ": not every partition got a leader and the full ISR";
-    for (int id = 1; id <= cluster::size; ++id)
+    for (int id = 1; id <= c_.voters(); ++id)
       if (c_.node(id).http_port() == 0)
         return "node " + std::to_string(id) + " serves no HTTP API";
     running_ = true;
@@ -154,7 +154,7 @@ private:
       int64_t seq = counter / keys;
       ++counter;
       auto value = "k" + std::to_string(key) + ":" + std::to_string(seq);
-      int id = std::uniform_int_distribution<int>{1, cluster::size}(rng_);
+      int id = std::uniform_int_distribution<int>{1, c_.voters()}(rng_);
       uint16_t port = c_.up(id) ? c_.node(id).http_port() : 0;
       {
         std::lock_guard<std::mutex> guard{mtx_};

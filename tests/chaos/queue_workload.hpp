@@ -168,7 +168,7 @@ public:
     auto deadline = steady_clock::now() + 60s;
     bool last_done = false;
     while (!last_done && steady_clock::now() < deadline) {
-      for (int id = 1; id <= cluster::size && !last_done; ++id)
+      for (int id = 1; id <= c_.voters() && !last_done; ++id)
         last_done = redrive_once(id, 20s);
       if (!last_done)
         std::this_thread::sleep_for(500ms);
@@ -238,6 +238,7 @@ public:
   int64_t settle_errors = 0;   // ack/nack/reject requests that failed
   int64_t redrives_ok = 0;     // redrive requests answered during the run
   int64_t redrives_failed = 0;
+  std::map<std::string, int64_t> redrive_errors; // failed redrives by node and error
   int64_t redriven_during = 0; // records those redrives copied
   int64_t dead_letters = 0;
   int64_t dlq_duplicates = 0;
@@ -254,7 +255,7 @@ private:
 
   std::optional<ferry::queue_group_description> describe() {
     using namespace std::chrono_literals;
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c_.voters(); ++id) {
       if (!c_.up(id))
         continue;
       auto b = c_.broker(id);
@@ -282,6 +283,7 @@ private:
     std::lock_guard<std::mutex> guard{mtx_};
     if (!r) {
       ++redrives_failed;
+      ++redrive_errors["node " + std::to_string(id) + ": " + ferry::error_text(r.error())];
       return false;
     }
     ++redrives_ok;
@@ -296,7 +298,7 @@ private:
       int pause_ms = 0;
       {
         std::lock_guard<std::mutex> guard{mtx_};
-        id = std::uniform_int_distribution<int>{1, cluster::size}(rng_);
+        id = std::uniform_int_distribution<int>{1, c_.voters()}(rng_);
         pause_ms = std::uniform_int_distribution<int>{1500, 4000}(rng_);
       }
       redrive_once(id, 15s);

@@ -4,22 +4,23 @@
 # acknowledged, lost, duplicated, out of order, and the result.
 #
 #   tests/chaos/soak.sh [--runs N] [--seed S] [--faults F] [--partitions P]
-#                       [--bin DIR] [--logs DIR]
+#                       [--nodes 3|5] [--bin DIR] [--logs DIR]
 #
-# Defaults: 10 runs from seed 1, 10 faults each, 6 partitions, binaries in
+# Defaults: 10 runs from seed 1, 10 faults each, 6 partitions, 3 voters, binaries in
 # build/bin (ferryd too: the run sets FERRY_TEST_FERRYD=DIR/ferryd, so a
 # copy keeps running while build/ is rebuilt), logs in a temp dir. A failing
 # run keeps its test output and node logs in <logs>/seed-<S>/ (rerun it alone with FERRY_CHAOS_SEED=S).
 # Exit status 1 when any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-runs=10 seed=1 faults=10 partitions=6 bin=build/bin logs=""
+runs=10 seed=1 faults=10 partitions=6 nodes=3 bin=build/bin logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --faults) faults=$2; shift 2 ;;
     --partitions) partitions=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
     -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
@@ -40,7 +41,7 @@ for ((i = 0; i < runs; i++)); do
   dir="$logs/seed-$s"
   mkdir -p "$dir"
   rc=0
-  FERRY_CHAOS_SEED=$s FERRY_CHAOS_FAULTS=$faults FERRY_CHAOS_PARTITIONS=$partitions \
+  FERRY_CHAOS_SEED=$s FERRY_CHAOS_FAULTS=$faults FERRY_CHAOS_PARTITIONS=$partitions FERRY_CHAOS_NODES=$nodes \
     FERRY_TEST_LOG_DIR="$dir" FERRY_TEST_FERRYD="$bin/ferryd" "$bin/ferry_chaos_test" > "$dir/test.out" 2>&1 || rc=$?
   line=$(grep '^\[chaos\] summary' "$dir/test.out" | tail -1 || true)
   if [ -z "$line" ]; then
@@ -80,5 +81,5 @@ for ((i = 0; i < runs; i++)); do
     failed_runs=$((failed_runs + 1))
   fi
 done
-echo "runs $runs, failed $failed_runs; faults $tot_faults (kills $tot_kills, pauses $tot_pauses, cuts $tot_cuts, full disks $tot_disks); acked $tot_acked, lost $tot_lost, duplicated $tot_dup, reordered $tot_reord; queue acked $tot_qacked, lost $tot_qlost, dead letters $tot_dlq, DLQ/redrive duplicates $tot_dlqdup; HTTP acked $tot_hacked, lost or duplicated $tot_hlost; partitions per run $partitions; logs of failed runs in $logs"
+echo "runs $runs, failed $failed_runs; faults $tot_faults (kills $tot_kills, pauses $tot_pauses, cuts $tot_cuts, full disks $tot_disks); acked $tot_acked, lost $tot_lost, duplicated $tot_dup, reordered $tot_reord; queue acked $tot_qacked, lost $tot_qlost, dead letters $tot_dlq, DLQ/redrive duplicates $tot_dlqdup; HTTP acked $tot_hacked, lost or duplicated $tot_hlost; partitions per run $partitions, voters $nodes; logs of failed runs in $logs"
 [ "$failed_runs" -eq 0 ]

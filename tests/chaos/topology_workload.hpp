@@ -2,19 +2,20 @@
 // The chaos suite's topology workload (tests/chaos/README.md): the cluster
 // changes shape while traffic runs and the faults hit.
 //
-// start(): a broker-only node (id 4, cluster::add_broker: it dials the
-// voters' real ports, so the link proxy does not cut it; the nemesis
-// faults only nodes 1-3) joins; topic `chaos-topo` (3 partitions, RF 3)
-// gets an idempotent acks=all producer (acked_writes.hpp, 100 msgs/s).
-// Then a thread, every 1.5-4 s, through a node drawn at random (1-4):
+// start(): a broker-only node (id 4, or 6 with five voters;
+// cluster::add_broker: it dials the voters' real ports, so the link proxy
+// does not cut it; the nemesis faults only the voters) joins; topic
+// `chaos-topo` (3 partitions, RF 3) gets an idempotent acks=all producer
+// (acked_writes.hpp, 100 msgs/s). Then a thread, every 1.5-4 s, through a
+// node drawn at random (any of them):
 //   - creates a topic `chaos-t<n>` (2 partitions, RF 3), or
 //   - deletes the oldest of those it created, or
-//   - reassigns a partition of `chaos-topo` to 3 nodes drawn from 1-4
+//   - reassigns a partition of `chaos-topo` to 3 nodes drawn from all
 //     (the move completes once the new replicas are in the ISR).
-// finish(), after the faults: node 4 is removed (its replicas move to the
-// voters), every `chaos-t*` topic left is deleted.
+// finish(), after the faults: the broker-only node is removed (its
+// replicas move to the voters), every `chaos-t*` topic left is deleted.
 // Checks: every create or delete answered OK held (a created topic is in
-// the describe until deleted; a deleted one is not); node 4 leaves the
+// the describe until deleted; a deleted one is not); the broker-only node leaves the
 // cluster and holds no replica; after the last deletes no node lists a
 // `chaos-t*` topic and no data dir holds its files; `chaos-topo` passes
 // check_acked_writes like the other topics (the caller runs it).
@@ -42,16 +43,18 @@ class topology_workload {
 public:
   static constexpr const char* topic = "chaos-topo";
   static constexpr int32_t partitions = 3;
-  static constexpr int broker_only = 4;
-
-  topology_workload(cluster& c, uint64_t seed, double rate) : c_(c), rng_(seed), rate_(rate) {
+  topology_workload(cluster& c, uint64_t seed, double rate)
+    : broker_only(c.voters() + 1), c_(c), rng_(seed), rate_(rate) {
   }
+
+  /// The broker-only node's id: the one after the voters (4 or 6).
+  const int broker_only;
 
   ~topology_workload() {
     stop();
   }
 
-  /// Adds node 4, creates the topic, starts the producer and the changes.
+  /// Adds the broker-only node, creates the topic, starts the producer and the changes.
   /// "" or why not.
   std::string start() {
     using namespace std::chrono_literals;
@@ -68,7 +71,7 @@ public:
       return false;
     });
     if (!joined)
-      return "node 4 did not join as an alive broker-only node";
+      return "node " + std::to_string(broker_only) + " did not join as an alive broker-only node";
     why = c_.create_topic(topic, partitions);
     if (!why.empty())
       return std::string{"create "} + topic + ": " + why;
@@ -103,7 +106,7 @@ public:
     return book->cv.wait_for(guard, t, [&] { return book->done; });
   }
 
-  /// After the faults: the created/deleted checks, node 4 removed, the
+  /// After the faults: the created/deleted checks, the broker-only node removed, the
   /// remaining chaos-t* topics deleted and gone everywhere (gtest
   /// failures). Call before check_acked_writes of `topic`.
   void finish() {
@@ -125,33 +128,35 @@ public:
       return state.empty();
     }, 300ms);
     EXPECT_TRUE(held) << "topic changes answered OK did not hold:" << state << "\n" << c_.dump();
-    // Node 4 leaves: its replicas move to the voters.
+    // The broker-only node leaves: its replicas move to the voters.
     auto removed = ask_any<ferry::broker_registration>(60s, ferry::delete_atom_v,
                                                        ferry::broker_atom_v,
                                                        int32_t{broker_only});
-    EXPECT_TRUE(removed) << "removing node 4: " << last_error_ << "\n" << c_.dump();
+    EXPECT_TRUE(removed) << "removing node " << broker_only << ": " << last_error_ << "\n" << c_.dump();
     if (removed) {
       bool left = wait_until(60s, [&] {
         state.clear();
-        for (int id = 1; id <= cluster::size; ++id) {
+        for (int id = 1; id <= c_.voters(); ++id) {
           auto cd = c_.describe(id);
           if (!cd)
             return false;
           for (auto& n : cd->nodes)
             if (n.id == broker_only) {
-              state = "node " + std::to_string(id) + " still lists node 4";
+              state = "node " + std::to_string(id) + " still lists node "
+                      + std::to_string(broker_only);
               return false;
             }
           for (auto& t : cd->topics)
             for (auto& p : t.partitions)
               if (std::count(p.replicas.begin(), p.replicas.end(), broker_only) > 0) {
-                state = t.name + "-" + std::to_string(p.partition.value) + " still on node 4";
+                state = t.name + "-" + std::to_string(p.partition.value) + " still on node "
+                        + std::to_string(broker_only);
                 return false;
               }
         }
         return true;
       }, 300ms);
-      EXPECT_TRUE(left) << "node 4 did not leave within 60 s: " << state << "\n" << c_.dump();
+      EXPECT_TRUE(left) << "node " << broker_only << " did not leave within 60 s: " << state << "\n" << c_.dump();
       removed_ok = left;
     }
     // Every chaos-t* topic goes; nothing of them stays on any node.
@@ -178,7 +183,7 @@ public:
     bool clean = wait_until(30s, [&] {
       state.clear();
       for (int id = 1; id <= c_.count(); ++id) {
-        if (id <= cluster::size) {
+        if (id <= c_.voters()) {
           auto cd = c_.describe(id);
           if (!cd)
             return false;
@@ -220,7 +225,7 @@ private:
     auto deadline = steady_clock::now() + t;
     caf::error last = caf::make_error(caf::sec::request_timeout);
     while (steady_clock::now() < deadline) {
-      for (int id = 1; id <= cluster::size; ++id) {
+      for (int id = 1; id <= c_.voters(); ++id) {
         if (!c_.up(id))
           continue;
         auto b = c_.broker(id);
@@ -243,11 +248,11 @@ private:
     return last;
   }
 
-  /// A node drawn from 1-4 that is up, or -1.
+  /// A node drawn from all (voters and the broker-only one) that is up, or -1.
   int any_node() {
     for (int tries = 0; tries < 8; ++tries) {
       int id = std::uniform_int_distribution<int>{1, c_.count()}(rng_);
-      if (id > cluster::size || c_.up(id))
+      if (id > c_.voters() || c_.up(id))
         return id;
     }
     return -1;
@@ -304,7 +309,9 @@ private:
           created_.erase(name);
         }
       } else {
-        std::vector<int32_t> nodes{1, 2, 3, broker_only};
+        std::vector<int32_t> nodes;
+        for (int id = 1; id <= broker_only; ++id)
+          nodes.push_back(id);
         std::shuffle(nodes.begin(), nodes.end(), rng_);
         ferry::isr_change mv;
         mv.topic = topic;

@@ -236,6 +236,7 @@ struct acked_check {
   bool converged = false;
   std::string why; // set when the check could not run to its end
   std::map<int32_t, int64_t> hws;
+  std::map<int32_t, std::vector<int>> replicas; // partition -> its replicas' nodes
   int64_t acked = 0;
   int64_t in_log = 0;
   int64_t unacked_in_log = 0;
@@ -253,12 +254,14 @@ struct acked_check {
   }
 };
 
-/// Waits (up to `timeout`) until every partition has a leader, the full ISR
-/// {1,2,3} and the same log end on every node with the HW there; fills
-/// `hws` (partition -> HW at its leader) and, when it gives up, `state`.
+/// Waits (up to `timeout`) until every partition has a leader, its three
+/// replicas all in the ISR and the same log end on each of them with the HW
+/// there; fills `hws` (partition -> HW at its leader), `replicas` (if
+/// given: partition -> its replicas' nodes) and, when it gives up, `state`.
 inline bool wait_converged(cluster& c, const std::string& topic, int32_t partitions,
                            std::chrono::milliseconds timeout, std::map<int32_t, int64_t>& hws,
-                           std::string& state) {
+                           std::string& state,
+                           std::map<int32_t, std::vector<int>>* replicas = nullptr) {
   return wait_until(timeout, [&] {
     state.clear();
     auto cd = c.describe_controller();
@@ -267,7 +270,7 @@ inline bool wait_converged(cluster& c, const std::string& topic, int32_t partiti
     bool ok = true;
     for (int32_t p = 0; p < partitions; ++p) {
       auto ps = find_partition(*cd, topic, p);
-      if (!ps || ps->leader < 1 || !same_members(ps->isr, {1, 2, 3}))
+      if (!ps || ps->leader < 1 || !full_isr(*ps))
         return false;
       auto lead = c.status(ps->leader, topic, p);
       if (!lead)
@@ -277,7 +280,7 @@ inline bool wait_converged(cluster& c, const std::string& topic, int32_t partiti
                + " hw=" + std::to_string(lead->high_watermark.value);
       if (lead->high_watermark != lead->log_end)
         ok = false;
-      for (int id = 1; id <= cluster::size; ++id) {
+      for (int32_t id : ps->replicas) {
         auto st = c.status(id, topic, p);
         if (!st)
           return false;
@@ -287,6 +290,8 @@ inline bool wait_converged(cluster& c, const std::string& topic, int32_t partiti
       }
       state += "\n";
       hws[p] = lead->high_watermark.value;
+      if (replicas)
+        (*replicas)[p] = {ps->replicas.begin(), ps->replicas.end()};
     }
     return ok;
   });
@@ -302,7 +307,8 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
   acked_check out;
   out.acked = static_cast<int64_t>(acked.size());
   std::string state;
-  out.converged = wait_converged(c, topic, partitions, converge_timeout, out.hws, state);
+  out.converged = wait_converged(c, topic, partitions, converge_timeout, out.hws, state,
+                                 &out.replicas);
   if (!out.converged) {
     out.why = "replicas of " + topic + " did not converge:\n" + state;
     ADD_FAILURE() << out.why << c.dump();
@@ -390,16 +396,18 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
   return out;
 }
 
-/// After c.stop_all(): the three logs of every partition on disk are
-/// byte-identical below the HW and end there. The number of partitions
-/// that differ.
+/// After c.stop_all(): the logs of every partition on disk (on the nodes
+/// `replicas` names for it, every voter without) are byte-identical below
+/// the HW and end there. The number of partitions that differ.
 inline int check_logs_on_disk(cluster& c, const std::string& topic, int32_t partitions,
-                              const std::map<int32_t, int64_t>& hws) {
+                              const std::map<int32_t, int64_t>& hws,
+                              const std::map<int32_t, std::vector<int>>& replicas = {}) {
   int bad = 0;
   for (int32_t p = 0; p < partitions; ++p) {
     auto hw = hws.count(p) ? hws.at(p) : 0;
     std::map<int, int64_t> log_ends;
-    auto diff = compare_logs_on_disk(c, topic, p, hw, log_ends);
+    auto diff = compare_logs_on_disk(c, topic, p, hw, log_ends,
+                                     replicas.count(p) ? replicas.at(p) : std::vector<int>{});
     EXPECT_TRUE(diff.empty()) << "p" << p << ": " << diff;
     bool ends_ok = true;
     for (auto& [id, end] : log_ends) {

@@ -232,7 +232,7 @@ TEST(ClusterFailover, GroupKeepsCommittedOffsetsWhenItsCoordinatorDies) {
   auto tk = steady::now();
   c.kill(coordinator);
   std::vector<int> survivors;
-  for (int id = 1; id <= cluster::size; ++id)
+  for (int id = 1; id <= c.voters(); ++id)
     if (id != coordinator)
       survivors.push_back(id);
   std::optional<std::map<int32_t, int64_t>> after;
@@ -427,7 +427,7 @@ TEST(ClusterFailover, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
   const int leader = ps0->leader;
   const int32_t epoch0 = ps0->epoch.value;
   std::vector<int> others;
-  for (int id = 1; id <= cluster::size; ++id)
+  for (int id = 1; id <= c.voters(); ++id)
     if (id != leader)
       others.push_back(id);
   auto before = c.status(leader, topic, 0);
@@ -579,7 +579,7 @@ TEST(ClusterFailover, IsolatedLeaderStopsTakingWritesAndTruncatesAfterHealing) {
     state = "leader " + std::to_string(ps->leader) + " epoch " + std::to_string(ps->epoch.value)
             + " hw " + std::to_string(lead->high_watermark.value) + "; log ends:";
     bool equal = lead->high_watermark == lead->log_end;
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c.voters(); ++id) {
       auto st = c.status(id, topic, 0);
       if (!st)
         return false;
@@ -679,7 +679,7 @@ TEST(ClusterFailover, ForwardsToANodeThatStopsAnsweringFailWhenItsLinkGoesDown) 
   ASSERT_TRUE(c.wait_registered()) << "not every node registered within 20 s\n" << c.dump();
   const int leader = c.leader_of(topic, 0);
   ASSERT_GE(leader, 1) << c.dump();
-  const int relay = leader % cluster::size + 1;
+  const int relay = leader % c.voters() + 1;
   auto r_broker = c.broker(relay);
   ASSERT_TRUE(r_broker) << ferry::error_text(r_broker.error());
 
@@ -909,7 +909,7 @@ TEST(ClusterFailover, ACompactedConsumerStateReplaysOnlyTheLiveOffsets) {
                                              {"segment.ms", "1000"},
                                              {"min.cleanable.dirty.ratio", "0.1"}};
   ASSERT_TRUE(wait_until(30s, [&] {
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c.voters(); ++id) {
       auto b = c.broker(id);
       if (!b)
         continue;
@@ -1008,7 +1008,7 @@ TEST(ClusterFailover, ACompactedConsumerStateReplaysOnlyTheLiveOffsets) {
   EXPECT_GT(restarted->replayed_records, 0);
   EXPECT_LT(restarted->replayed_records, 500) << c.dump();
   // Every node answers the last offsets (the restarted one from its replay).
-  for (int id = 1; id <= cluster::size; ++id) {
+  for (int id = 1; id <= c.voters(); ++id) {
     std::map<int32_t, int64_t> got;
     bool same = wait_until(30s, [&] {
       auto r = fetch_committed(c, id, group, topic);

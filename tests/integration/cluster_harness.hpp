@@ -1,5 +1,5 @@
 #pragma once
-// A three-node ferryd cluster for multi-process tests (used by
+// A three-node (or five-node) ferryd cluster for multi-process tests (used by
 // cluster_failover_test.cpp; written so cluster_test.cpp can switch to it).
 //
 // cluster::start() picks three free loopback ports, launches
@@ -109,6 +109,11 @@ inline bool same_members(std::vector<int32_t> a, std::vector<int32_t> b) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   return a == b;
+}
+
+/// `rf` replicas, every one of them in the ISR.
+inline bool full_isr(const ferry::partition_status& ps, size_t rf = 3) {
+  return ps.replicas.size() == rf && same_members(ps.isr, ps.replicas);
 }
 
 /// One request from a blocking scoped actor; request_timeout if no answer.
@@ -221,17 +226,19 @@ inline std::optional<int64_t> decode_batches(std::string_view data, int64_t from
   return next;
 }
 
-/// Three ferryd nodes (ids 1..3) on fixed ports.
+/// Three (or `voters`) ferryd nodes (ids 1..N, all Raft voters) on fixed ports.
 class cluster {
 public:
-  static constexpr int size = 3;
-
   struct behind_proxy_t {};
   static constexpr behind_proxy_t behind_proxy{};
 
   cluster() = default;
-  /// Nodes talk to each other through a link_proxy (see the file comment).
-  explicit cluster(behind_proxy_t) : proxied_(true) {
+  /// `voters` nodes (3 or 5), all Raft voters, linked directly.
+  explicit cluster(int voters) : voters_(voters) {
+  }
+  /// Nodes talk to each other through a link_proxy (see the file comment);
+  /// `voters` nodes (3 or 5) form the metadata quorum.
+  explicit cluster(behind_proxy_t, int voters = 3) : proxied_(true), voters_(voters) {
   }
   /// The harness's own clients (readiness checks, links, producers) use
   /// TLS with these files; the nodes need matching --tls-* args.
@@ -261,23 +268,23 @@ public:
     using namespace std::chrono_literals;
     std::string why;
     for (int attempt = 1; attempt <= 3; ++attempt) {
-      ports_ = free_tcp_ports(size);
-      if (ports_.size() != static_cast<size_t>(size))
+      ports_ = free_tcp_ports(voters_);
+      if (ports_.size() != static_cast<size_t>(voters_))
         return "cannot pick free ports";
       nodes_.clear();
       if (proxied_) {
         net_.reset(); // a retry: the old proxy's listeners go first
         net_ = std::make_unique<link_proxy>();
-        for (int i = 1; i <= size; ++i)
-          for (int j = 1; j <= size; ++j)
+        for (int i = 1; i <= voters_; ++i)
+          for (int j = 1; j <= voters_; ++j)
             if (i != j && net_->add(i, j, port(j), &why) == 0)
               return "link proxy: " + why;
         if (!net_->start(&why))
           return "link proxy: " + why;
       }
-      for (int id = 1; id <= size; ++id) {
+      for (int id = 1; id <= voters_; ++id) {
         std::string voters;
-        for (int other = 1; other <= size; ++other) {
+        for (int other = 1; other <= voters_; ++other) {
           auto ep = proxied_ && other != id
                       ? "127.0.0.1:" + std::to_string(net_->port(id, other))
                       : endpoint(other);
@@ -300,15 +307,15 @@ public:
         nodes_.push_back(std::make_unique<ferryd_process>(std::move(args)));
       }
       if (before_launch_)
-        for (int id = 1; id <= size; ++id)
+        for (int id = 1; id <= voters_; ++id)
           if (auto w = before_launch_(id, node(id).data_dir()); !w.empty())
             return "node " + std::to_string(id) + ": " + w;
-      for (int id = 1; id <= size; ++id)
+      for (int id = 1; id <= voters_; ++id)
         if (!node(id).launch(port(id)))
           return "cannot launch ferryd for node " + std::to_string(id);
       why.clear();
       bool port_taken = false;
-      for (int id = 1; id <= size; ++id)
+      for (int id = 1; id <= voters_; ++id)
         if (!node(id).wait_started(30s)) {
           auto out = node(id).output();
           why += "node " + std::to_string(id) + " did not start:\n" + tail(out, 3000) + "\n";
@@ -323,7 +330,7 @@ public:
     }
     if (!why.empty())
       return why;
-    for (int id = 1; id <= size; ++id) {
+    for (int id = 1; id <= voters_; ++id) {
       ferry::connection_config cc;
       cc.host = "127.0.0.1";
       cc.port = port(id);
@@ -332,9 +339,13 @@ public:
       cc.backoff_max = 300ms;
       links_.push_back(cs.track(ferry::spawn_connection(*cs.sys, cc)));
     }
-    std::cout << "[cluster] nodes on ports " << port(1) << ", " << port(2) << ", " << port(3)
-              << " (pids " << node(1).pid() << ", " << node(2).pid() << ", " << node(3).pid()
-              << ")" << (proxied_ ? ", linked through a proxy" : "") << "\n";
+    std::string ports, pids;
+    for (int id = 1; id <= voters_; ++id) {
+      ports += (id > 1 ? ", " : "") + std::to_string(port(id));
+      pids += (id > 1 ? ", " : "") + std::to_string(node(id).pid());
+    }
+    std::cout << "[cluster] nodes on ports " << ports << " (pids " << pids << ")"
+              << (proxied_ ? ", linked through a proxy" : "") << "\n";
     return "";
   }
 
@@ -344,7 +355,7 @@ public:
     using namespace std::chrono_literals;
     int id = count() + 1;
     std::string voters;
-    for (int v = 1; v <= size; ++v)
+    for (int v = 1; v <= voters_; ++v)
       voters += (v > 1 ? "," : "") + std::to_string(v) + "@" + endpoint(v);
     std::vector<std::string> args{"--node-id",      std::to_string(id), "--voters", voters,
                                   "--metrics-port", "0", "--http-port", "-1"};
@@ -386,12 +397,23 @@ public:
 
   /// Nodes started so far (voters and broker-only ones).
   int count() const { return static_cast<int>(nodes_.size()); }
+  /// The voters' count: nodes 1..voters() are Raft voters, later ones broker-only.
+  int voters() const { return voters_; }
+  /// 1..voters().
+  std::vector<int> voter_ids() const {
+    std::vector<int> out;
+    for (int id = 1; id <= voters_; ++id)
+      out.push_back(id);
+    return out;
+  }
 
   ferryd_process& node(int id) { return *nodes_.at(static_cast<size_t>(id - 1)); }
   uint16_t port(int id) const { return ports_.at(static_cast<size_t>(id - 1)); }
   std::string endpoint(int id) const { return "127.0.0.1:" + std::to_string(port(id)); }
-  /// "h:p,h:p" of the given nodes (all by default).
-  std::string endpoints(std::vector<int> ids = {1, 2, 3}) const {
+  /// "h:p,h:p" of the given nodes (every voter by default).
+  std::string endpoints(std::vector<int> ids = {}) const {
+    if (ids.empty())
+      ids = voter_ids();
     std::string out;
     for (auto id : ids)
       out += (out.empty() ? "" : ",") + endpoint(id);
@@ -425,7 +447,7 @@ public:
 
   /// Cuts node `id` off from every other node, both ways.
   void isolate(int id, link_mode m = link_mode::blackhole) {
-    net().isolate(id, {1, 2, 3}, m);
+    net().isolate(id, voter_ids(), m);
   }
 
   /// Both directions between a and b.
@@ -445,7 +467,7 @@ public:
   std::string direct_peer_connections() {
     std::string out;
     std::map<unsigned long, int> owner; // socket inode -> node id
-    for (int id = 1; id <= size; ++id) {
+    for (int id = 1; id <= voters_; ++id) {
       if (!running(id))
         continue;
       auto dir = "/proc/" + std::to_string(node(id).pid()) + "/fd";
@@ -472,7 +494,7 @@ public:
           continue;
         auto rport = static_cast<uint16_t>(
           std::stoul(remote.substr(remote.find(':') + 1), nullptr, 16));
-        for (int id = 1; id <= size; ++id)
+        for (int id = 1; id <= voters_; ++id)
           if (id != o->second && rport == port(id))
             out += "node " + std::to_string(o->second) + " has a direct connection to node "
                    + std::to_string(id) + "'s port " + std::to_string(rport) + "\n";
@@ -533,7 +555,7 @@ public:
 
   /// The describe of the first node up that answers (its id in `from`).
   std::optional<ferry::cluster_description> describe_any(int* from = nullptr) {
-    for (int id = 1; id <= size; ++id)
+    for (int id = 1; id <= voters_; ++id)
       if (up(id))
         if (auto cd = describe(id)) {
           if (from)
@@ -550,7 +572,7 @@ public:
     if (!cd)
       return std::nullopt;
     auto ctl = cd->controller;
-    if (ctl >= 1 && ctl <= size && ctl != from && up(ctl))
+    if (ctl >= 1 && ctl <= voters_ && ctl != from && up(ctl))
       if (auto cc = describe(ctl))
         return std::move(*cc);
     return cd;
@@ -581,7 +603,7 @@ public:
     auto deadline = steady_clock::now() + timeout;
     int attempts = 0;
     while (steady_clock::now() < deadline) {
-      for (int id = 1; id <= size && steady_clock::now() < deadline; ++id) {
+      for (int id = 1; id <= voters_ && steady_clock::now() < deadline; ++id) {
         auto b = broker(id);
         if (!b)
           continue;
@@ -621,12 +643,12 @@ public:
     return os.str();
   }
 
-  /// Every node up shows a controller and `size` nodes, all alive.
+  /// Every node up shows a controller and `voters()` nodes, all alive.
   bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds{20}) {
     return wait_until(timeout, [&] {
-      for (int id = 1; id <= size; ++id) {
+      for (int id = 1; id <= voters_; ++id) {
         auto cd = describe(id);
-        if (!cd || cd->controller < 1 || cd->nodes.size() != static_cast<size_t>(size))
+        if (!cd || cd->controller < 1 || cd->nodes.size() != static_cast<size_t>(voters_))
           return false;
         for (auto& n : cd->nodes)
           if (!n.alive)
@@ -641,11 +663,11 @@ public:
   /// metrics on a random port): every node has registered.
   bool wait_registered(std::chrono::milliseconds timeout = std::chrono::seconds{20}) {
     return wait_until(timeout, [&] {
-      for (int id = 1; id <= size; ++id) {
+      for (int id = 1; id <= voters_; ++id) {
         if (!up(id))
           continue;
         auto cd = describe(id);
-        if (!cd || cd->nodes.size() != static_cast<size_t>(size))
+        if (!cd || cd->nodes.size() != static_cast<size_t>(voters_))
           return false;
         for (auto& n : cd->nodes)
           if (n.metrics_port == 0)
@@ -656,10 +678,11 @@ public:
   }
 
   /// The controller's describe shows every partition of `topic` online with
-  /// a leader and exactly `isr` in its ISR.
+  /// a leader and exactly `isr` in its ISR (by default: every one of its
+  /// replicas, and as many as the replication factor `rf`).
   bool wait_placed(const std::string& topic, int32_t partitions,
                    std::chrono::milliseconds timeout = std::chrono::seconds{20},
-                   std::vector<int32_t> isr = {1, 2, 3}) {
+                   std::vector<int32_t> isr = {}, size_t rf = 3) {
     return wait_until(timeout, [&] {
       auto cd = describe_controller();
       if (!cd)
@@ -669,7 +692,8 @@ public:
           || t->partitions.empty())
         return false;
       for (auto& ps : t->partitions)
-        if (ps.leader < 1 || !ps.online || !same_members(ps.isr, isr))
+        if (ps.leader < 1 || !ps.online
+            || (isr.empty() ? !full_isr(ps, rf) : !same_members(ps.isr, isr)))
           return false;
       return true;
     });
@@ -712,6 +736,7 @@ public:
 
 private:
   bool proxied_ = false;
+  int voters_ = 3;
   std::vector<std::string> node_args_;
   std::function<std::string(int, const std::filesystem::path&)> before_launch_;
   std::vector<uint16_t> ports_;
@@ -814,11 +839,14 @@ fetch_all(cluster& c, int id, const std::string& topic, int32_t p, int64_t hw,
   return out;
 }
 
-/// Compares topic-p in the three (stopped) nodes' data dirs up to `hw`, byte
-/// for byte; fills each node's log end. "" or the first difference.
+/// Compares topic-p in the (stopped) nodes' data dirs up to `hw`, byte for
+/// byte (nodes `ids`, every voter by default); fills each node's log end.
+/// "" or the first difference.
 inline std::string compare_logs_on_disk(cluster& c, const std::string& topic, int32_t p,
                                         int64_t hw, std::map<int, int64_t>& log_ends,
-                                        std::vector<int> ids = {1, 2, 3}) {
+                                        std::vector<int> ids = {}) {
+  if (ids.empty())
+    ids = c.voter_ids();
   std::map<int, std::string> bytes;
   for (int id : ids) {
     auto dir = c.node(id).data_dir() / "topics" / (topic + "-" + std::to_string(p));

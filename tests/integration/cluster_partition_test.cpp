@@ -253,10 +253,10 @@ private:
   std::map<int32_t, std::set<int32_t>> seen_;
 };
 
-/// The nodes other than `ids`.
+/// The nodes of a three-node cluster other than `ids`.
 std::vector<int> all_but(std::initializer_list<int> ids) {
   std::vector<int> out;
-  for (int id = 1; id <= cluster::size; ++id)
+  for (int id = 1; id <= 3; ++id)
     if (std::find(ids.begin(), ids.end(), id) == ids.end())
       out.push_back(id);
   return out;
@@ -273,8 +273,8 @@ std::vector<int> all_but(std::initializer_list<int> ids) {
     ASSERT_TRUE(why_.empty()) << why_ << "\n" << (c).dump();                                 \
     ASSERT_TRUE((c).wait_placed((topic), 3)) << (c).dump();                                  \
     ASSERT_TRUE((c).wait_registered()) << "not every node registered\n" << (c).dump();       \
-    for (int a_ = 1; a_ <= cluster::size; ++a_)                                              \
-      for (int b_ = 1; b_ <= cluster::size; ++b_)                                            \
+    for (int a_ = 1; a_ <= (c).voters(); ++a_)                                              \
+      for (int b_ = 1; b_ <= (c).voters(); ++b_)                                            \
         if (a_ != b_) {                                                                      \
           EXPECT_GT((c).net().stats(a_, b_).bytes, 0u)                                       \
             << "no bytes from node " << a_ << " to node " << b_ << " crossed the proxy";     \
@@ -303,7 +303,7 @@ bool wait_whole(cluster& c, const std::string& topic, int32_t p, int64_t& hw, st
     state = "leader " + std::to_string(ps->leader) + " epoch " + std::to_string(ps->epoch.value)
             + " hw " + std::to_string(lead->high_watermark.value) + "; log ends:";
     bool equal = lead->high_watermark == lead->log_end;
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c.voters(); ++id) {
       auto st = c.status(id, topic, p);
       if (!st)
         return false;
@@ -1026,7 +1026,7 @@ TEST(ClusterPartition, IsolatedControllerStepsDownAndTheMajorityTakesOver) {
   bool agreed = wait_until(20s, [&] {
     views.clear();
     std::set<std::pair<int32_t, int64_t>> seen_ctl;
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c.voters(); ++id) {
       auto cd = c.describe(id);
       if (!cd)
         return false;

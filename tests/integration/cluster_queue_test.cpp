@@ -132,7 +132,7 @@ TEST(ClusterQueue, LeasesAttemptsAndConfigSurviveTheCoordinatorsDeath) {
     coordinator = ps->leader;
   }
   std::vector<int> survivors;
-  for (int id = 1; id <= cluster::size; ++id)
+  for (int id = 1; id <= c.voters(); ++id)
     if (id != coordinator)
       survivors.push_back(id);
   const int via = survivors.front(); // not the coordinator: requests are forwarded

@@ -213,7 +213,7 @@ TEST(Cluster, ThreeNodesElectAndReplicate) {
   std::string disagreement;
   bool agree = wait_until(10s, [&] {
     std::map<int32_t, std::pair<int32_t, int32_t>> first;
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c.voters(); ++id) {
       auto cd = c.describe(id);
       if (!cd) {
         disagreement = "node " + std::to_string(id) + ": " + ferry::error_text(cd.error());
@@ -420,7 +420,7 @@ TEST(Cluster, FollowerRestartCatchesUp) {
   ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
   auto leader = c.leader_of(topic, 0);
   ASSERT_GE(leader, 1) << c.dump();
-  int follower = leader % cluster::size + 1;
+  int follower = leader % c.voters() + 1;
   auto bootstrap = c.endpoints();
   std::cout << "[cluster] leader " << leader << ", killing follower " << follower
             << "; client bootstrap " << bootstrap << "\n";
@@ -551,7 +551,7 @@ TEST(Cluster, CompactedPartitionStaysConsistentThroughLeaderChanges) {
   ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
   auto leader = c.leader_of(topic, 0);
   ASSERT_GE(leader, 1) << c.dump();
-  int follower = leader % cluster::size + 1;
+  int follower = leader % c.voters() + 1;
   c.kill(follower);
   auto prod = make_producer(c, c.endpoints());
   ASSERT_TRUE(prod) << ferry::error_text(prod.error());
@@ -620,7 +620,7 @@ TEST(Cluster, CompactedPartitionStaysConsistentThroughLeaderChanges) {
     auto lead = c.status(next_leader, topic, 0);
     if (!lead)
       return false;
-    for (int id = 1; id <= cluster::size; ++id) {
+    for (int id = 1; id <= c.voters(); ++id) {
       auto st = c.status(id, topic, 0);
       if (!st || st->log_end != lead->log_end || st->high_watermark != lead->high_watermark)
         return false;
@@ -630,7 +630,7 @@ TEST(Cluster, CompactedPartitionStaysConsistentThroughLeaderChanges) {
   auto codes = c.stop_all();
   for (auto& [id, code] : codes)
     EXPECT_EQ(code, 0) << "node " << id << " did not stop cleanly";
-  for (int id = 1; id <= cluster::size; ++id) {
+  for (int id = 1; id <= c.voters(); ++id) {
     std::string err;
     auto recs = records_on_disk(c, id, topic, 0, err);
     ASSERT_TRUE(err.empty()) << "node " << id << ": " << err;
@@ -936,7 +936,7 @@ TEST(Cluster, TopicsAreKnownToClientsRightAfterAFullRestart) {
   ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
   for (auto& [id, code] : c.stop_all())
     EXPECT_EQ(code, 0) << "node " << id << "\n" << c.node(id).output();
-  for (int id = 1; id <= cluster::size; ++id) {
+  for (int id = 1; id <= c.voters(); ++id) {
     auto again = c.restart(id);
     ASSERT_TRUE(again.empty()) << again;
   }
