@@ -726,13 +726,14 @@ protected:
     return m;
   }
 
-  caf::expected<dlq_redrive_response> redrive(const dlq_manager_actor& m,
-                                              dlq_redrive_request req) {
-    auto r = std::make_shared<reply<dlq_redrive_response>>();
-    sys->spawn([r, m, req](caf::event_based_actor* self) {
-      self->request(m, caf::infinite, redrive_atom_v, req)
+  /// One request to manager `m`, run to its answer on the test coordinator.
+  template <class T, class... Ts>
+  caf::expected<T> call(const dlq_manager_actor& m, Ts... xs) {
+    auto r = std::make_shared<reply<T>>();
+    sys->spawn([r, m, xs...](caf::event_based_actor* self) {
+      self->request(m, caf::infinite, xs...)
         .then(
-          [r](dlq_redrive_response& x) {
+          [r](T& x) {
             r->done = true;
             r->value = std::move(x);
           },
@@ -748,25 +749,13 @@ protected:
     return *r->value;
   }
 
+  caf::expected<dlq_redrive_response> redrive(const dlq_manager_actor& m,
+                                              dlq_redrive_request req) {
+    return call<dlq_redrive_response>(m, redrive_atom_v, std::move(req));
+  }
+
   caf::expected<std::vector<dlq_info>> list(const dlq_manager_actor& m) {
-    auto r = std::make_shared<reply<std::vector<dlq_info>>>();
-    sys->spawn([r, m](caf::event_based_actor* self) {
-      self->request(m, caf::infinite, list_atom_v, dlq_atom_v)
-        .then(
-          [r](std::vector<dlq_info>& x) {
-            r->done = true;
-            r->value = std::move(x);
-          },
-          [r](caf::error& err) {
-            r->done = true;
-            r->err = std::move(err);
-          });
-    });
-    sched->run();
-    EXPECT_TRUE(r->done);
-    if (r->err || !r->value)
-      return r->err ? r->err : make_error(ec::request_timed_out, "no answer");
-    return *r->value;
+    return call<std::vector<dlq_info>>(m, list_atom_v, dlq_atom_v);
   }
 
   ferry::test::temp_dir dir{"ferry-dlqc"};
