@@ -70,7 +70,11 @@ struct part_state {
   /// poll and reserves nothing of fetch_max_total_bytes.
   bool caught_up = false;
   int32_t via = -1; ///< the leader link of the fetch in flight; -1: bootstrap
-  uint64_t epoch = 0; ///< bumps on seek/reset: older replies are dropped
+  /// Renewed (renew_epoch) on seek/reset/reconnect: replies to requests
+  /// sent under an older value are dropped. Values come from one counter
+  /// of the consumer, so a partition dropped and assigned again (a new
+  /// part_state) never reuses the value of a request still in flight.
+  uint64_t epoch = 0;
   std::deque<consumed_message> buffer;
   size_t buffered_bytes = 0;
   caf::error error; ///< surfaced by the next poll
@@ -91,6 +95,7 @@ struct consumer_state {
   uint64_t conn_gen = 0;
 
   std::map<topic_partition, part_state> parts;
+  uint64_t last_epoch = 0; ///< source of part_state::epoch values
   std::map<topic_partition, offset> pending_seeks;
   std::vector<poll_waiter> waiters;
   uint64_t next_waiter = 1;
@@ -146,6 +151,12 @@ size_t message_bytes(const consumed_message& m) {
 
 bool cooperative(const consumer_state& st) {
   return st.assignor == "cooperative-sticky";
+}
+
+/// Voids the replies to every request of `p` in flight; returns the new epoch.
+uint64_t renew_epoch(consumer_state& st, part_state& p) {
+  p.epoch = ++st.last_epoch;
+  return p.epoch;
 }
 
 // -- poll ----------------------------------------------------------------------
@@ -221,7 +232,7 @@ void set_position(consumer_pointer self, part_state& p, offset pos) {
   p.buffer.clear();
   p.buffered_bytes = 0;
   p.fetching = false;
-  ++p.epoch;
+  renew_epoch(self->state, p);
   maybe_fetch(self, p);
 }
 
@@ -231,7 +242,7 @@ void lookup_offset(consumer_pointer self, part_state& p, int64_t ts) {
   if (!st.broker)
     return;
   p.resolving = true;
-  auto epoch = ++p.epoch;
+  auto epoch = renew_epoch(st, p);
   auto tp = p.tp;
   self->request(st.broker, st.cfg.request_timeout, offsets_atom_v,
                 list_offsets_request{tp.topic, tp.partition, ts})
@@ -309,7 +320,7 @@ void resolve_positions(consumer_pointer self) {
     return;
   std::map<topic_partition, uint64_t> epochs;
   for (auto& tp : need)
-    epochs[tp] = ++st.parts[tp].epoch;
+    epochs[tp] = renew_epoch(st, st.parts[tp]);
   self->request(st.broker, st.cfg.request_timeout, offsets_atom_v,
                 fetch_offsets_request{st.cfg.group_id, need})
     .then(
@@ -1123,7 +1134,7 @@ consumer_impl::behavior_type consumer(consumer_pointer self, consumer_config cfg
           // The fetches in flight there are void: fetched again elsewhere.
           for (auto& [tp, p] : st.parts)
             if (p.fetching && p.via == *node && !p.resolving) {
-              ++p.epoch;
+              renew_epoch(st, p);
               p.fetching = false;
             }
           refresh_leaders(self); // the leaders may have moved
@@ -1137,7 +1148,7 @@ consumer_impl::behavior_type consumer(consumer_pointer self, consumer_config cfg
       st.leaders_requested = false;
       st.leaders_wanted = true;
       for (auto& [tp, p] : st.parts) {
-        ++p.epoch; // replies from the old connection are void
+        renew_epoch(st, p); // replies from the old connection are void
         p.fetching = false;
         p.resolving = false;
       }

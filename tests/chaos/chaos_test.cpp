@@ -458,6 +458,8 @@ public:
   int64_t commits_ok = 0;      // commits the consumer reported done
   int64_t commits_failed = 0;
   int64_t redelivered = 0;     // records delivered more than once
+  std::map<std::string, int64_t> poll_errors; // by error text
+  std::vector<std::string> gaps;              // forward jumps of delivered offsets
 
   static constexpr const char* group = "chaos-g";
 
@@ -466,9 +468,17 @@ private:
     caf::scoped_actor self{*c_.cs.sys};
     while (running_) {
       std::vector<ferry::consumed_message> got;
+      caf::error poll_err;
       self->request(cons_, 15s, ferry::poll_atom_v, int32_t{200})
         .receive([&](std::vector<ferry::consumed_message>& xs) { got = std::move(xs); },
-                 [&](caf::error&) { std::this_thread::sleep_for(100ms); });
+                 [&](caf::error& err) { poll_err = std::move(err); });
+      if (poll_err) {
+        {
+          std::lock_guard<std::mutex> guard{mtx_};
+          ++poll_errors[ferry::error_text(poll_err)];
+        }
+        std::this_thread::sleep_for(100ms);
+      }
       {
         std::lock_guard<std::mutex> guard{mtx_};
         for (auto& m : got) {
@@ -476,6 +486,14 @@ private:
                                                m.value);
           if (!fresh)
             ++redelivered;
+          // A poll that hands out offsets past the last one handed out plus
+          // one skipped records (going back is a redelivery, which is fine).
+          auto& last = last_delivered_.emplace(m.partition.value, -1).first->second;
+          if (last >= 0 && m.off.value > last + 1 && gaps.size() < 10)
+            gaps.push_back("p" + std::to_string(m.partition.value) + " "
+                           + std::to_string(last) + " -> " + std::to_string(m.off.value)
+                           + " at " + std::to_string(seconds_since(t0_)) + " s");
+          last = m.off.value;
         }
       }
       if (got.empty())
@@ -519,6 +537,8 @@ private:
   std::thread sampler_;
   std::mutex mtx_;
   std::map<std::pair<int32_t, int64_t>, std::string> consumed_;
+  std::map<int32_t, int64_t> last_delivered_{};
+  steady_clock::time_point t0_ = steady_clock::now();
 };
 
 /// Every partition has a leader and its three replicas in the ISR.
@@ -706,6 +726,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
     EXPECT_EQ(undelivered, 0);
   }
   readers.stop();
+  for (auto& [text, n] : readers.poll_errors)
+    std::cout << "[chaos] group poll error x" << n << ": " << text << "\n";
+  for (auto& g : readers.gaps)
+    std::cout << "[chaos] group poll skipped offsets: " << g << "\n";
   EXPECT_EQ(readers.backwards, 0);
   EXPECT_GT(readers.samples, 0) << "no committed offsets could be read";
   int disk_diffs = -1;
