@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -69,6 +70,10 @@ caf::error make_lmdb_error(int rc, std::string_view what) {
   msg += mdb_strerror(rc);
   if (rc == MDB_NOTFOUND)
     return make_error(ec::not_found, std::move(msg));
+  // The write of a commit found the device full. (A short write is reported
+  // as EIO by LMDB and stays an lmdb_error: it cannot be told apart.)
+  if (rc == ENOSPC || rc == EDQUOT)
+    return make_error(ec::disk_full, std::move(msg));
   return make_error(ec::lmdb_error, std::move(msg));
 }
 

@@ -88,8 +88,8 @@ caf::expected<std::unique_ptr<raft_core>> raft_core::make(raft_config cfg,
     return err;
   if (core->cfg_.voters.size() == 1)
     core->campaign(true);
-  if (core->failed_)
-    return core->failed_;
+  // A store that cannot be written now (a full disk) does not stop a
+  // single voter: it campaigns again on a later tick.
   return core;
 }
 
@@ -169,11 +169,17 @@ raft_commit_batch raft_core::take_committed() {
 
 // -- persistence ------------------------------------------------------------------
 
+void raft_core::write_failed(caf::error err) {
+  write_failed_ = true;
+  ++store_errors_;
+  last_store_error_ = std::move(err);
+}
+
 bool raft_core::persist_hard(raft_hard_state hs) {
   if (hs == hard_)
     return true;
   if (auto err = store_.save_hard_state(hs)) {
-    failed_ = std::move(err);
+    write_failed(std::move(err));
     return false;
   }
   hard_ = hs;
@@ -182,7 +188,7 @@ bool raft_core::persist_hard(raft_hard_state hs) {
 
 bool raft_core::persist_append(uint64_t first, std::vector<raft_entry> entries) {
   if (auto err = store_.append(first, entries)) {
-    failed_ = std::move(err);
+    write_failed(std::move(err));
     return false;
   }
   log_.resize(first - snap_.index - 1);
@@ -194,6 +200,7 @@ bool raft_core::persist_append(uint64_t first, std::vector<raft_entry> entries) 
 caf::error raft_core::compact(uint64_t index, std::string data) {
   if (failed_)
     return failed_;
+  write_failed_ = false;
   if (index <= snap_.index || index > handed_)
     return make_error(ec::invalid_argument,
                       "raft compact: index " + std::to_string(index)
@@ -201,8 +208,8 @@ caf::error raft_core::compact(uint64_t index, std::string data) {
                         + std::to_string(handed_) + "]");
   raft_snapshot s{index, *term_at(index), std::move(data)};
   if (auto err = store_.save_snapshot(s, true)) {
-    failed_ = err;
-    return err;
+    write_failed(err);
+    return err; // the log stays as it was; compacting again later is fine
   }
   log_.erase(log_.begin(),
              log_.begin() + static_cast<std::ptrdiff_t>(index - snap_.index));
@@ -278,8 +285,12 @@ void raft_core::become_leader() {
     peers_[v] = progress{last_index() + 1, 0, v == cfg_.id};
   // The no-op commits every earlier entry once it commits (§5.4.2).
   if (!persist_append(last_index() + 1,
-                      {raft_entry{hard_.term, raft_entry_kind::noop, {}}}))
+                      {raft_entry{hard_.term, raft_entry_kind::noop, {}}})) {
+    // Not a leader that cannot write: step down, so that a node that can
+    // write is elected (this one can vote again once its store writes).
+    become_follower(hard_.term, -1);
     return;
+  }
   peers_[cfg_.id].match = last_index();
   broadcast_append();
   maybe_commit();
@@ -290,6 +301,7 @@ void raft_core::become_leader() {
 void raft_core::tick() {
   if (failed_)
     return;
+  write_failed_ = false;
   ++election_elapsed_;
   if (role_ == raft_role::leader) {
     if (election_elapsed_ >= cfg_.election_ticks) {
@@ -320,13 +332,18 @@ void raft_core::tick() {
 caf::expected<uint64_t> raft_core::propose(std::string data) {
   if (failed_)
     return failed_;
+  write_failed_ = false;
   if (role_ != raft_role::leader)
     return make_error(ec::not_leader,
                       "not the Raft leader; leader=" + std::to_string(leader_));
   auto index = last_index() + 1;
   if (!persist_append(index, {raft_entry{hard_.term, raft_entry_kind::command,
-                                         std::move(data)}}))
-    return failed_;
+                                         std::move(data)}})) {
+    // A leader that cannot write holds every proposal up: step down (as
+    // in become_leader).
+    become_follower(hard_.term, -1);
+    return last_store_error_;
+  }
   peers_[cfg_.id].match = index;
   for (auto v : cfg_.voters)
     if (v != cfg_.id && peers_[v].next == index)
@@ -340,6 +357,7 @@ void raft_core::step(const raft_message& m) {
       || std::find(cfg_.voters.begin(), cfg_.voters.end(), m.from)
            == cfg_.voters.end())
     return;
+  write_failed_ = false;
   bool request_vote = m.kind == raft_msg::pre_vote || m.kind == raft_msg::vote;
   if (m.term > hard_.term) {
     if (request_vote && in_lease()) {
@@ -359,8 +377,8 @@ void raft_core::step(const raft_message& m) {
       bool from_leader = m.kind == raft_msg::append
                          || m.kind == raft_msg::snapshot;
       become_follower(m.term, from_leader ? m.from : -1);
-      if (failed_)
-        return;
+      if (write_failed_)
+        return; // the newer term is not on disk: as if m never came
     }
   } else if (m.term < hard_.term) {
     if (m.kind == raft_msg::append || m.kind == raft_msg::snapshot
@@ -515,7 +533,7 @@ void raft_core::on_snapshot(const raft_message& m) {
   } else {
     raft_snapshot s{m.index, m.log_term, m.snapshot};
     if (auto err = store_.save_snapshot(s, false)) {
-      failed_ = std::move(err);
+      write_failed(std::move(err));
       return;
     }
     snap_ = std::move(s);

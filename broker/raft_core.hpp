@@ -26,8 +26,14 @@
 // - Persistence through raft_log_store, synchronously and before any
 //   message that depends on it is queued: term and vote before a vote is
 //   granted or a newer term answered, entries before they are acknowledged.
-//   If a store call fails the core stops (failure() is set, every later
-//   input is ignored); the owner must then stop the node.
+//   A store write that fails (a full disk) changes nothing: the store's
+//   write is one transaction, and the core changes its memory only after
+//   it. The input that needed it is dropped as if lost on the network (no
+//   vote granted, no append acknowledged, a proposal refused with the
+//   store's error; a leader that cannot write steps down), which
+//   Raft tolerates; store_errors() counts them. Only a broken invariant (a
+//   leader conflicting with a committed entry) stops the core: failure()
+//   is set, every later input is ignored, and the owner must stop the node.
 //
 // Retransmission: a leader sends new entries as they are proposed
 // (optimistically advancing the peer's next index) and a heartbeat every
@@ -147,8 +153,11 @@ public:
   /// The term of entry `index`, if it is in the log or is the snapshot's
   /// last entry.
   std::optional<uint64_t> term_at(uint64_t index) const;
-  /// The error of a failed store call; the core ignores all input after it.
+  /// Why the core stopped (a broken invariant); it ignores all input after it.
   const caf::error& failure() const { return failed_; }
+  /// Store writes that failed (each dropped the input that needed it).
+  uint64_t store_errors() const { return store_errors_; }
+  const caf::error& last_store_error() const { return last_store_error_; }
 
 private:
   struct progress {
@@ -179,7 +188,8 @@ private:
   void broadcast_append();
   void maybe_commit();
 
-  // Persistence; each sets failed_ on error and returns false.
+  // Persistence; each returns false after a failed write (write_failed).
+  void write_failed(caf::error err);
   bool persist_hard(raft_hard_state hs);
   bool persist_append(uint64_t first, std::vector<raft_entry> entries);
 
@@ -212,6 +222,10 @@ private:
 
   std::vector<raft_message> out_;
   caf::error failed_;
+  /// A store write of the current input failed.
+  bool write_failed_ = false;
+  uint64_t store_errors_ = 0;
+  caf::error last_store_error_;
 };
 
 } // namespace ferry

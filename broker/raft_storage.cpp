@@ -251,6 +251,8 @@ caf::expected<raft_persistent_state> raft_memory_store::load() {
 }
 
 caf::error raft_memory_store::save_hard_state(const raft_hard_state& hs) {
+  if (fail_writes)
+    return fail_writes;
   hard_ = hs;
   ++writes;
   return caf::none;
@@ -260,6 +262,8 @@ caf::error raft_memory_store::append(uint64_t first,
                                      const std::vector<raft_entry>& entries) {
   if (first == 0)
     return make_error(ec::invalid_argument, "raft log: index 0 is not an entry");
+  if (fail_writes)
+    return fail_writes;
   log_.erase(log_.lower_bound(first), log_.end());
   for (size_t i = 0; i < entries.size(); ++i)
     log_[first + i] = entries[i];
@@ -269,6 +273,8 @@ caf::error raft_memory_store::append(uint64_t first,
 
 caf::error raft_memory_store::save_snapshot(const raft_snapshot& snap,
                                             bool keep_suffix) {
+  if (fail_writes)
+    return fail_writes;
   snapshot_ = snap;
   log_.erase(log_.begin(), keep_suffix ? log_.upper_bound(snap.index)
                                        : log_.end());

@@ -118,6 +118,9 @@ public:
 
   /// Number of successful calls that changed something (for tests).
   uint64_t writes = 0;
+  /// While set, every write fails with it and changes nothing, as LMDB's
+  /// do on a full disk (for tests).
+  caf::error fail_writes;
 
 private:
   raft_hard_state hard_;

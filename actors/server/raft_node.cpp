@@ -84,8 +84,12 @@ bool apply_committed(self_ptr self) {
       && st.last_applied >= st.core->snapshot_index() + threshold) {
     if (auto err = st.core->compact(st.last_applied,
                                     st.cfg.machine->snapshot())) {
-      stop(self, std::move(err));
-      return false;
+      if (st.core->failure()) {
+        stop(self, std::move(err));
+        return false;
+      }
+      // A store that cannot be written now (counted and logged as a store
+      // error): the log stays longer; the next applied entry tries again.
     }
   }
   return true;
@@ -102,13 +106,33 @@ void report(self_ptr self) {
     caf::anon_send(sub, update_atom_v, s);
 }
 
-// After every input: stop on a store failure, send, apply, report.
+// Logs failed store writes: the first at once, then at most one line per
+// store_error_log_period with the count since the last line.
+void log_store_errors(self_ptr self) {
+  auto& st = self->state;
+  auto n = st.core->store_errors();
+  if (n == st.store_errors_logged)
+    return;
+  auto now = self->clock().now();
+  if (st.store_errors_logged > 0 && now < st.store_error_log_at)
+    return;
+  log::warn("raft {}: {} write(s) of the Raft log store failed, the last: {} "
+            "(each dropped the message or proposal that needed it; Raft "
+            "retries, and this node takes part again once writes succeed)",
+            st.cfg.raft.id, n - st.store_errors_logged,
+            describe(st.core->last_store_error()));
+  st.store_errors_logged = n;
+  st.store_error_log_at = now + store_error_log_period;
+}
+
+// After every input: stop on a broken invariant, send, apply, report.
 void flush(self_ptr self) {
   auto& st = self->state;
   if (st.core->failure()) {
     stop(self, st.core->failure());
     return;
   }
+  log_store_errors(self);
   for (auto& m : st.core->take_messages()) {
     auto it = st.cfg.peers.find(m.to);
     if (it != st.cfg.peers.end() && it->second)
@@ -125,12 +149,9 @@ void propose_now(self_ptr self, std::string command,
   auto& st = self->state;
   auto index = st.core->propose(std::move(command));
   if (!index) {
-    if (st.core->failure()) {
-      rp.deliver(st.core->failure());
-      flush(self);
-      return;
-    }
+    // not_leader, a failed store write (a full disk), or the core stopped.
     rp.deliver(std::move(index.error()));
+    flush(self);
     return;
   }
   st.waiting[*index] = raft_node_state::pending{st.core->term(), rp};

@@ -128,6 +128,9 @@ struct raft_node_state {
   std::vector<caf::actor> subscribers;
   /// Role, term and leader last reported to subscribers.
   raft_status reported;
+  /// Failed store writes logged so far, and when the next line may go out.
+  uint64_t store_errors_logged = 0;
+  caf::actor_clock::time_point store_error_log_at;
   static inline const char* name = "raft-node";
 };
 
@@ -136,6 +139,9 @@ struct raft_node_state {
 raft_actor::behavior_type
 raft_node(raft_actor::stateful_pointer<raft_node_state> self,
           raft_node_config cfg);
+
+/// At most one log line per this period about failed Raft store writes.
+constexpr auto store_error_log_period = std::chrono::seconds{5};
 
 /// At most this many entries per answer to an observer's fetch.
 constexpr size_t observer_chunk_entries = 256;

@@ -382,6 +382,145 @@ TEST(RaftCore, VotesAndEntriesAreDurableBeforeTheyAreAnswered) {
   EXPECT_EQ(st->entries[1].data, "x");
 }
 
+// -- a store that cannot be written (a full disk) -----------------------------------
+//
+// A failed store write changes nothing (LMDB aborts the transaction), so
+// the core drops the input that needed it, as if it was lost on the
+// network, and goes on; it never stops for it.
+
+caf::error disk_full_error() {
+  return make_error(ec::disk_full, "test: no space left on device");
+}
+
+TEST(RaftCore, AFollowerThatCannotWriteAcknowledgesNothingAndCatchesUpOnceItCan) {
+  cluster cl{3};
+  cl.ticks(40);
+  auto l = cl.leader();
+  ASSERT_NE(l, -1);
+  auto a = cl.node(l).propose("a");
+  ASSERT_TRUE(a);
+  cl.ticks(3);
+  auto f = l == 1 ? 2 : 1;
+  ASSERT_EQ(cl.node(f).last_index(), *a);
+  cl.stores[static_cast<size_t>(f - 1)].fail_writes = disk_full_error();
+  auto b = cl.node(l).propose("b");
+  auto c = cl.node(l).propose("c");
+  ASSERT_TRUE(b && c);
+  cl.ticks(10);
+  // The leader commits with the other follower; f holds and acknowledged
+  // nothing new, and is still a working follower.
+  EXPECT_GE(cl.node(l).commit_index(), *c);
+  EXPECT_EQ(cl.node(f).last_index(), *a);
+  EXPECT_LT(cl.node(f).commit_index(), *b) << "nothing f does not hold is committed there";
+  EXPECT_FALSE(cl.node(f).failure());
+  EXPECT_GT(cl.node(f).store_errors(), 0u);
+  EXPECT_TRUE(is(cl.node(f).last_store_error(), ec::disk_full));
+  EXPECT_EQ(cl.node(f).role(), raft_role::follower);
+  EXPECT_EQ(cl.leader(), l) << "a follower that cannot write does not disturb the leader";
+  auto on_disk = cl.stores[static_cast<size_t>(f - 1)].load();
+  ASSERT_TRUE(on_disk);
+  EXPECT_EQ(on_disk->entries.size(), *a);
+  // Writable again: f catches up from the leader's next heartbeats.
+  cl.stores[static_cast<size_t>(f - 1)].fail_writes = caf::error{};
+  cl.ticks(10);
+  EXPECT_GE(cl.node(f).last_index(), *c);
+  EXPECT_GE(cl.node(f).commit_index(), *c);
+  EXPECT_EQ(cl.node(f).term_at(*c), cl.node(l).term_at(*c));
+}
+
+TEST(RaftCore, ALeaderThatCannotWriteRefusesTheProposalAndStepsDownForOneThatCan) {
+  cluster cl{3, 5};
+  cl.ticks(40);
+  auto l = cl.leader();
+  ASSERT_NE(l, -1);
+  auto last = cl.node(l).last_index();
+  cl.stores[static_cast<size_t>(l - 1)].fail_writes = disk_full_error();
+  auto x = cl.node(l).propose("x");
+  ASSERT_FALSE(x);
+  EXPECT_TRUE(is(x.error(), ec::disk_full)) << describe(x.error());
+  EXPECT_EQ(cl.node(l).last_index(), last) << "the refused proposal is not in the log";
+  EXPECT_NE(cl.node(l).role(), raft_role::leader);
+  EXPECT_FALSE(cl.node(l).failure());
+  // The two that can write elect one of them (l can neither campaign nor
+  // vote: both need a write) and commit without l.
+  int32_t l2 = -1;
+  for (int i = 0; i < 100 && l2 == -1; ++i) {
+    cl.ticks(1);
+    auto now = cl.leader();
+    if (now != -1 && now != l)
+      l2 = now;
+  }
+  ASSERT_NE(l2, -1) << "a node that can write was elected";
+  auto y = cl.node(l2).propose("y");
+  ASSERT_TRUE(y);
+  cl.ticks(5);
+  EXPECT_GE(cl.node(l2).commit_index(), *y);
+  // l writes again: it follows l2 and holds y, never x.
+  cl.stores[static_cast<size_t>(l - 1)].fail_writes = caf::error{};
+  cl.ticks(20);
+  EXPECT_EQ(cl.node(l).leader(), l2);
+  EXPECT_GE(cl.node(l).commit_index(), *y);
+  auto b = cl.node(l).take_committed();
+  for (auto& [i, e] : b.entries)
+    EXPECT_NE(e.data, "x") << "at " << i;
+}
+
+TEST(RaftCore, NoLeaderWhileEveryStoreIsFullAndOneLeaderPerTermOnceTheyWrite) {
+  cluster cl{3, 3, [](std::vector<raft_memory_store>& st) {
+               for (auto& s : st)
+                 s.fail_writes = disk_full_error();
+             }};
+  std::map<uint64_t, std::set<int32_t>> leaders; // term -> who led it
+  auto observe = [&] {
+    for (auto& c : cl.cores)
+      if (c->role() == raft_role::leader)
+        leaders[c->term()].insert(c->id());
+  };
+  for (int i = 0; i < 100; ++i) {
+    cl.ticks(1);
+    observe();
+  }
+  EXPECT_TRUE(leaders.empty()) << "nobody can record a vote, so nobody is elected";
+  for (auto& c : cl.cores) {
+    EXPECT_EQ(c->term(), 0u) << "node " << c->id() << ": no term it did not write";
+    EXPECT_FALSE(c->failure());
+    EXPECT_GT(c->store_errors(), 0u);
+  }
+  for (auto& s : cl.stores)
+    s.fail_writes = caf::error{};
+  for (int i = 0; i < 100 && cl.leader() == -1; ++i) {
+    cl.ticks(1);
+    observe();
+  }
+  ASSERT_NE(cl.leader(), -1);
+  auto idx = cl.node(cl.leader()).propose("after");
+  ASSERT_TRUE(idx);
+  cl.ticks(5);
+  for (auto& c : cl.cores)
+    EXPECT_GE(c->commit_index(), *idx) << "node " << c->id();
+  for (auto& [term, who] : leaders)
+    EXPECT_EQ(who.size(), 1u) << "term " << term;
+}
+
+TEST(RaftCore, ASingleVoterWithAFullStoreLeadsOnceItCanWrite) {
+  raft_memory_store store;
+  store.fail_writes = disk_full_error();
+  raft_config c;
+  c.id = 1;
+  c.voters = {1};
+  auto core = raft_core::make(c, store);
+  ASSERT_TRUE(core) << "a full store is no reason not to start";
+  EXPECT_NE((*core)->role(), raft_role::leader);
+  EXPECT_FALSE((*core)->propose("x"));
+  store.fail_writes = caf::error{};
+  for (int i = 0; i < 40 && (*core)->role() != raft_role::leader; ++i)
+    (*core)->tick();
+  ASSERT_EQ((*core)->role(), raft_role::leader);
+  auto idx = (*core)->propose("y");
+  ASSERT_TRUE(idx);
+  EXPECT_EQ((*core)->commit_index(), *idx);
+}
+
 TEST(RaftCore, ParsesTheVoterList) {
   auto v = parse_voters("1@10.0.0.1:9092,2@node-b:9093,3@[::1]:9094");
   ASSERT_TRUE(v) << describe(v.error());

@@ -1,21 +1,31 @@
 // The LMDB Raft store (broker/raft_storage.hpp): the documented encoding,
 // reopening keeps hard state, log and snapshot, truncation of a conflicting
 // suffix, compaction by a snapshot (with and without the suffix), corrupt
-// rows; and the in-memory store behaves the same.
+// rows; a write that finds the disk full changes nothing (on a real full
+// tmpfs); and the in-memory store behaves the same.
 
 #include "broker/raft_storage.hpp"
 
+#include "broker/error.hpp"
 #include "broker/lmdb.hpp"
+#include "tests/chaos/small_disks.hpp"
 #include "tests/temp_dir.hpp"
+
+#include <sys/mount.h>
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 
 using namespace ferry;
 namespace fs = std::filesystem;
 
 namespace {
+
+// A private mount namespace for the full-disk test's tmpfs: entered before
+// any thread starts (see small_disks.hpp).
+const bool disks_available = ferry::test::small_disks::instance().available();
 
 raft_entry cmd(uint64_t term, std::string data) {
   return raft_entry{term, raft_entry_kind::command, std::move(data)};
@@ -159,6 +169,76 @@ TEST_F(RaftStorage, CorruptRowsAreReported) {
   auto st = store_->load();
   ASSERT_FALSE(st);
   EXPECT_TRUE(is(st.error(), ec::corrupt_segment)) << describe(st.error());
+}
+
+// What the Raft core relies on when a store write fails (raft_core.hpp):
+// the failed write changed nothing, the store still reads and, once the
+// disk has room again, writes. Seen in the chaos suite: on a full tmpfs an
+// LMDB commit fails (ENOSPC, or EIO for a short write).
+TEST(RaftStorageFullDisk, AFailedWriteChangesNothingAndWritesWorkOnceThereIsRoom) {
+  if (!disks_available)
+    GTEST_SKIP() << "no small tmpfs: " << ferry::test::small_disks::instance().why_not();
+  ferry::test::temp_dir dir{"ferry-raft-full"};
+  auto disk = dir.path() / "disk";
+  auto& disks = ferry::test::small_disks::instance();
+  ASSERT_EQ(disks.mount_at(disk, size_t{2} << 20), "");
+  struct unmount {
+    fs::path at;
+    ~unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount_at_end{disk};
+  auto data = disk / "raft";
+  fs::create_directories(data);
+  auto open = [&](std::unique_ptr<lmdb::env>& env, std::unique_ptr<raft_storage>& store) {
+    store.reset();
+    env.reset();
+    lmdb::env_options opts;
+    opts.initial_map_size = size_t{8} << 20; // beyond the disk: the disk fills first
+    auto e = lmdb::env::open(data, opts);
+    ASSERT_TRUE(e) << describe(e.error());
+    env = std::move(*e);
+    auto s = raft_storage::open(*env);
+    ASSERT_TRUE(s) << describe(s.error());
+    store = std::move(*s);
+  };
+  std::unique_ptr<lmdb::env> env;
+  std::unique_ptr<raft_storage> store;
+  open(env, store);
+  ASSERT_FALSE(store->save_hard_state({3, 1}));
+  ASSERT_FALSE(store->append(1, {cmd(1, "a"), cmd(2, "b"), cmd(3, "c")}));
+  std::string why;
+  ASSERT_GT(disks.fill(disk, why), 0) << why;
+  // Entries that cannot fit: the commit fails, and nothing of it shows.
+  std::string big(256 << 10, 'x');
+  caf::error err;
+  for (uint64_t i = 4; i < 40 && !err; ++i)
+    err = store->append(i, {cmd(3, big)});
+  ASSERT_TRUE(err) << "a full disk refused a write";
+  EXPECT_TRUE(is(err, ec::disk_full) || is(err, ec::lmdb_error)) << describe(err);
+  std::cout << "[full disk] the refused write: " << describe(err) << "\n";
+  auto failed_hard = store->save_hard_state({4, 2});
+  auto st = store->load();
+  ASSERT_TRUE(st) << describe(st.error());
+  if (failed_hard)
+    EXPECT_EQ(st->hard, (raft_hard_state{3, 1}));
+  auto entries_before = st->entries.size();
+  ASSERT_GE(entries_before, 3u);
+  EXPECT_EQ(st->entries[2], cmd(3, "c"));
+  // A restart reads the same.
+  open(env, store);
+  st = store->load();
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->entries.size(), entries_before);
+  // Room again: the same store writes.
+  disks.release(disk);
+  ASSERT_FALSE(store->save_hard_state({5, 3}));
+  ASSERT_FALSE(store->append(entries_before + 1, {cmd(5, "after")}));
+  st = store->load();
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->hard, (raft_hard_state{5, 3}));
+  ASSERT_EQ(st->entries.size(), entries_before + 1);
+  EXPECT_EQ(st->entries.back(), cmd(5, "after"));
+  store.reset();
+  env.reset();
 }
 
 TEST(RaftMemoryStore, BehavesLikeTheLmdbStore) {
