@@ -57,9 +57,9 @@ group_home_t dlq_home(self_ptr self, const std::string& topic) {
 /// cluster, one naming a DLQ `topic` goes to the topic's home (dlq_home).
 template <class T, class... Ts>
 caf::result<T> to_dlq_at(self_ptr self, const std::string& topic, Ts... xs) {
-  auto rp = self->make_response_promise<T>();
-  // Decided now: from_peer needs the current sender.
+  // Decided now, before make_response_promise takes the sender away.
   bool forwarded = from_peer(self);
+  auto rp = self->make_response_promise<T>();
   when_ready(self, [self, rp, topic, forwarded, xs...]() mutable {
     if (self->state.shutting_down) {
       rp.deliver(failed(self, make_error(ec::coordinator_not_available,
@@ -89,8 +89,8 @@ caf::result<T> to_dlq_at(self_ptr self, const std::string& topic, Ts... xs) {
 /// one of its home node, asked once per home (a peer's list request is
 /// answered locally). A home that cannot be asked leaves the local entry.
 caf::result<std::vector<dlq_info>> list_dlqs_at_homes(self_ptr self) {
+  bool forwarded = from_peer(self); // before make_response_promise (see from_peer)
   auto rp = self->make_response_promise<std::vector<dlq_info>>();
-  bool forwarded = from_peer(self);
   when_ready(self, [self, rp, forwarded]() mutable {
     if (self->state.shutting_down) {
       rp.deliver(failed(self, make_error(ec::coordinator_not_available,

@@ -5,6 +5,8 @@
 #include "actors/server/node_internal.hpp"
 #include "actors/server/stall_watch.hpp"
 
+#include <functional>
+
 namespace ferry::node_detail {
 
 // -- groups -------------------------------------------------------------------
@@ -37,8 +39,6 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
 }
 
 bool known_queue_group(self_ptr self, const std::string& group);
-
-group_home_t group_home(self_ptr self, const std::string& group);
 
 /// The coordinator of `group`; spawned if `create`. Errors: invalid_request
 /// for an empty name, unknown_group if it does not exist and !create.
@@ -330,7 +330,7 @@ bool state_loaded(const node_state& st, const std::string& key) {
          && !(r->second.behind && r->second.behind->load());
 }
 
-group_home_t group_home(self_ptr self, const std::string& group) {
+group_home_t group_home(self_ptr self, const std::string& group, bool forwarded) {
   auto& st = self->state;
   if (!cluster_mode(st) || group.empty())
     return {};
@@ -366,7 +366,7 @@ group_home_t group_home(self_ptr self, const std::string& group) {
                                    "group " + group + ": its __consumer_state partition is "
                                    "still loading on node "
                                      + std::to_string(st.cfg.node_id))};
-  return home_at(self, leader, "group " + group, from_peer(self));
+  return home_at(self, leader, "group " + group, forwarded);
 }
 
 /// Cluster mode, after a metadata change: ends the local coordinators of
@@ -431,8 +431,8 @@ void sync_group_homes(self_ptr self) {
 /// error; returns true then. False: coordinate here.
 template <class T, class... Ts>
 bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
-                     const std::string& group, Ts... xs) {
-  auto home = group_home(self, group);
+                     const std::string& group, bool forwarded, Ts... xs) {
+  auto home = group_home(self, group, forwarded);
   if (home.local)
     return false;
   if (home.err)
@@ -449,10 +449,11 @@ bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
 template <class T, class Fwd, class... Ts>
 caf::result<T> to_queue(self_ptr self, const std::string& group,
                         bool create_default, Fwd fwd, Ts... xs) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<T>();
-  when_ready(self, [self, rp, group, create_default, fwd, xs...]() mutable {
+  when_ready(self, [self, rp, group, create_default, forwarded, fwd, xs...]() mutable {
     bool away = std::apply(
-      [&](auto&... ys) { return forwarded_group(self, rp, group, ys...); },
+      [&](auto&... ys) { return forwarded_group(self, rp, group, forwarded, ys...); },
       fwd);
     if (away)
       return;
@@ -473,9 +474,10 @@ caf::result<T> to_queue(self_ptr self, const std::string& group,
 template <class T, class... Ts>
 caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
                         Ts... xs) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<T>();
-  when_ready(self, [self, rp, group, create, xs...]() mutable {
-    auto home = group_home(self, group);
+  when_ready(self, [self, rp, group, create, forwarded, xs...]() mutable {
+    auto home = group_home(self, group, forwarded);
     if (!home.local) {
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
@@ -497,9 +499,10 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
 template <class... Ts>
 caf::result<void> to_group_void(self_ptr self, const std::string& group,
                                 bool create, Ts... xs) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise();
-  when_ready(self, [self, rp, group, create, xs...]() mutable {
-    auto home = group_home(self, group);
+  when_ready(self, [self, rp, group, create, forwarded, xs...]() mutable {
+    auto home = group_home(self, group, forwarded);
     if (!home.local) {
       if (home.err)
         rp.deliver(failed(self, std::move(home.err)));
@@ -555,17 +558,27 @@ fetch_offsets(self_ptr self, fetch_offsets_request& req) {
     self, group, true, offsets_atom_v, std::move(req));
 }
 
-caf::result<std::vector<group_description>> list_groups(self_ptr self) {
-  auto rp = self->make_response_promise<std::vector<group_description>>();
-  when_ready(self, [self, rp]() mutable {
+namespace {
+
+using group_list = std::vector<group_description>;
+
+/// Describes the groups this node knows: its stream group coordinators,
+/// and its queue groups ("Unknown" where their coordinator runs elsewhere).
+/// `done` gets the list.
+void describe_local_groups(self_ptr self, std::function<void(group_list)> done) {
+  when_ready(self, [self, done]() mutable {
     auto& st = self->state;
-    auto out = std::make_shared<std::vector<group_description>>();
+    auto out = std::make_shared<group_list>();
     out->resize(st.groups.size() + st.queue_configs.size());
     if (out->empty()) {
-      rp.deliver(std::vector<group_description>{});
+      done(group_list{});
       return;
     }
     auto pending = std::make_shared<size_t>(out->size());
+    auto one_done = [out, pending, done]() mutable {
+      if (--*pending == 0)
+        done(std::move(*out));
+    };
     size_t i = 0;
     for (auto& [name, g] : st.groups) {
       (*out)[i].group = name;
@@ -573,15 +586,11 @@ caf::result<std::vector<group_description>> list_groups(self_ptr self) {
       (*out)[i].state = "Unknown";
       self->request(g, st.cfg.status_timeout, describe_atom_v, group_atom_v)
         .then(
-          [rp, out, pending, i](group_description& gd) mutable {
+          [out, one_done, i](group_description& gd) mutable {
             (*out)[i] = std::move(gd);
-            if (--*pending == 0)
-              rp.deliver(std::move(*out));
+            one_done();
           },
-          [rp, out, pending](caf::error&) mutable {
-            if (--*pending == 0)
-              rp.deliver(std::move(*out));
-          });
+          [one_done](caf::error&) mutable { one_done(); });
       ++i;
     }
     for (auto& [name, qc] : st.queue_configs) {
@@ -590,24 +599,98 @@ caf::result<std::vector<group_description>> list_groups(self_ptr self) {
       (*out)[i].state = "Unknown";
       auto q = queue_coordinator_for(self, name, nullptr);
       if (!q) {
-        if (--*pending == 0)
-          rp.deliver(std::move(*out));
+        one_done();
         ++i;
         continue;
       }
       self->request(*q, st.cfg.status_timeout, describe_atom_v, group_atom_v)
         .then(
-          [rp, out, pending, i](group_description& gd) mutable {
+          [out, one_done, i](group_description& gd) mutable {
             (*out)[i] = std::move(gd);
-            if (--*pending == 0)
-              rp.deliver(std::move(*out));
+            one_done();
           },
-          [rp, out, pending](caf::error&) mutable {
-            if (--*pending == 0)
-              rp.deliver(std::move(*out));
-          });
+          [one_done](caf::error&) mutable { one_done(); });
       ++i;
     }
+  });
+}
+
+/// Which of two descriptions of one group (from two nodes) to show: the
+/// one its coordinator gave (a known state; with more members when both).
+bool better_description(const group_description& a, const group_description& b) {
+  bool a_known = a.state != "Unknown";
+  bool b_known = b.state != "Unknown";
+  if (a_known != b_known)
+    return a_known;
+  return a.members.size() > b.members.size();
+}
+
+/// Asks every linked peer's broker `xs...` (answered from its own state:
+/// it came from a peer) and hands each answer to `add`; `finish` runs once
+/// every peer answered or failed (one that does not answer within 5 s is
+/// logged as `what` and left out).
+template <class T, class Add, class Finish, class... Ts>
+void gather_from_peers(self_ptr self, const char* what, Add add, Finish finish, Ts... xs) {
+  auto& st = self->state;
+  auto pending = std::make_shared<size_t>(st.peers.size() + 1);
+  auto done = [pending, finish]() mutable {
+    if (--*pending == 0)
+      finish();
+  };
+  for (auto& [id, peer] : st.peers) {
+    if (!peer) {
+      done();
+      continue;
+    }
+    auto peer_id = id;
+    forward_to<T>(
+      self, id, peer, std::chrono::seconds{5},
+      [add, done](T& x) mutable {
+        add(x);
+        done();
+      },
+      [done, peer_id, what](caf::error& err) mutable {
+        log::warn("node: {}: node {} did not answer: {}", what, peer_id, err);
+        done();
+      },
+      xs...);
+  }
+  done(); // the extra count: finishes also without peers
+}
+
+} // namespace
+
+caf::result<group_list> list_groups(self_ptr self) {
+  // A node coordinates the groups whose __consumer_state partition it
+  // leads; in a cluster the list merges every linked peer's (as Kafka's
+  // admin clients ask every broker). A peer's request is answered locally.
+  // (Asked before make_response_promise, which takes the sender away.)
+  bool fan_out = cluster_mode(self->state) && !from_peer(self);
+  auto rp = self->make_response_promise<group_list>();
+  describe_local_groups(self, [self, rp, fan_out](group_list local) mutable {
+    auto& st = self->state;
+    if (!fan_out || st.peers.empty()) {
+      rp.deliver(std::move(local));
+      return;
+    }
+    auto merged = std::make_shared<std::map<std::string, group_description>>();
+    auto add = [merged](group_list& xs) {
+      for (auto& x : xs) {
+        auto [it, fresh] = merged->emplace(x.group, x);
+        if (!fresh && better_description(x, it->second))
+          it->second = std::move(x);
+      }
+    };
+    add(local);
+    gather_from_peers<group_list>(
+      self, "group list", add,
+      [rp, merged]() mutable {
+        group_list out;
+        for (auto& [name, d] : *merged)
+          out.push_back(std::move(d));
+        rp.deliver(std::move(out));
+      },
+      list_atom_v, group_atom_v);
   });
   return rp;
 }
@@ -664,33 +747,15 @@ caf::result<std::vector<queue_group_description>> list_queue_groups(self_ptr sel
     }
   };
   add(*local);
-  auto pending = std::make_shared<size_t>(st.peers.size());
-  auto done = [rp, merged, pending]() mutable {
-    if (--*pending > 0)
-      return;
-    std::vector<queue_group_description> out;
-    for (auto& [name, d] : *merged)
-      out.push_back(std::move(d));
-    rp.deliver(std::move(out));
-  };
-  for (auto& [id, peer] : st.peers) {
-    if (!peer) {
-      done();
-      continue;
-    }
-    auto peer_id = id;
-    forward_to<std::vector<queue_group_description>>(
-      self, id, peer, std::chrono::seconds{5},
-      [add, done](std::vector<queue_group_description>& xs) mutable {
-        add(xs);
-        done();
-      },
-      [done, peer_id](caf::error& err) mutable {
-        log::warn("node: queue group list: node {} did not answer: {}", peer_id, err);
-        done();
-      },
-      list_atom_v, queue_atom_v);
-  }
+  gather_from_peers<std::vector<queue_group_description>>(
+    self, "queue group list", add,
+    [rp, merged]() mutable {
+      std::vector<queue_group_description> out;
+      for (auto& [name, d] : *merged)
+        out.push_back(std::move(d));
+      rp.deliver(std::move(out));
+    },
+    list_atom_v, queue_atom_v);
   return rp;
 }
 
@@ -701,9 +766,10 @@ caf::result<group_description> describe_group(self_ptr self,
       self, group, false,
       std::make_tuple(describe_atom_v, group_atom_v, group),
       describe_atom_v, group_atom_v);
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<group_description>();
-  when_ready(self, [self, rp, group]() mutable {
-    auto home = group_home(self, group);
+  when_ready(self, [self, rp, group, forwarded]() mutable {
+    auto home = group_home(self, group, forwarded);
     if (home.local) {
       auto c = coordinator(self, group, false);
       if (!c)
@@ -733,10 +799,11 @@ reset_offsets(self_ptr self, reset_offsets_request& req) {
 }
 
 caf::result<void> delete_group(self_ptr self, std::string& group) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise();
-  when_ready(self, [self, rp, group]() mutable {
+  when_ready(self, [self, rp, group, forwarded]() mutable {
     if (cluster_mode(self->state)) {
-      auto home = group_home(self, group);
+      auto home = group_home(self, group, forwarded);
       if (!home.local) {
         if (home.err)
           rp.deliver(failed(self, std::move(home.err)));
@@ -814,9 +881,10 @@ caf::result<void> delete_group(self_ptr self, std::string& group) {
 caf::result<queue_group_config> create_queue_group(self_ptr self,
                                                    std::string& group,
                                                    queue_group_config& qc) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<queue_group_config>();
-  when_ready(self, [self, rp, group, qc]() mutable {
-    if (forwarded_group(self, rp, group, create_atom_v, group_atom_v,
+  when_ready(self, [self, rp, group, qc, forwarded]() mutable {
+    if (forwarded_group(self, rp, group, forwarded, create_atom_v, group_atom_v,
                         group, qc))
       return;
     with_queue_coordinator(
@@ -858,9 +926,10 @@ caf::result<queue_group_description> describe_queue_group(self_ptr self,
 caf::result<queue_group_config> alter_queue_group(self_ptr self,
                                                   std::string& group,
                                                   queue_group_config& qc) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<queue_group_config>();
-  when_ready(self, [self, rp, group, qc]() mutable {
-    if (forwarded_group(self, rp, group, alter_atom_v, group_atom_v,
+  when_ready(self, [self, rp, group, qc, forwarded]() mutable {
+    if (forwarded_group(self, rp, group, forwarded, alter_atom_v, group_atom_v,
                         group, qc))
       return;
     auto& st = self->state;

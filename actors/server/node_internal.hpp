@@ -236,7 +236,10 @@ inline caf::actor leader_handle(const node_state& st,
 caf::actor replica_leader(self_ptr self, const partition_assignment& pa);
 
 /// True when the current message came from a peer node (it was forwarded
-/// there already, or it is a peer's replica or quorum member).
+/// there already, or it is a peer's replica or quorum member). Ask it
+/// before make_response_promise, which takes the sender out of the
+/// current message (CAF 0.17), and before deferring (when_ready): after
+/// either it answers false for every message.
 inline bool from_peer(self_ptr self) {
   // With sessions, peers hold session proxies (local handles): the
   // envelope's cluster credential tells a peer's request apart instead.
@@ -400,9 +403,12 @@ caf::result<cluster_description> describe_cluster_request(self_ptr self);
 
 caf::expected<partition_actor> route(self_ptr self, const std::string& topic,
                                      partition_id p);
+/// `forwarded`: the request came from a peer (from_peer, asked when it
+/// arrived): not forwarded again.
 caf::expected<route_target> route_client(self_ptr self,
                                          const std::string& topic,
-                                         partition_id p, bool follower);
+                                         partition_id p, bool follower,
+                                         bool forwarded);
 caf::result<produce_response> serve_produce(self_ptr self,
                                             produce_request& req);
 
@@ -454,7 +460,9 @@ caf::error stalled_home_error(self_ptr self);
 /// (a group, or dlq_home_key of a DLQ) has replayed its log into the
 /// node's stores (false without such a replica).
 bool state_loaded(const node_state& st, const std::string& key);
-group_home_t group_home(self_ptr self, const std::string& group);
+/// `forwarded`: asked for a request a peer forwarded here (from_peer, asked
+/// when it arrived), which is never forwarded again.
+group_home_t group_home(self_ptr self, const std::string& group, bool forwarded = false);
 void sync_group_homes(self_ptr self);
 caf::result<join_group_response> join_group(self_ptr self,
                                             join_group_request& req);

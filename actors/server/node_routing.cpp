@@ -32,11 +32,13 @@ caf::expected<partition_actor> route(self_ptr self, const std::string& topic,
 
 
 /// route() for client requests: in a cluster, a partition led by another
-/// node goes to that node (unless the request was forwarded already).
+/// node goes to that node (unless the request was `forwarded` here already:
+/// nodes whose metadata disagree must not pass it back and forth).
 /// `follower`: a follower fetch, only ever served by the local replica.
 caf::expected<route_target> route_client(self_ptr self,
                                          const std::string& topic,
-                                         partition_id p, bool follower) {
+                                         partition_id p, bool follower,
+                                         bool forwarded) {
   auto& st = self->state;
   if (cluster_mode(st) && !follower) {
     auto t = st.topics.find(topic);
@@ -50,7 +52,7 @@ caf::expected<route_target> route_client(self_ptr self,
                               "(leader=-1)");
       if (pa.leader != st.cfg.node_id) {
         auto peer = st.peers.find(pa.leader);
-        if (from_peer(self) || peer == st.peers.end())
+        if (forwarded || peer == st.peers.end())
           return make_error(ec::not_leader,
                             "partition " + tp_name(topic, p) + " is led by node "
                               + std::to_string(pa.leader) + ", not node "
@@ -70,8 +72,8 @@ caf::expected<route_target> route_client(self_ptr self,
 /// answers the client directly) or forwarded to the leader's node.
 template <class T, class Req, class Atom>
 void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
-                     Atom atom, Req req, bool follower) {
-  auto r = route_client(self, req.topic, req.partition, follower);
+                     Atom atom, Req req, bool follower, bool forwarded) {
+  auto r = route_client(self, req.topic, req.partition, follower, forwarded);
   if (!r) {
     rp.deliver(failed(self, std::move(r.error())));
     return;
@@ -106,15 +108,17 @@ void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
 
 caf::result<produce_response> serve_produce(self_ptr self,
                                             produce_request& req) {
-  auto rp = self->make_response_promise<produce_response>();
   // The coordinators of this node (and the node itself) write group
   // state only where they are the partition's leader: a coordinator
   // whose group just moved away must not reach the new leader through
   // a forward (a late write would land after the new coordinator's).
+  // (The sender is read before make_response_promise takes it.)
   auto& sender = self->current_sender();
   bool own_state = req.topic == consumer_state_topic && sender
                    && sender->node() == self->node();
-  when_ready(self, [self, rp, own_state, req = std::move(req)]() mutable {
+  bool forwarded = from_peer(self);
+  auto rp = self->make_response_promise<produce_response>();
+  when_ready(self, [self, rp, own_state, forwarded, req = std::move(req)]() mutable {
     if (own_state && cluster_mode(self->state)) {
       auto& st = self->state;
       auto t = st.topics.find(req.topic);
@@ -132,7 +136,7 @@ caf::result<produce_response> serve_produce(self_ptr self,
         return;
       }
     }
-    serve_partition(self, rp, produce_atom_v, std::move(req), false);
+    serve_partition(self, rp, produce_atom_v, std::move(req), false, forwarded);
   });
   return rp;
 }
@@ -140,12 +144,13 @@ caf::result<produce_response> serve_produce(self_ptr self,
 caf::result<std::vector<produce_result>>
 serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
   using results = std::vector<produce_result>;
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<results>();
   if (reqs.empty()) {
     rp.deliver(results{});
     return rp;
   }
-  when_ready(self, [self, rp, reqs = std::move(reqs)]() mutable {
+  when_ready(self, [self, rp, forwarded, reqs = std::move(reqs)]() mutable {
     struct gather {
       results out;
       size_t left = 0;
@@ -161,7 +166,7 @@ serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
     };
     for (size_t i = 0; i < reqs.size(); ++i) {
       auto& req = reqs[i];
-      auto r = route_client(self, req.topic, req.partition, false);
+      auto r = route_client(self, req.topic, req.partition, false, forwarded);
       if (!r) {
         g->out[i].error = failed(self, std::move(r.error()));
         done(i);
@@ -196,10 +201,11 @@ serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
 }
 
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<fetch_response>();
-  when_ready(self, [self, rp, req = std::move(req)]() mutable {
+  when_ready(self, [self, rp, forwarded, req = std::move(req)]() mutable {
     bool follower = req.replica_id >= 0;
-    serve_partition(self, rp, fetch_atom_v, std::move(req), follower);
+    serve_partition(self, rp, fetch_atom_v, std::move(req), follower, forwarded);
   });
   return rp;
 }
@@ -339,17 +345,19 @@ serve_fetch_round(self_ptr self, fetch_round& rd) {
 
 caf::result<offset> serve_list_offsets(self_ptr self,
                                        list_offsets_request& req) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<offset>();
-  when_ready(self, [self, rp, req = std::move(req)]() mutable {
-    serve_partition(self, rp, offsets_atom_v, std::move(req), false);
+  when_ready(self, [self, rp, forwarded, req = std::move(req)]() mutable {
+    serve_partition(self, rp, offsets_atom_v, std::move(req), false, forwarded);
   });
   return rp;
 }
 
 caf::result<epoch_end> serve_epoch_end(self_ptr self, epoch_end_request& req) {
+  bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<epoch_end>();
-  when_ready(self, [self, rp, req = std::move(req)]() mutable {
-    serve_partition(self, rp, offsets_atom_v, std::move(req), false);
+  when_ready(self, [self, rp, forwarded, req = std::move(req)]() mutable {
+    serve_partition(self, rp, offsets_atom_v, std::move(req), false, forwarded);
   });
   return rp;
 }

@@ -47,6 +47,8 @@
 #include "actors/client/producer.hpp"
 #include "broker/error.hpp"
 #include "broker/partition_checkpoint.hpp"
+#include "broker/consumer_state.hpp"
+#include "broker/partitioner.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/record_batch.hpp"
 
@@ -1009,6 +1011,67 @@ TEST(Cluster, OneNodeOfEachPairDialsFirst) {
   node2_for_1.close();
   node2_for_3.close();
   std::cout << "[cluster] test took " << seconds_since(t0) << " s\n";
+}
+
+// A node coordinates the groups whose __consumer_state partition it leads.
+// `ferryctl group list` (and the console's group view) through any node
+// lists every group of the cluster (before, only those coordinated by the
+// node asked).
+TEST(Cluster, GroupListThroughAnyNodeShowsEveryGroup) {
+  cluster c;
+  ASSERT_CLUSTER_STARTED(c);
+  const std::string topic = "gl-t";
+  auto why = c.create_topic(topic, 1);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  ASSERT_TRUE(c.wait_placed(ferry::consumer_state_topic, 0)) << c.dump();
+  std::vector<std::string> groups;
+  for (int i = 0; i < 12; ++i)
+    groups.push_back("gl-" + std::to_string(i));
+  // Each group gets a committed offset the way a user gives one to an
+  // empty group (its home may still be starting its coordinator: retried).
+  for (auto& g : groups) {
+    ferry::test::command_result r;
+    bool done = wait_until(30s, [&] {
+      r = ferry::test::ferryctl(c.endpoint(1),
+                                {"group", "reset-offsets", g, "--topic", topic, "--to-earliest"});
+      return r.exit_code == 0;
+    }, 300ms);
+    ASSERT_TRUE(done) << "reset-offsets " << g << ": " << r.out << r.err << "\n" << c.dump();
+  }
+  // Their homes: the leaders of their __consumer_state partitions.
+  std::set<int> homes;
+  {
+    auto cd = c.describe_controller();
+    ASSERT_TRUE(cd) << c.dump();
+    auto st = find_topic(*cd, ferry::consumer_state_topic);
+    ASSERT_TRUE(st && !st->partitions.empty()) << render(*cd, true);
+    for (auto& g : groups) {
+      auto p = ferry::partition_for_key(g, static_cast<int32_t>(st->partitions.size()));
+      auto ps = find_partition(*cd, ferry::consumer_state_topic, p);
+      ASSERT_TRUE(ps && ps->leader >= 1) << render(*cd, true);
+      homes.insert(ps->leader);
+    }
+  }
+  ASSERT_GE(homes.size(), 2u) << "the groups' coordinators are all on one node: the test "
+                                 "would not tell a node's own list from the cluster's";
+  for (int id = 1; id <= c.voters(); ++id) {
+    std::set<std::string> listed;
+    bool all = wait_until(20s, [&] {
+      auto j = ferry::test::ferryctl_json_or_null(c.endpoint(id), {"group", "list"});
+      if (!j.is_array())
+        return false;
+      listed.clear();
+      for (auto& g : j)
+        listed.insert(g.value("group", std::string{}));
+      return std::all_of(groups.begin(), groups.end(),
+                         [&](auto& g) { return listed.count(g) > 0; });
+    }, 300ms);
+    std::string seen;
+    for (auto& g : listed)
+      seen += " " + g;
+    EXPECT_TRUE(all) << "group list through node " << id << " lists only:" << seen;
+  }
 }
 
 } // namespace
