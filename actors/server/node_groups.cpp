@@ -290,8 +290,14 @@ group_home_t home_at(self_ptr self, std::optional<int32_t> leader,
     return {};
   if (*leader < 0)
     return unavailable("its __consumer_state partition has no leader");
+  if (forwarded)
+    return unavailable("a peer forwarded the request to node "
+                       + std::to_string(st.cfg.node_id) + ", whose metadata "
+                       "says node " + std::to_string(*leader)
+                       + " serves it (the nodes' metadata differs for a "
+                       "moment: retry)");
   auto peer = st.peers.find(*leader);
-  if (peer == st.peers.end() || !peer->second || forwarded)
+  if (peer == st.peers.end() || !peer->second)
     return unavailable("served by node " + std::to_string(*leader)
                        + ", not reachable from node "
                        + std::to_string(st.cfg.node_id));
