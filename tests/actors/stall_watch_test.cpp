@@ -59,3 +59,20 @@ TEST(stall_watch, heartbeats_after_the_catch_up_do_not_extend_the_stall) {
   // A later pause needs evidence of its own.
   EXPECT_EQ(stall_watch::first_caught_up(caught_up, ms(200'000), ms(204'000)), ms(204'000));
 }
+
+// What waited in the node's sockets during the pause arrives first: a
+// leader's heartbeat sent before the pause names a commit index the node
+// has applied, but the metadata may have changed since (chaos seed 5203:
+// the woken node served offsets from before the pause as the group's home,
+// its link to the Raft leader down). Evidence in the first second after
+// the gap does not count; later evidence (fresh heartbeats) does.
+TEST(stall_watch, evidence_right_after_the_gap_is_not_taken) {
+  int64_t caught_up = 0;
+  for (int64_t t = 100'000; t < 101'000; t += 10)
+    caught_up = stall_watch::first_caught_up(caught_up, ms(100'000), ms(t));
+  EXPECT_EQ(caught_up, 0) << "messages from before the pause do not count";
+  EXPECT_TRUE(stalled(ms(104'000), caught_up)) << "no evidence yet: still refusing";
+  caught_up = stall_watch::first_caught_up(caught_up, ms(100'000), ms(104'000));
+  EXPECT_EQ(caught_up, ms(104'000));
+  EXPECT_FALSE(stalled(ms(104'300), caught_up));
+}
