@@ -59,7 +59,11 @@ ferry::record dead_letter(int i) {
   return r;
 }
 
-/// Asks node `id` (retrying retriable errors until `deadline`).
+/// Asks node `id` (retrying retriable errors until `deadline`). Also
+/// unknown_topic: a node (the DLQ's home) may learn of a topic created a
+/// moment ago after the controller's describe shows it placed (seen once in
+/// a CI run: `dlq show` right after the create); Kafka's clients retry
+/// UNKNOWN_TOPIC_OR_PARTITION alike.
 template <class T, class Req>
 caf::expected<T> ask_retrying(cluster& c, int id, steady::time_point deadline, Req req,
                               auto atom) {
@@ -72,7 +76,8 @@ caf::expected<T> ask_retrying(cluster& c, int id, steady::time_point deadline, R
         return r;
       last = r.error();
       if (!ferry::is_retriable(last) && !ferry::is(last, ferry::ec::coordinator_not_available)
-          && !ferry::is(last, ferry::ec::not_leader) && last != caf::sec::request_timeout)
+          && !ferry::is(last, ferry::ec::not_leader) && !ferry::is(last, ferry::ec::unknown_topic)
+          && last != caf::sec::request_timeout)
         return last;
     } else {
       last = b.error();
