@@ -102,6 +102,14 @@
 //   connection is established then, and CAF closes the second one as
 //   redundant) or peer_dial_fallback passed, and parks it again whenever it
 //   goes down or does not connect within two probe timeouts.
+// - Broken routes: CAF 0.17.6 can also map a connection to no node after two
+//   connections of a pair raced (after a pause both sides drop and redial):
+//   the peer's messages over it then arrive with no sender, so this node's
+//   answers are lost while its own requests are answered (the peer sees it
+//   "connected but does not answer"; seen for 105 s, chaos seed 5102). A
+//   peer's probe that arrives without a sender shows it: the node closes its
+//   CAF connections to that peer (basp_routes.hpp) and both sides redial,
+//   at most once per 4 probe timeouts per peer.
 // - Controller (the node whose quorum member leads): fences a voter or a
 //   registered broker that has not been up (linked and probed) for
 //   fence_after (one never
@@ -443,6 +451,11 @@ struct node_state {
   std::map<int32_t, caf::actor_clock::time_point> parked;
   std::map<int32_t, caf::actor_clock::time_point> dialed_at;
   std::map<int32_t, caf::actor_clock::time_point> probed_by;
+  /// Each peer's CAF node (from the sender of its answers to probes), and
+  /// when this node last closed its CAF connections to it because the
+  /// peer's probes arrived without a sender (repair_route).
+  std::map<int32_t, caf::node_id> peer_nodes;
+  std::map<int32_t, caf::actor_clock::time_point> routes_reset;
   /// This node's fetch session to each leader node and the broker it
   /// fetches from.
   struct session_link {

@@ -544,6 +544,7 @@ void stop_link_actors(self_ptr self, int32_t id);
 void dial(self_ptr self, int32_t id, ferry::broker_actor adopt = {});
 void park_link(self_ptr self, int32_t id);
 void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender);
+void repair_route(self_ptr self, int32_t id);
 void tend_parked_links(self_ptr self);
 void cluster_tick(self_ptr self);
 void close_link(self_ptr self, int32_t id);

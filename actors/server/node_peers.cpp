@@ -3,6 +3,7 @@
 // member, Raft messages between nodes. (See node_internal.hpp for how the
 // node's files divide the work.)
 
+#include "actors/server/basp_routes.hpp"
 #include "actors/server/node_internal.hpp"
 #include "actors/server/stall_watch.hpp"
 #include "broker/topic_config.hpp"
@@ -255,6 +256,10 @@ void probe_peer(self_ptr self, int32_t id) {
                      id, answered_as);
           return;
         }
+        // The answer's sender is the peer's node actor, also when this
+        // node talks to it through a session proxy: its CAF node.
+        if (auto s = self->current_sender(); s && s->node() != self->node())
+          st.peer_nodes[id] = s->node();
         st.unconfirmed.erase(u);
         st.dialed_at.erase(id);
         st.unanswered.erase(id);
@@ -428,6 +433,8 @@ void park_link(self_ptr self, int32_t id) {
 void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender) {
   auto& st = self->state;
   st.probed_by[id] = now(self);
+  if (!sender && !st.shutting_down)
+    repair_route(self, id);
   if (st.shutting_down || st.parked.count(id) == 0)
     return;
   if (uses_tls(self->system()) && sender) {
@@ -440,6 +447,29 @@ void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender)
   }
   log::debug("node: node {} dialed this node: linking back", id);
   dial(self, id);
+}
+
+/// Node `id`'s probe arrived without a sender: CAF's route to that peer is
+/// broken and the answer would be lost ("Broken routes" in node.hpp). Closes
+/// this node's CAF connections to it, so that both sides redial, at most
+/// once per four probe timeouts (the redial needs that long to be probed).
+void repair_route(self_ptr self, int32_t id) {
+  auto& st = self->state;
+  auto known = st.peer_nodes.find(id);
+  if (known == st.peer_nodes.end()
+      || (!is_voter(st, id) && st.link_endpoints.count(id) == 0))
+    return; // not a peer of this node, or its CAF node is not known yet
+  auto t = now(self);
+  if (auto last = st.routes_reset.find(id);
+      last != st.routes_reset.end()
+      && t - last->second < std::chrono::duration_cast<caf::timespan>(
+           st.cfg.peer_probe_timeout * 4))
+    return;
+  st.routes_reset[id] = t;
+  log::warn("node: node {}'s probes arrive without a sender (CAF lost its "
+            "route to it): closing the connections to it",
+            id);
+  reset_basp_connections(self->system(), known->second);
 }
 
 /// Opens (or reopens, after the endpoint changed) the link to node `id`.
