@@ -107,9 +107,10 @@
 //   the peer's messages over it then arrive with no sender, so this node's
 //   answers are lost while its own requests are answered (the peer sees it
 //   "connected but does not answer"; seen for 105 s, chaos seed 5102). A
-//   peer's probe that arrives without a sender shows it: the node closes its
-//   CAF connections to that peer (basp_routes.hpp) and both sides redial,
-//   at most once per 4 probe timeouts per peer.
+//   peer's probes arriving without a sender for two probe timeouts show it
+//   (one alone can be a connection whose handshake is still under way): the
+//   node closes its CAF connections to that peer (basp_routes.hpp) and both
+//   sides redial.
 // - Controller (the node whose quorum member leads): fences a voter or a
 //   registered broker that has not been up (linked and probed) for
 //   fence_after (one never
@@ -452,10 +453,9 @@ struct node_state {
   std::map<int32_t, caf::actor_clock::time_point> dialed_at;
   std::map<int32_t, caf::actor_clock::time_point> probed_by;
   /// Each peer's CAF node (from the sender of its answers to probes), and
-  /// when this node last closed its CAF connections to it because the
-  /// peer's probes arrived without a sender (repair_route).
+  /// since when its probes arrive without a sender (repair_route).
   std::map<int32_t, caf::node_id> peer_nodes;
-  std::map<int32_t, caf::actor_clock::time_point> routes_reset;
+  std::map<int32_t, caf::actor_clock::time_point> senderless_since;
   /// This node's fetch session to each leader node and the broker it
   /// fetches from.
   struct session_link {

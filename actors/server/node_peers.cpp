@@ -433,7 +433,9 @@ void park_link(self_ptr self, int32_t id) {
 void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender) {
   auto& st = self->state;
   st.probed_by[id] = now(self);
-  if (!sender && !st.shutting_down)
+  if (sender)
+    st.senderless_since.erase(id);
+  else if (!st.shutting_down)
     repair_route(self, id);
   if (st.shutting_down || st.parked.count(id) == 0)
     return;
@@ -449,10 +451,11 @@ void peer_probed(self_ptr self, int32_t id, const caf::strong_actor_ptr& sender)
   dial(self, id);
 }
 
-/// Node `id`'s probe arrived without a sender: CAF's route to that peer is
-/// broken and the answer would be lost ("Broken routes" in node.hpp). Closes
-/// this node's CAF connections to it, so that both sides redial, at most
-/// once per four probe timeouts (the redial needs that long to be probed).
+/// Node `id`'s probe arrived without a sender, so its answer will be lost.
+/// Once they have done so for two probe timeouts, CAF's route to that peer
+/// is broken ("Broken routes" in node.hpp; a single one can be a connection
+/// whose handshake is under way): closes this node's CAF connections to it,
+/// so that both sides redial, and starts the count again.
 void repair_route(self_ptr self, int32_t id) {
   auto& st = self->state;
   auto known = st.peer_nodes.find(id);
@@ -460,12 +463,12 @@ void repair_route(self_ptr self, int32_t id) {
       || (!is_voter(st, id) && st.link_endpoints.count(id) == 0))
     return; // not a peer of this node, or its CAF node is not known yet
   auto t = now(self);
-  if (auto last = st.routes_reset.find(id);
-      last != st.routes_reset.end()
-      && t - last->second < std::chrono::duration_cast<caf::timespan>(
-           st.cfg.peer_probe_timeout * 4))
+  auto [since, first] = st.senderless_since.emplace(id, t);
+  if (first
+      || t - since->second < std::chrono::duration_cast<caf::timespan>(
+           st.cfg.peer_probe_timeout * 2))
     return;
-  st.routes_reset[id] = t;
+  since->second = t;
   log::warn("node: node {}'s probes arrive without a sender (CAF lost its "
             "route to it): closing the connections to it",
             id);
