@@ -96,6 +96,7 @@ struct consumer_state {
 
   std::map<topic_partition, part_state> parts;
   uint64_t last_epoch = 0; ///< source of part_state::epoch values
+  int64_t commit_sequence = 0; ///< the last commit's sequence (commit_request)
   std::map<topic_partition, offset> pending_seeks;
   std::vector<poll_waiter> waiters;
   uint64_t next_waiter = 1;
@@ -544,7 +545,7 @@ std::vector<partition_offset> uncommitted(const consumer_state& st, bool all) {
   return out;
 }
 
-commit_offsets_request commit_request(const consumer_state& st,
+commit_offsets_request commit_request(consumer_state& st,
                                       std::vector<partition_offset> offsets) {
   commit_offsets_request req;
   req.group = st.cfg.group_id;
@@ -552,9 +553,13 @@ commit_offsets_request commit_request(const consumer_state& st,
   req.offsets = std::move(offsets);
   // Group members commit as themselves; assign-mode consumers with a group
   // id commit as standalone (generation -1, no member id).
+  // Numbered, so that a late copy (forwarded by a node that was then cut
+  // off, after a later commit went through another node) is refused
+  // instead of moving the offsets back (commit_offsets_request::sequence).
   if (st.group_mode) {
     req.member_id = st.member_id;
     req.generation = st.generation;
+    req.sequence = ++st.commit_sequence;
   }
   return req;
 }

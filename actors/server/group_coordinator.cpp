@@ -461,6 +461,9 @@ caf::result<join_group_response> handle_join(self_ptr self,
       m.join_promise = join_promise{};
       bool changed = rejoin_changes(st, m, req);
       m.member_id = new_member_id(self, req.client_id);
+      // A new consumer under the old instance id counts its commits from 1
+      // (the old member id's late commits are refused as unknown).
+      m.commit_sequence = 0;
       fill_member(m, req, session, rebalance);
       auto id = m.member_id;
       s->second = id;
@@ -825,7 +828,17 @@ caf::result<void> handle_commit(self_ptr self,
     if (st.phase == group_phase::completing_rebalance)
       return make_error(ec::rebalance_in_progress,
                         "the group is completing a rebalance");
-    touch_session(self, **found);
+    auto& m = **found;
+    if (req.sequence > 0) {
+      if (req.sequence <= m.commit_sequence)
+        return make_error(ec::out_of_order_sequence,
+                          "commit " + std::to_string(req.sequence) + " of member "
+                            + m.member_id + " arrived after its commit "
+                            + std::to_string(m.commit_sequence)
+                            + ": a late copy, not applied");
+      m.commit_sequence = req.sequence;
+    }
+    touch_session(self, m);
   }
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())

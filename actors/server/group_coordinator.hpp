@@ -164,6 +164,9 @@ struct group_member {
   bool synced = false;
   /// The token of its live session timer.
   uint64_t session_token = 0;
+  /// The highest commit sequence seen from it under this member id
+  /// (commit_offsets_request::sequence).
+  int64_t commit_sequence = 0;
 };
 
 struct group_state {

@@ -256,10 +256,10 @@ protected:
   }
 
   caf::error commit(const std::string& member_id, int32_t generation,
-                    std::vector<partition_offset> offs) {
+                    std::vector<partition_offset> offs, int64_t sequence = 0) {
     auto r = tell(commit_atom_v, commit_offsets_request{"g", member_id, {},
                                                         generation,
-                                                        std::move(offs)});
+                                                        std::move(offs), sequence});
     sched->run();
     EXPECT_TRUE(r->done);
     return r->err;
@@ -843,6 +843,39 @@ TEST_F(GroupCoordinatorTest, InAClusterACommitIsVisibleOnlyOnceReplicated) {
   EXPECT_EQ(after_success[0].committed, offset{12});
   EXPECT_EQ(writes->produced, 3);
   caf::anon_send_exit(sb, caf::exit_reason::user_shutdown);
+}
+
+// Found by tests/chaos (seed 5302): a member's commit sent through a node
+// that was then killed reached the coordinator after the member's next
+// commit, sent through another node, and moved the offsets back (1976 ->
+// 1975). Commits carry the member's sequence; a late one is refused.
+TEST_F(GroupCoordinatorTest, AMembersLateCommitDoesNotMoveItsOffsetsBack) {
+  auto j = join_now(join_req("a"));
+  sync_ok(j.member_id, 1);
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1975}, ""}}, 1));
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1976}, ""}}, 3));
+  // Sequence 2, sent before 3, arrives after it; so does a repeat of 3.
+  EXPECT_TRUE(is(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1975}, ""}}, 2),
+                 ec::out_of_order_sequence));
+  EXPECT_TRUE(is(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1975}, ""}}, 3),
+                 ec::out_of_order_sequence));
+  EXPECT_EQ(fetch({tp("t", 0)}).at(0).committed, offset{1976});
+  // Later ones go on; so do commits without a sequence (Kafka and HTTP
+  // clients: the order they arrive in) and a member that rewinds on purpose.
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1990}, ""}}, 4));
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1980}, ""}}, 5));
+  EXPECT_EQ(fetch({tp("t", 0)}).at(0).committed, offset{1980});
+  EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{1700}, ""}}));
+  EXPECT_EQ(fetch({tp("t", 0)}).at(0).committed, offset{1700});
+  // A rejoin of the same member keeps its count: a late commit stays late.
+  auto again = rejoin(join_req("a"), j.member_id);
+  ASSERT_TRUE(again->done && again->value) << describe(again->err);
+  auto gen = again->value->generation;
+  sync_ok(j.member_id, gen);
+  EXPECT_TRUE(is(commit(j.member_id, gen, {{"t", partition_id{0}, offset{1}, ""}}, 5),
+                 ec::out_of_order_sequence));
+  EXPECT_FALSE(commit(j.member_id, gen, {{"t", partition_id{0}, offset{1701}, ""}}, 6));
+  EXPECT_EQ(fetch({tp("t", 0)}).at(0).committed, offset{1701});
 }
 
 TEST_F(GroupCoordinatorTest, CommitsDuringCompletingRebalanceAreRefused) {
