@@ -19,7 +19,8 @@
 //   - the checker (acked_writes.hpp): every acknowledged record is read
 //     back at its acknowledged offset; no offset acknowledged twice; no
 //     record twice; per-key order; leader epochs never go down along a log;
-//     no two leaders named for one partition epoch by any node; after a
+//     no two leaders named for one partition epoch by any node, no two
+//     controllers for one Raft term (describes and the nodes' logs); after a
 //     clean stop the three logs are byte-identical below the HW.
 //
 // Each run prints its seed and one summary line ("[chaos] summary ...",
@@ -750,6 +751,15 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
       disk_diffs += check_logs_on_disk(c, http_workload::topic, http_workload::partitions,
                                        http_hws, http_replicas);
   }
+  // Election safety from the nodes' own words: one controller per Raft term
+  // (the describes sampled during the run checked the same; leaders.observe).
+  auto claims = controllers_per_term(c);
+  int logged_conflicts = 0;
+  for (auto& [term, ids] : claims)
+    if (ids.size() > 1 && ++logged_conflicts <= 10)
+      ADD_FAILURE() << ids.size() << " nodes logged that they became controller in Raft term "
+                    << term;
+  EXPECT_FALSE(claims.empty()) << "no node logged 'controller in Raft term': the check saw nothing";
   bool pass = !::testing::Test::HasFailure();
   std::cout << "[chaos] summary seed=" << seed << " nodes=" << voters << " faults=" << applied
             << " kills=" << nem.kills << " pauses=" << nem.pauses << " cuts=" << nem.cuts
@@ -763,6 +773,8 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
             << " epoch_conflicts=" << leaders.epoch_conflicts
             << " leader_changes=" << leaders.changes
             << " controller_changes=" << leaders.controller_changes
+            << " controller_terms=" << claims.size()
+            << " controller_conflicts=" << leaders.controller_conflicts + logged_conflicts
             << " unrecovered=" << unrecovered << " disk_diffs=" << disk_diffs
             << " group_commits=" << readers.commits_ok
             << " group_commit_failures=" << readers.commits_failed

@@ -55,7 +55,8 @@ for ((i = 0; i < runs; i++)); do
     "$(field faults "$line")" "$(field kills "$line")" "$(field pauses "$line")" \
     "$(field cuts "$line")" "$(field disk_fills "$line")" "$(field acked "$line")" "$(field failed "$line")" \
     "$(field lost "$line")" "$(field duplicated "$line")" "$(field reordered "$line")" \
-    "$(field epoch_conflicts "$line")" "$(field group_undelivered "$line")" \
+    "$(( $(field epoch_conflicts "$line") + $(cc=$(field controller_conflicts "$line"); echo "${cc:-0}") ))" \
+    "$(field group_undelivered "$line")" \
     "$(field commits_backwards "$line")" "$(field queue_acked "$line")" \
     "$(field queue_lost "$line")" "$(field dead_letters "$line")" "$(field dlq_duplicates "$line")" \
     "$(field redrive_duplicates "$line")" "$(field http_acked "$line")" \

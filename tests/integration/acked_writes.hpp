@@ -183,9 +183,19 @@ struct leader_tracker {
   /// different leaders named for one epoch (by any node) are a conflict.
   std::map<std::pair<int32_t, int32_t>, int32_t> epoch_leader;
   int epoch_conflicts = 0;
+  /// Every Raft term seen and the controller (Raft leader) named with it;
+  /// two controllers named for one term (by any node) break election safety.
+  std::map<int64_t, int32_t> term_controller;
+  int controller_conflicts = 0;
 
   void observe(const ferry::cluster_description& cd, const std::string& topic,
                int32_t partitions) {
+    if (cd.controller >= 1) {
+      auto [tc, fresh] = term_controller.emplace(cd.raft_term, cd.controller);
+      if (!fresh && tc->second != cd.controller && ++controller_conflicts <= 10)
+        ADD_FAILURE() << "Raft term " << cd.raft_term << " has controller " << tc->second
+                      << " and controller " << cd.controller;
+    }
     if (cd.controller >= 1 && cd.controller != controller) {
       if (controller >= 1) {
         ++controller_changes;
@@ -394,6 +404,24 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
   EXPECT_EQ(out.doubly_acked, 0);
   EXPECT_EQ(out.epochs_backwards, 0);
   return out;
+}
+
+/// The nodes that logged "controller in Raft term N", per term N: their
+/// output of every run, and their log files when FERRY_TEST_LOG_DIR sends
+/// the logs there. A term with two nodes breaks election safety.
+inline std::map<int64_t, std::set<int>> controllers_per_term(cluster& c) {
+  static const std::string mark = "controller in Raft term ";
+  std::map<int64_t, std::set<int>> claims;
+  for (int id = 1; id <= c.count(); ++id) {
+    auto text = c.node(id).output();
+    if (auto dir = std::getenv("FERRY_TEST_LOG_DIR"); dir && *dir) {
+      std::ifstream in(std::string{dir} + "/node" + std::to_string(id) + ".log");
+      text.append(std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{});
+    }
+    for (auto at = text.find(mark); at != std::string::npos; at = text.find(mark, at + 1))
+      claims[std::strtoll(text.c_str() + at + mark.size(), nullptr, 10)].insert(id);
+  }
+  return claims;
 }
 
 /// After c.stop_all(): the logs of every partition on disk (on the nodes
