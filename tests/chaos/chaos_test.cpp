@@ -574,6 +574,8 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
             << ", rate " << rate << " msgs/s\n";
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
 
+  // Logs an earlier run left in FERRY_TEST_LOG_DIR: not this run's.
+  auto earlier_logs = node_log_sizes(voters + 1);
   cluster c{cluster::behind_proxy, voters};
   c.add_node_args({"--http-port", "0"}); // the HTTP producer's
   if (disks_available)
@@ -753,7 +755,7 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
   }
   // Election safety from the nodes' own words: one controller per Raft term
   // (the describes sampled during the run checked the same; leaders.observe).
-  auto claims = controllers_per_term(c);
+  auto claims = controllers_per_term(c, earlier_logs);
   int logged_conflicts = 0;
   for (auto& [term, ids] : claims)
     if (ids.size() > 1 && ++logged_conflicts <= 10)

@@ -406,16 +406,42 @@ inline acked_check check_acked_writes(cluster& c, const std::string& topic, int3
   return out;
 }
 
+/// Node `id`'s log file when FERRY_TEST_LOG_DIR sends the logs there, else "".
+inline std::string node_log_file(int id) {
+  auto dir = std::getenv("FERRY_TEST_LOG_DIR");
+  if (!dir || !*dir)
+    return {};
+  return std::string{dir} + "/node" + std::to_string(id) + ".log";
+}
+
+/// The sizes of nodes 1..`nodes`' log files now (id -> bytes; absent: 0):
+/// what an earlier run wrote into the same files (ferryd appends), which
+/// controllers_per_term skips.
+inline std::map<int, std::uintmax_t> node_log_sizes(int nodes) {
+  std::map<int, std::uintmax_t> out;
+  for (int id = 1; id <= nodes; ++id) {
+    std::error_code ec;
+    auto f = node_log_file(id);
+    auto n = f.empty() ? 0 : std::filesystem::file_size(f, ec);
+    out[id] = ec ? 0 : n;
+  }
+  return out;
+}
+
 /// The nodes that logged "controller in Raft term N", per term N: their
 /// output of every run, and their log files when FERRY_TEST_LOG_DIR sends
-/// the logs there. A term with two nodes breaks election safety.
-inline std::map<int64_t, std::set<int>> controllers_per_term(cluster& c) {
+/// the logs there (past `skip`, node_log_sizes at the start). A term with
+/// two nodes breaks election safety.
+inline std::map<int64_t, std::set<int>>
+controllers_per_term(cluster& c, const std::map<int, std::uintmax_t>& skip = {}) {
   static const std::string mark = "controller in Raft term ";
   std::map<int64_t, std::set<int>> claims;
   for (int id = 1; id <= c.count(); ++id) {
     auto text = c.node(id).output();
-    if (auto dir = std::getenv("FERRY_TEST_LOG_DIR"); dir && *dir) {
-      std::ifstream in(std::string{dir} + "/node" + std::to_string(id) + ".log");
+    if (auto f = node_log_file(id); !f.empty()) {
+      std::ifstream in(f);
+      if (auto s = skip.find(id); s != skip.end())
+        in.seekg(static_cast<std::streamoff>(s->second));
       text.append(std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{});
     }
     for (auto at = text.find(mark); at != std::string::npos; at = text.find(mark, at + 1))
