@@ -5,7 +5,7 @@ Standard library plus python3-lz4 and python3-zstandard (deploy/install-deps.sh)
 Seeds come from the Kafka-made batches in tests/broker/testdata (record
 batch, segment recovery), small compressed payloads (decompress), a few
 schedules (raft) and request bodies as the HTTP API documents them
-(http_json). Deterministic: running it again writes the same files.
+(http_json), raw HTTP requests (http_requests). Deterministic: running it again writes the same files.
 
     tests/fuzz/make_corpus.py      (Debian's /usr/bin/python3: its lz4 and zstandard modules)
 """
@@ -80,6 +80,72 @@ def main():
     }
     for name, body in bodies.items():
         put("http_json", name, json.dumps(body).encode())
+
+    # http_requests: the bytes of one connection; the first byte picks the
+    # gateway (0: auth off, 1: auth on, user fuzz / fuzz-pass).
+    basic = "Authorization: Basic ZnV6ejpmdXp6LXBhc3M=\r\n"
+    def request(method, target, body=None, headers=""):
+        text = f"{method} {target} HTTP/1.1\r\nHost: ferry\r\n{headers}"
+        data = b""
+        if body is not None:
+            data = json.dumps(body).encode()
+            text += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        return text.encode() + b"\r\n" + data
+    requests = {
+        "health": request("GET", "/healthz"),
+        "cluster": request("GET", "/v1/cluster"),
+        "remove-node": request("DELETE", "/v1/cluster/nodes/4"),
+        "topics": request("GET", "/v1/topics"),
+        "create-topic": request("POST", "/v1/topics", bodies["topic-spec"]),
+        "describe-topic": request("GET", "/v1/topics/t-orders"),
+        "alter-topic": request("PATCH", "/v1/topics/t-orders", bodies["topic-patch"]),
+        "delete-topic": request("DELETE", "/v1/topics/t%2Dorders"),
+        "produce": request("POST", "/v1/topics/t-orders/messages?acks=all&partition=0",
+                           bodies["produce-many"]),
+        "fetch": request("GET", "/v1/topics/t-orders/partitions/0/messages"
+                         "?offset=earliest&limit=10&maxWaitMs=100&maxBytes=65536&encoding=base64"),
+        "groups": request("GET", "/v1/groups"),
+        "group": request("GET", "/v1/groups/g"),
+        "delete-group": request("DELETE", "/v1/groups/g"),
+        "commit": request("POST", "/v1/groups/g/offsets", bodies["commit"]),
+        "reset": request("POST", "/v1/groups/g/reset", bodies["reset"]),
+        "queue-group": request("PUT", "/v1/groups/g/queue",
+                               {"topic": "t-orders", "maxAttempts": 4, "dlqTopic": "t-dlq"}),
+        "queue-receive": request("POST", "/v1/groups/g/queue/t-orders/receive?encoding=string",
+                                 bodies["queue-receive"]),
+        "queue-ack": request("POST", "/v1/groups/g/queue/t-orders/ack", bodies["queue-ack"]),
+        "queue-nack": request("POST", "/v1/groups/g/queue/nack", bodies["queue-ack"]),
+        "dlqs": request("GET", "/v1/dlq"),
+        "dlq-show": request("GET", "/v1/dlq/g?limit=5"),
+        "dlq-redrive": request("POST", "/v1/dlq/g/redrive", {"topic": "t-orders"}),
+        "users": request("GET", "/v1/users"),
+        "create-user": request("POST", "/v1/users", {"name": "bob", "password": "pw-12345"}),
+        "acls": request("POST", "/v1/acls", {"principal": "bob", "resourceType": "topic",
+                                             "resourceName": "t", "patternType": "prefixed",
+                                             "operation": "read", "permission": "allow"}),
+        "wrong-method": request("PUT", "/v1/topics"),
+        "no-such-path": request("GET", "/v2/x?y=%zz"),
+        "pipelined": request("GET", "/healthz") + request("GET", "/v1/topics")
+                     + request("POST", "/v1/topics/t-a/messages", bodies["produce-one"]),
+        "http10": b"GET /v1/topics HTTP/1.0\r\n\r\n",
+        "expect-continue": request("POST", "/v1/topics/t-a/messages", bodies["produce-one"],
+                                   "Expect: 100-continue\r\n"),
+        "chunked": b"POST /v1/topics/t-a/messages HTTP/1.1\r\nHost: ferry\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"val\r\n"
+                   b"a\r\nue\":\"x\"}\r\n0\r\n\r\n",
+        "oversized-length": b"POST /v1/topics HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n{",
+    }
+    for name, data in requests.items():
+        put("http_requests", "open-" + name, b"\x00" + data)
+        put("http_requests", "auth-" + name, b"\x01" + data.replace(
+            b"Host: ferry\r\n", b"Host: ferry\r\n" + basic.encode()))
+    put("http_requests", "auth-token", b"\x01" + request("POST", "/v1/tokens", {"ttlSeconds": 60},
+                                                          basic))
+    put("http_requests", "auth-bearer", b"\x01" + request(
+        "GET", "/v1/topics", None, "Authorization: Bearer ZnV6ejoxOjE.c2ln\r\n"))
+    put("http_requests", "auth-wrong-password", b"\x01" + request(
+        "GET", "/v1/topics", None, "Authorization: Basic ZnV6ejpub3Bl\r\n"))
+    put("http_requests", "auth-none", b"\x01" + request("GET", "/v1/topics/t-denied"))
 
     # LMDB rows and __consumer_state values (fuzz_lmdb_rows.cpp: the first
     # byte picks the decoder), in the formats of the broker headers.
