@@ -35,6 +35,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -154,12 +155,25 @@ std::string exchange(uint16_t port, std::string_view in, bool& reset) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    fail(std::string{"connect: "} + std::strerror(errno), "");
+  // libFuzzer's timers send signals: a call they interrupt goes on (EINTR).
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno != EINTR)
+      fail(std::string{"connect: "} + std::strerror(errno), "");
+    pollfd pfd{fd, POLLOUT, 0};
+    while (::poll(&pfd, 1, 8000) < 0 && errno == EINTR) {
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0 || (pfd.revents & POLLOUT) == 0)
+      fail(std::string{"connect: "} + std::strerror(err), "");
+  }
   reset = false;
   size_t sent = 0;
   while (sent < in.size()) {
     auto n = ::send(fd, in.data() + sent, in.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         fail("the gateway stopped reading for 8 s", "");
@@ -176,6 +190,8 @@ std::string exchange(uint16_t port, std::string_view in, bool& reset) {
       out.append(buf, static_cast<size_t>(n));
       continue;
     }
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       fail("the gateway neither answered nor closed within 8 s", out);
     if (n < 0)
