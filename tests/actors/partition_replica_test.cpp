@@ -875,17 +875,31 @@ TEST_F(partition_replica_test, update_applies_retention_to_the_log) {
 TEST_F(partition_replica_test, tick_writes_hw_checkpoint_and_snapshot) {
   use_store();
   cfg_.snapshot_interval = 5s;
+  cfg_.checkpoint_interval = 5s;
   spawn();
   ASSERT_OK(produce(make_batch({.pid = 9, .epoch = 0, .seq = 0})));
   caf::anon_send(replica_, tick_atom_v);
   sched_->run();
+  // The first checkpoint since the start: at the first tick.
   auto md = store_->get_partition(cfg_.topic, cfg_.partition);
   ASSERT_OK(md);
   EXPECT_EQ(md->high_watermark, offset{1});
   EXPECT_EQ(state().stats.snapshots, 0u); // interval not reached
-  sched_->advance_time(5s);
+  // The HW moves again within checkpoint_interval: saved at the first tick
+  // after the interval, not at every tick.
+  ASSERT_OK(produce(make_batch({.pid = 9, .epoch = 0, .seq = 1})));
+  sched_->advance_time(4s);
   caf::anon_send(replica_, tick_atom_v);
   sched_->run();
+  md = store_->get_partition(cfg_.topic, cfg_.partition);
+  ASSERT_OK(md);
+  EXPECT_EQ(md->high_watermark, offset{1});
+  sched_->advance_time(1s);
+  caf::anon_send(replica_, tick_atom_v);
+  sched_->run();
+  md = store_->get_partition(cfg_.topic, cfg_.partition);
+  ASSERT_OK(md);
+  EXPECT_EQ(md->high_watermark, offset{2});
   EXPECT_EQ(state().stats.snapshots, 1u);
 }
 
@@ -905,10 +919,17 @@ TEST_F(partition_replica_test, an_idle_replica_ticks_rarely_until_a_produce) {
   EXPECT_TRUE(state().quiet) << state().idle_ticks << " idle ticks";
   auto due = state().tick_due;
   EXPECT_GE(due - sched_->clock().now(), 9s) << "no long period when quiet";
+  // Quiet ticks fall on whole seconds, busy ones on tenths of their period,
+  // so the ticks of many replicas share the clock thread's wake-ups.
+  EXPECT_EQ(due.time_since_epoch() % std::chrono::seconds{1},
+            std::chrono::nanoseconds{0});
   // A produce brings the short period back at once.
   ASSERT_OK(produce(make_batch({})));
   EXPECT_FALSE(state().quiet);
   EXPECT_LE(state().tick_due - sched_->clock().now(), 1s);
+  EXPECT_GT(state().tick_due - sched_->clock().now(), 500ms);
+  EXPECT_EQ(state().tick_due.time_since_epoch() % std::chrono::milliseconds{100},
+            std::chrono::nanoseconds{0});
   // The stale long tick does not start a second chain of ticks: after it
   // fired, one tick is pending, not two.
   for (int i = 0; i < 20; ++i) {
