@@ -47,6 +47,8 @@ How to run it (Debian's python3, standard library only)
     tests/bench/scale_table.py --quick          # smoke run, small counts, ~1-2 minutes
     tests/bench/scale_table.py --rows 1n-1000,3n    # some rows ("3n": every 3n-* row)
     tests/bench/scale_table.py --list           # the row ids
+    tests/bench/scale_table.py --paced-rates 2000,10000 --rows 3n-300-rate
+                                                # the paced row at more rates
     tests/bench/scale_table.py --bin /path/to/build/bin --json > scale.json
 
     The table goes to stdout, progress to stderr. Use a quiet machine: a
@@ -982,6 +984,9 @@ def main():
     ap.add_argument("--rows", default="",
                     help="comma-separated row ids or prefixes (1n, 3n, idle, ...); default all")
     ap.add_argument("--list", action="store_true", help="print the row ids and exit")
+    ap.add_argument("--paced-rates", default="",
+                    help="comma-separated msgs/s: adds a row 3n-300-rate-R per rate "
+                         "(the paced row at that rate, 10 s of messages; --quick: 1 s)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     ap.add_argument("--row-timeout", type=float, default=None,
                     help="seconds one row may take in all (default 180, --quick 60)")
@@ -1002,6 +1007,16 @@ def main():
     args = ap.parse_args()
     FERRYD_EXTRA.extend(args.ferryd_arg)
     AUTH[0] = args.auth
+    for text in filter(None, (t.strip() for t in args.paced_rates.split(","))):
+        try:
+            rate = int(text)
+        except ValueError:
+            rate = 0
+        if rate <= 0:
+            print(f"scale_table: --paced-rates: {text!r} is not a positive number", file=sys.stderr)
+            return 2
+        ROWS.append(dict(id=f"3n-300-rate-{rate}", kind="produce", nodes=3, partitions=(300, 30),
+                         messages=(rate * 10, rate), rate=rate))
     if args.list:
         for r in select_rows("", args.quick):
             print(f"{r['id']:22} {setup_label(r)}" + (f", {r['m']:,} messages" if "m" in r else ""))
