@@ -377,6 +377,10 @@ void close_link(self_ptr self, int32_t id) {
   st.unanswered.erase(id);
   st.peers.erase(id);
   st.down_since.erase(id);
+  // Its CAF node is learned again from the new link's first answered probe
+  // (a restarted node has a new one); probed_by stays for open_link.
+  st.peer_nodes.erase(id);
+  st.senderless_since.erase(id);
   if (st.raft)
     self->send(st.raft, connect_atom_v, id, caf::actor{});
 }

@@ -877,29 +877,25 @@ TEST_F(partition_replica_test, tick_writes_hw_checkpoint_and_snapshot) {
   cfg_.snapshot_interval = 5s;
   cfg_.checkpoint_interval = 5s;
   spawn();
+  // Ticks the replica, then reads the HW checkpoint it stored (-1: none).
+  auto tick_then_stored_hw = [this] {
+    caf::anon_send(replica_, tick_atom_v);
+    sched_->run();
+    auto md = store_->get_partition(cfg_.topic, cfg_.partition);
+    EXPECT_TRUE(md) << "no checkpoint stored";
+    return md ? md->high_watermark : offset{-1};
+  };
   ASSERT_OK(produce(make_batch({.pid = 9, .epoch = 0, .seq = 0})));
-  caf::anon_send(replica_, tick_atom_v);
-  sched_->run();
   // The first checkpoint since the start: at the first tick.
-  auto md = store_->get_partition(cfg_.topic, cfg_.partition);
-  ASSERT_OK(md);
-  EXPECT_EQ(md->high_watermark, offset{1});
+  EXPECT_EQ(tick_then_stored_hw(), offset{1});
   EXPECT_EQ(state().stats.snapshots, 0u); // interval not reached
   // The HW moves again within checkpoint_interval: saved at the first tick
   // after the interval, not at every tick.
   ASSERT_OK(produce(make_batch({.pid = 9, .epoch = 0, .seq = 1})));
   sched_->advance_time(4s);
-  caf::anon_send(replica_, tick_atom_v);
-  sched_->run();
-  md = store_->get_partition(cfg_.topic, cfg_.partition);
-  ASSERT_OK(md);
-  EXPECT_EQ(md->high_watermark, offset{1});
+  EXPECT_EQ(tick_then_stored_hw(), offset{1});
   sched_->advance_time(1s);
-  caf::anon_send(replica_, tick_atom_v);
-  sched_->run();
-  md = store_->get_partition(cfg_.topic, cfg_.partition);
-  ASSERT_OK(md);
-  EXPECT_EQ(md->high_watermark, offset{2});
+  EXPECT_EQ(tick_then_stored_hw(), offset{2});
   EXPECT_EQ(state().stats.snapshots, 1u);
 }
 
