@@ -254,6 +254,8 @@ struct producer_state {
   bool metadata_wanted = false;
   caf::error metadata_error;
   std::map<std::string, std::deque<pending>> waiting_metadata;
+  /// Topics of waiting_metadata asked for by name (confirm_topic).
+  std::set<std::string> confirming;
 
   /// Connections to partition leaders (producer_config::route_to_leaders);
   /// leaders from the metadata, updated by relayed answers in between.
@@ -1001,6 +1003,45 @@ void admit_blocked(producer_pointer self) {
   }
 }
 
+/// A topic the node's list did not name, asked for by name: a node of a
+/// cluster learns of a topic created through another node a moment after
+/// the create was answered, and asked by name it waits for it a short
+/// while (ferryd's topic_wait). Once it answers, the list is asked again;
+/// if it does not know the topic either, the messages for it fail with its
+/// answer (unknown_topic).
+void confirm_topic(producer_pointer self, const std::string& topic) {
+  auto& st = self->state;
+  if (!st.broker || !st.confirming.insert(topic).second)
+    return;
+  auto gen = st.conn_gen;
+  self->request(st.broker, st.cfg.request_timeout, describe_atom_v, topic_atom_v, topic)
+    .then(
+      [self, gen, topic](topic_description&) {
+        auto& st = self->state;
+        st.confirming.erase(topic);
+        if (gen != st.conn_gen)
+          return;
+        st.metadata_wanted = true;
+        request_metadata(self);
+      },
+      [self, gen, topic](caf::error& err) {
+        auto& st = self->state;
+        st.confirming.erase(topic);
+        if (gen != st.conn_gen)
+          return;
+        auto w = st.waiting_metadata.find(topic);
+        if (w == st.waiting_metadata.end())
+          return;
+        auto msgs = std::move(w->second);
+        st.waiting_metadata.erase(w);
+        if (code_of(err) == ec::unknown_topic)
+          err = make_error(ec::unknown_topic, "topic '" + topic + "' does not exist");
+        for (auto& p : msgs)
+          fail_pending(st, p, err);
+        check_flush(self);
+      });
+}
+
 void request_metadata(producer_pointer self) {
   auto& st = self->state;
   st.metadata_wanted = true;
@@ -1039,14 +1080,15 @@ void request_metadata(producer_pointer self) {
         auto waiting = std::move(st.waiting_metadata);
         st.waiting_metadata.clear();
         for (auto& [topic, msgs] : waiting) {
-          bool known = st.partitions.count(topic) > 0;
-          for (auto& p : msgs) {
-            if (known)
+          if (st.partitions.count(topic) > 0) {
+            for (auto& p : msgs)
               route(self, std::move(p));
-            else
-              fail_pending(st, p, make_error(ec::unknown_topic,
-                                             "topic '" + topic + "' does not exist"));
+            continue;
           }
+          auto& w = st.waiting_metadata[topic];
+          for (auto& p : msgs)
+            w.push_back(std::move(p));
+          confirm_topic(self, topic);
         }
         check_flush(self);
       },

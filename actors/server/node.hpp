@@ -265,6 +265,11 @@ struct node_config {
   std::chrono::milliseconds controller_grace{3000};
   /// Period of the cluster timer (registration, readiness, controller).
   std::chrono::milliseconds cluster_tick{200};
+  /// In a cluster, how long a request naming a topic this node does not
+  /// know waits for the topic to reach its metadata before it is answered
+  /// unknown_topic (when_topics_known): a topic created through another
+  /// node arrives here a Raft heartbeat or so after its create was answered.
+  std::chrono::milliseconds topic_wait{2000};
   /// Partitions of __consumer_state (created by the controller; the group
   /// coordinator is the leader of partition_for_key(group)).
   int32_t state_partitions = 8;
@@ -360,6 +365,14 @@ struct hosted_replica {
   std::shared_ptr<std::atomic<bool>> behind;
 };
 
+/// A request waiting for topics this node does not know yet (see
+/// node_config::topic_wait); `resume` serves it as if it arrived now.
+struct topic_waiter {
+  std::vector<std::string> topics;
+  caf::actor_clock::time_point deadline;
+  std::function<void()> resume;
+};
+
 /// A create request waiting for its replicas.
 struct create_waiter {
   topic_metadata topic;
@@ -403,6 +416,7 @@ struct node_state {
   dlq_manager_actor dlq;
   std::shared_ptr<offset_store> offsets;
   std::vector<create_waiter> create_waiters;
+  std::vector<topic_waiter> topic_waiters;
   /// Whether the metadata actor is ours (ended on shutdown).
   bool own_metadata = false;
   /// Shutdown in progress: replicas still closing.

@@ -120,20 +120,25 @@ caf::result<topic_description> describe_topic(self_ptr self,
   auto rp = self->make_response_promise<topic_description>();
   // Asked once the node is ready (see list_topics): a restarted node's
   // metadata may not know the topic yet.
+  // In a cluster also once it knows the topic (a create answered by
+  // another node reaches this one a moment later).
   when_ready(self, [self, rp, name = std::move(name)]() mutable {
-    auto& st = self->state;
-    self
-      ->request(st.cfg.metadata, st.cfg.status_timeout, describe_atom_v,
-                topic_atom_v, std::move(name))
-      .then(
-        [self, rp](topic_metadata& md) mutable {
-          gather_status(self, md, [rp](topic_description td) mutable {
-            rp.deliver(std::move(td));
+    auto topic = name;
+    when_topics_known(self, {std::move(topic)}, [self, rp, name]() mutable {
+      auto& st = self->state;
+      self
+        ->request(st.cfg.metadata, st.cfg.status_timeout, describe_atom_v,
+                  topic_atom_v, std::move(name))
+        .then(
+          [self, rp](topic_metadata& md) mutable {
+            gather_status(self, md, [rp](topic_description td) mutable {
+              rp.deliver(std::move(td));
+            });
+          },
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(failed(self, std::move(err)));
           });
-        },
-        [self, rp](caf::error& err) mutable {
-          rp.deliver(failed(self, std::move(err)));
-        });
+    });
   });
   return rp;
 }

@@ -476,13 +476,16 @@ caf::result<T> to_queue(self_ptr self, const std::string& group,
   return rp;
 }
 
-/// Relays a group request whose reply is `T` to the group's coordinator.
+/// Relays a group request whose reply is `T` to the group's coordinator,
+/// once this node knows the `topics` it names (when_topics_known).
 template <class T, class... Ts>
 caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
-                        Ts... xs) {
+                        std::vector<std::string> topics, Ts... xs) {
   bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<T>();
-  when_ready(self, [self, rp, group, create, forwarded, xs...]() mutable {
+  when_ready(self, [self, rp, group, create, forwarded, topics, xs...]() mutable {
+    when_topics_known(self, std::move(topics), [self, rp, group, create, forwarded,
+                                                xs...]() mutable {
     auto home = group_home(self, group, forwarded);
     if (!home.local) {
       if (home.err)
@@ -497,17 +500,21 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
       rp.deliver(failed(self, std::move(c.error())));
     else
       relay(self, rp, *c, std::move(xs)...);
+    });
   });
   return rp;
 }
 
-/// Relays a group request without a reply value.
+/// Relays a group request without a reply value (see to_group).
 template <class... Ts>
 caf::result<void> to_group_void(self_ptr self, const std::string& group,
-                                bool create, Ts... xs) {
+                                bool create, std::vector<std::string> topics,
+                                Ts... xs) {
   bool forwarded = from_peer(self);
   auto rp = self->make_response_promise();
-  when_ready(self, [self, rp, group, create, forwarded, xs...]() mutable {
+  when_ready(self, [self, rp, group, create, forwarded, topics, xs...]() mutable {
+    when_topics_known(self, std::move(topics), [self, rp, group, create, forwarded,
+                                                xs...]() mutable {
     auto home = group_home(self, group, forwarded);
     if (!home.local) {
       if (home.err)
@@ -522,46 +529,58 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
       rp.deliver(failed(self, std::move(c.error())));
     else
       relay_void(self, rp, *c, std::move(xs)...);
+    });
   });
   return rp;
+}
+
+/// The topics a commit names, each once.
+std::vector<std::string> topics_of(const std::vector<partition_offset>& xs) {
+  std::vector<std::string> out;
+  for (auto& x : xs)
+    if (std::find(out.begin(), out.end(), x.topic) == out.end())
+      out.push_back(x.topic);
+  return out;
 }
 
 
 caf::result<join_group_response> join_group(self_ptr self,
                                             join_group_request& req) {
   auto group = req.group;
-  return to_group<join_group_response>(self, group, true, join_atom_v,
+  return to_group<join_group_response>(self, group, true, {}, join_atom_v,
                                        std::move(req));
 }
 
 caf::result<sync_group_response> sync_group(self_ptr self,
                                             sync_group_request& req) {
   auto group = req.group;
-  return to_group<sync_group_response>(self, group, true, sync_atom_v,
+  return to_group<sync_group_response>(self, group, true, {}, sync_atom_v,
                                        std::move(req));
 }
 
 caf::result<void> heartbeat_group(self_ptr self, heartbeat_request& req) {
   auto group = req.group;
-  return to_group_void(self, group, true, heartbeat_atom_v,
+  return to_group_void(self, group, true, {}, heartbeat_atom_v,
                        std::move(req));
 }
 
 caf::result<void> leave_group(self_ptr self, leave_group_request& req) {
   auto group = req.group;
-  return to_group_void(self, group, true, leave_atom_v, std::move(req));
+  return to_group_void(self, group, true, {}, leave_atom_v, std::move(req));
 }
 
 caf::result<void> commit_offsets(self_ptr self, commit_offsets_request& req) {
   auto group = req.group;
-  return to_group_void(self, group, true, commit_atom_v, std::move(req));
+  auto topics = topics_of(req.offsets);
+  return to_group_void(self, group, true, std::move(topics), commit_atom_v,
+                       std::move(req));
 }
 
 caf::result<std::vector<partition_offset>>
 fetch_offsets(self_ptr self, fetch_offsets_request& req) {
   auto group = req.group;
   return to_group<std::vector<partition_offset>>(
-    self, group, true, offsets_atom_v, std::move(req));
+    self, group, true, {}, offsets_atom_v, std::move(req));
 }
 
 namespace {
@@ -799,8 +818,9 @@ reset_offsets(self_ptr self, reset_offsets_request& req) {
     return to_queue<std::vector<partition_offset>>(
       self, group, false, std::make_tuple(reset_atom_v, req), reset_atom_v,
       req);
+  auto topics = req.topics;
   return to_group<std::vector<partition_offset>>(self, group, true,
-                                                 reset_atom_v,
+                                                 std::move(topics), reset_atom_v,
                                                  std::move(req));
 }
 

@@ -211,6 +211,39 @@ inline bool cluster_mode(const node_state& st) {
   return !st.cfg.voters.empty();
 }
 
+void schedule_recheck(self_ptr self, caf::timespan delay);
+void check_topic_waiters(self_ptr self);
+
+/// Whether the node can serve requests naming `topic` without waiting for
+/// its metadata: it knows the topic, or it is a node of its own (whose
+/// metadata is never behind).
+inline bool knows_topics(const node_state& st, const std::string& topic) {
+  return !cluster_mode(st) || st.topics.count(topic) > 0;
+}
+
+/// Runs `f` now if this node knows every topic in `topics` (or is a node of
+/// its own, or is shutting down). In a cluster it otherwise runs `f` once
+/// the topic list names them all or cfg.topic_wait has passed, whichever is
+/// first (`f` then answers unknown_topic as it would have). A follower's
+/// metadata trails the Raft leader's by about a heartbeat: without the wait
+/// a client that creates a topic through one node and uses it through
+/// another at once is told that it does not exist. (check_topic_waiters
+/// resumes them, after reconcile has started the new replicas.)
+template <class F>
+void when_topics_known(self_ptr self, std::vector<std::string> topics, F f) {
+  auto& st = self->state;
+  auto unknown = [&st](const std::string& t) { return st.topics.count(t) == 0; };
+  if (!cluster_mode(st) || st.shutting_down || st.cfg.topic_wait.count() <= 0
+      || std::none_of(topics.begin(), topics.end(), unknown)) {
+    f();
+    return;
+  }
+  auto wait = std::chrono::duration_cast<caf::timespan>(st.cfg.topic_wait);
+  st.topic_waiters.push_back(
+    topic_waiter{std::move(topics), now(self) + wait, std::function<void()>{std::move(f)}});
+  schedule_recheck(self, wait);
+}
+
 /// True once the metadata can be trusted for reconciling replicas: with a
 /// Raft member (every node unless a test injects a metadata actor), once its
 /// applied state caught up with the commit index; else at once.

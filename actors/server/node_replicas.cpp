@@ -218,8 +218,12 @@ void sweep_unhosted_dirs(self_ptr self) {
 
 void reconcile(self_ptr self) {
   auto& st = self->state;
-  if (st.shutting_down || !metadata_caught_up(st))
+  if (st.shutting_down)
     return;
+  if (!metadata_caught_up(st)) {
+    check_topic_waiters(self); // the ones whose wait is over
+    return;
+  }
   auto t_now = now(self);
   // Stop what is no longer hosted here.
   for (auto i = st.replicas.begin(); i != st.replicas.end();) {
@@ -284,6 +288,36 @@ void reconcile(self_ptr self) {
   }
   sweep_unhosted_dirs(self);
   check_create_waiters(self);
+  check_topic_waiters(self);
+}
+
+void check_topic_waiters(self_ptr self) {
+  auto& st = self->state;
+  if (st.topic_waiters.empty())
+    return;
+  auto t_now = now(self);
+  auto waiting = std::move(st.topic_waiters);
+  st.topic_waiters.clear();
+  std::vector<std::function<void()>> ready;
+  for (auto& w : waiting) {
+    bool known = std::all_of(w.topics.begin(), w.topics.end(),
+                             [&st](const std::string& t) { return st.topics.count(t) > 0; });
+    if (known || t_now >= w.deadline || st.shutting_down)
+      ready.push_back(std::move(w.resume));
+    else
+      st.topic_waiters.push_back(std::move(w));
+  }
+  // A re-check at the first deadline left (an earlier one may have been
+  // pending when they were parked).
+  if (!st.topic_waiters.empty()) {
+    auto first = std::min_element(st.topic_waiters.begin(), st.topic_waiters.end(),
+                                  [](auto& a, auto& b) { return a.deadline < b.deadline; });
+    schedule_recheck(self, first->deadline - t_now);
+  }
+  // Resumed after the loop: a resumed request may wait again (it names
+  // another topic) and add to topic_waiters.
+  for (auto& f : ready)
+    f();
 }
 
 caf::actor replica_leader(self_ptr self, const partition_assignment& pa) {

@@ -71,8 +71,8 @@ caf::expected<route_target> route_client(self_ptr self,
 /// Serves a client's partition request: delegated to the local replica (it
 /// answers the client directly) or forwarded to the leader's node.
 template <class T, class Req, class Atom>
-void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
-                     Atom atom, Req req, bool follower, bool forwarded) {
+void serve_partition_now(self_ptr self, caf::typed_response_promise<T> rp,
+                         Atom atom, Req req, bool follower, bool forwarded) {
   auto r = route_client(self, req.topic, req.partition, follower, forwarded);
   if (!r) {
     rp.deliver(failed(self, std::move(r.error())));
@@ -103,6 +103,22 @@ void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
     },
     [self, rp](caf::error& err) mutable { rp.deliver(failed(self, std::move(err))); },
     atom, std::move(req));
+}
+
+/// serve_partition_now, once this node knows the topic (when_topics_known).
+template <class T, class Req, class Atom>
+void serve_partition(self_ptr self, caf::typed_response_promise<T> rp,
+                     Atom atom, Req req, bool follower, bool forwarded) {
+  if (knows_topics(self->state, req.topic)) { // the data path: no copies
+    serve_partition_now(self, rp, atom, std::move(req), follower, forwarded);
+    return;
+  }
+  auto topic = req.topic;
+  when_topics_known(self, {std::move(topic)},
+                    [self, rp, atom, req = std::move(req), follower, forwarded]() mutable {
+                      serve_partition_now(self, rp, atom, std::move(req), follower,
+                                          forwarded);
+                    });
 }
 
 
@@ -141,6 +157,63 @@ caf::result<produce_response> serve_produce(self_ptr self,
   return rp;
 }
 
+namespace {
+
+/// serve_produce_many once the node knows every topic of `reqs` (or stopped
+/// waiting for them).
+void produce_many_now(self_ptr self,
+                      caf::typed_response_promise<std::vector<produce_result>> rp,
+                      bool forwarded, std::vector<produce_request>& reqs) {
+  using results = std::vector<produce_result>;
+  struct gather {
+    results out;
+    size_t left = 0;
+    caf::typed_response_promise<results> rp;
+  };
+  auto g = std::make_shared<gather>();
+  g->out.resize(reqs.size());
+  g->left = reqs.size();
+  g->rp = rp;
+  auto done = [g](size_t i) {
+    if (--g->left == 0)
+      g->rp.deliver(std::move(g->out));
+  };
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto& req = reqs[i];
+    auto r = route_client(self, req.topic, req.partition, false, forwarded);
+    if (!r) {
+      g->out[i].error = failed(self, std::move(r.error()));
+      done(i);
+      continue;
+    }
+    auto ok = [g, done, i, leader = r->local ? -1 : r->leader](
+                produce_response& x) {
+      if (leader >= 0)
+        x.leader = leader; // the client goes there directly next
+      g->out[i].response = std::move(x);
+      done(i);
+    };
+    auto fail = [self, g, done, i](caf::error& err) {
+      g->out[i].error = failed(self, std::move(err));
+      done(i);
+    };
+    if (r->local) {
+      // The replica answers within its ack timeout.
+      self->request(r->local, caf::infinite, produce_atom_v, std::move(req))
+        .then(std::move(ok), std::move(fail));
+    } else {
+      if (self->state.probe)
+        self->state.probe->forwarded("produce");
+      forward_to<produce_response>(self, r->leader, r->remote,
+                                   std::chrono::seconds{75}, std::move(ok),
+                                   std::move(fail), produce_atom_v,
+                                   std::move(req));
+    }
+  }
+}
+
+} // namespace
+
 caf::result<std::vector<produce_result>>
 serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
   using results = std::vector<produce_result>;
@@ -151,51 +224,20 @@ serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
     return rp;
   }
   when_ready(self, [self, rp, forwarded, reqs = std::move(reqs)]() mutable {
-    struct gather {
-      results out;
-      size_t left = 0;
-      caf::typed_response_promise<results> rp;
-    };
-    auto g = std::make_shared<gather>();
-    g->out.resize(reqs.size());
-    g->left = reqs.size();
-    g->rp = rp;
-    auto done = [g](size_t i) {
-      if (--g->left == 0)
-        g->rp.deliver(std::move(g->out));
-    };
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      auto& req = reqs[i];
-      auto r = route_client(self, req.topic, req.partition, false, forwarded);
-      if (!r) {
-        g->out[i].error = failed(self, std::move(r.error()));
-        done(i);
-        continue;
-      }
-      auto ok = [g, done, i, leader = r->local ? -1 : r->leader](
-                  produce_response& x) {
-        if (leader >= 0)
-          x.leader = leader; // the client goes there directly next
-        g->out[i].response = std::move(x);
-        done(i);
-      };
-      auto fail = [self, g, done, i](caf::error& err) {
-        g->out[i].error = failed(self, std::move(err));
-        done(i);
-      };
-      if (r->local) {
-        // The replica answers within its ack timeout.
-        self->request(r->local, caf::infinite, produce_atom_v, std::move(req))
-          .then(std::move(ok), std::move(fail));
-      } else {
-        if (self->state.probe)
-          self->state.probe->forwarded("produce");
-        forward_to<produce_response>(self, r->leader, r->remote,
-                                     std::chrono::seconds{75}, std::move(ok),
-                                     std::move(fail), produce_atom_v,
-                                     std::move(req));
-      }
+    auto& st = self->state;
+    if (std::all_of(reqs.begin(), reqs.end(),
+                    [&st](auto& r) { return knows_topics(st, r.topic); })) {
+      produce_many_now(self, rp, forwarded, reqs);
+      return;
     }
+    std::vector<std::string> topics;
+    for (auto& r : reqs)
+      if (std::find(topics.begin(), topics.end(), r.topic) == topics.end())
+        topics.push_back(r.topic);
+    when_topics_known(self, std::move(topics),
+                      [self, rp, forwarded, reqs = std::move(reqs)]() mutable {
+                        produce_many_now(self, rp, forwarded, reqs);
+                      });
   });
   return rp;
 }
