@@ -454,24 +454,29 @@ bool forwarded_group(self_ptr self, caf::typed_response_promise<T>& rp,
 /// node coordinates the group.
 template <class T, class Fwd, class... Ts>
 caf::result<T> to_queue(self_ptr self, const std::string& group,
-                        bool create_default, Fwd fwd, Ts... xs) {
+                        bool create_default, std::vector<std::string> topics,
+                        Fwd fwd, Ts... xs) {
   bool forwarded = from_peer(self);
   auto rp = self->make_response_promise<T>();
-  when_ready(self, [self, rp, group, create_default, forwarded, fwd, xs...]() mutable {
-    bool away = std::apply(
-      [&](auto&... ys) { return forwarded_group(self, rp, group, forwarded, ys...); },
-      fwd);
-    if (away)
-      return;
-    const auto& defaults = self->state.cfg.queue_defaults.settings;
-    with_queue_coordinator(
-      self, group, create_default ? &defaults : nullptr, create_default,
-      [self, rp, xs...](caf::expected<queue_coordinator_actor> c) mutable {
-        if (!c)
-          rp.deliver(failed(self, std::move(c.error())));
-        else
-          relay(self, rp, *c, std::move(xs)...);
-      });
+  when_ready(self, [self, rp, group, create_default, forwarded, topics, fwd,
+                    xs...]() mutable {
+    when_topics_known(self, std::move(topics), [self, rp, group, create_default,
+                                                forwarded, fwd, xs...]() mutable {
+      bool away = std::apply(
+        [&](auto&... ys) { return forwarded_group(self, rp, group, forwarded, ys...); },
+        fwd);
+      if (away)
+        return;
+      const auto& defaults = self->state.cfg.queue_defaults.settings;
+      with_queue_coordinator(
+        self, group, create_default ? &defaults : nullptr, create_default,
+        [self, rp, xs...](caf::expected<queue_coordinator_actor> c) mutable {
+          if (!c)
+            rp.deliver(failed(self, std::move(c.error())));
+          else
+            relay(self, rp, *c, std::move(xs)...);
+        });
+    });
   });
   return rp;
 }
@@ -486,20 +491,20 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
   when_ready(self, [self, rp, group, create, forwarded, topics, xs...]() mutable {
     when_topics_known(self, std::move(topics), [self, rp, group, create, forwarded,
                                                 xs...]() mutable {
-    auto home = group_home(self, group, forwarded);
-    if (!home.local) {
-      if (home.err)
-        rp.deliver(failed(self, std::move(home.err)));
+      auto home = group_home(self, group, forwarded);
+      if (!home.local) {
+        if (home.err)
+          rp.deliver(failed(self, std::move(home.err)));
+        else
+          forward_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
+                      std::move(xs)...);
+        return;
+      }
+      auto c = coordinator(self, group, create);
+      if (!c)
+        rp.deliver(failed(self, std::move(c.error())));
       else
-        forward_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
-                  std::move(xs)...);
-      return;
-    }
-    auto c = coordinator(self, group, create);
-    if (!c)
-      rp.deliver(failed(self, std::move(c.error())));
-    else
-      relay(self, rp, *c, std::move(xs)...);
+        relay(self, rp, *c, std::move(xs)...);
     });
   });
   return rp;
@@ -515,20 +520,20 @@ caf::result<void> to_group_void(self_ptr self, const std::string& group,
   when_ready(self, [self, rp, group, create, forwarded, topics, xs...]() mutable {
     when_topics_known(self, std::move(topics), [self, rp, group, create, forwarded,
                                                 xs...]() mutable {
-    auto home = group_home(self, group, forwarded);
-    if (!home.local) {
-      if (home.err)
-        rp.deliver(failed(self, std::move(home.err)));
+      auto home = group_home(self, group, forwarded);
+      if (!home.local) {
+        if (home.err)
+          rp.deliver(failed(self, std::move(home.err)));
+        else
+          forward_void_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
+                           std::move(xs)...);
+        return;
+      }
+      auto c = coordinator(self, group, create);
+      if (!c)
+        rp.deliver(failed(self, std::move(c.error())));
       else
-        forward_void_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
-                       std::move(xs)...);
-      return;
-    }
-    auto c = coordinator(self, group, create);
-    if (!c)
-      rp.deliver(failed(self, std::move(c.error())));
-    else
-      relay_void(self, rp, *c, std::move(xs)...);
+        relay_void(self, rp, *c, std::move(xs)...);
     });
   });
   return rp;
@@ -788,7 +793,7 @@ caf::result<group_description> describe_group(self_ptr self,
                                               std::string& group) {
   if (known_queue_group(self, group))
     return to_queue<group_description>(
-      self, group, false,
+      self, group, false, {},
       std::make_tuple(describe_atom_v, group_atom_v, group),
       describe_atom_v, group_atom_v);
   bool forwarded = from_peer(self);
@@ -814,11 +819,11 @@ caf::result<group_description> describe_group(self_ptr self,
 caf::result<std::vector<partition_offset>>
 reset_offsets(self_ptr self, reset_offsets_request& req) {
   auto group = req.group;
+  auto topics = req.topics;
   if (known_queue_group(self, group))
     return to_queue<std::vector<partition_offset>>(
-      self, group, false, std::make_tuple(reset_atom_v, req), reset_atom_v,
-      req);
-  auto topics = req.topics;
+      self, group, false, std::move(topics), std::make_tuple(reset_atom_v, req),
+      reset_atom_v, req);
   return to_group<std::vector<partition_offset>>(self, group, true,
                                                  std::move(topics), reset_atom_v,
                                                  std::move(req));
@@ -928,15 +933,18 @@ caf::result<queue_group_config> create_queue_group(self_ptr self,
 caf::result<std::vector<leased_message>>
 receive_queued(self_ptr self, queue_receive_request& req) {
   auto group = req.group;
+  auto topics = req.topics;
+  if (!req.topic.empty())
+    topics.push_back(req.topic);
   return to_queue<std::vector<leased_message>>(
-    self, group, true, std::make_tuple(receive_atom_v, req),
+    self, group, true, std::move(topics), std::make_tuple(receive_atom_v, req),
     receive_atom_v, req);
 }
 
 caf::result<queue_ack_response> ack_queued(self_ptr self,
                                            queue_ack_request& req) {
   auto group = req.group;
-  return to_queue<queue_ack_response>(self, group, false,
+  return to_queue<queue_ack_response>(self, group, false, {},
                                       std::make_tuple(ack_atom_v, req),
                                       ack_atom_v, req);
 }
@@ -944,7 +952,7 @@ caf::result<queue_ack_response> ack_queued(self_ptr self,
 caf::result<queue_group_description> describe_queue_group(self_ptr self,
                                                           std::string& group) {
   return to_queue<queue_group_description>(
-    self, group, false,
+    self, group, false, {},
     std::make_tuple(describe_atom_v, queue_atom_v, group),
     describe_atom_v, queue_atom_v);
 }
@@ -1017,7 +1025,7 @@ caf::result<queue_group_config> alter_queue_group(self_ptr self,
 caf::result<int64_t> leave_queue_group(self_ptr self, std::string& group,
                                        std::string& member) {
   return to_queue<int64_t>(
-    self, group, false,
+    self, group, false, {},
     std::make_tuple(leave_atom_v, queue_atom_v, group, member),
     leave_atom_v, queue_atom_v, member);
 }

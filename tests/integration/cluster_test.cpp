@@ -976,6 +976,14 @@ TEST(Cluster, ATopicIsUsableThroughEveryNodeRightAfterItsCreate) {
     ASSERT_EQ(created.exit_code, 0) << created.out << created.err;
     auto described = ferry::test::ferryctl(c.endpoint(f2), {"topic", "describe", u});
     EXPECT_EQ(described.exit_code, 0) << u << ": " << described.out << described.err;
+    // A queue-mode group's first receive (ferryctl work) on a new topic.
+    auto q = "queued-" + std::to_string(i);
+    created = ferry::test::ferryctl(
+      c.endpoint(leader), {"topic", "create", q, "--partitions", "1", "--replication-factor", "3"});
+    ASSERT_EQ(created.exit_code, 0) << created.out << created.err;
+    auto worked = ferry::test::ferryctl(
+      c.endpoint(f1), {"work", q, "--group", "w-" + q, "--exec", "true", "--max-idle", "1s"});
+    EXPECT_EQ(worked.exit_code, 0) << q << ": " << worked.out << worked.err;
   }
   // A topic that does not exist is still refused, once the wait is over.
   auto missing = ferry::test::ferryctl(c.endpoint(f1), {"produce", "no-such-topic"}, "x\n");
