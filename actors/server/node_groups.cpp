@@ -481,13 +481,20 @@ caf::result<T> to_queue(self_ptr self, const std::string& group,
   return rp;
 }
 
-/// Relays a group request whose reply is `T` to the group's coordinator,
-/// once this node knows the `topics` it names (when_topics_known).
+/// Relays a group request whose reply is `T` (void: none) to the group's
+/// coordinator, once this node knows the `topics` it names
+/// (when_topics_known).
 template <class T, class... Ts>
 caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
                         std::vector<std::string> topics, Ts... xs) {
+  constexpr bool none = std::is_void_v<T>;
   bool forwarded = from_peer(self);
-  auto rp = self->make_response_promise<T>();
+  auto rp = [self] {
+    if constexpr (none)
+      return self->make_response_promise();
+    else
+      return self->make_response_promise<T>();
+  }();
   when_ready(self, [self, rp, group, create, forwarded, topics, xs...]() mutable {
     when_topics_known(self, std::move(topics), [self, rp, group, create, forwarded,
                                                 xs...]() mutable {
@@ -495,6 +502,9 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
       if (!home.local) {
         if (home.err)
           rp.deliver(failed(self, std::move(home.err)));
+        else if constexpr (none)
+          forward_void_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
+                           std::move(xs)...);
         else
           forward_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
                       std::move(xs)...);
@@ -503,37 +513,10 @@ caf::result<T> to_group(self_ptr self, const std::string& group, bool create,
       auto c = coordinator(self, group, create);
       if (!c)
         rp.deliver(failed(self, std::move(c.error())));
+      else if constexpr (none)
+        relay_void(self, rp, *c, std::move(xs)...);
       else
         relay(self, rp, *c, std::move(xs)...);
-    });
-  });
-  return rp;
-}
-
-/// Relays a group request without a reply value (see to_group).
-template <class... Ts>
-caf::result<void> to_group_void(self_ptr self, const std::string& group,
-                                bool create, std::vector<std::string> topics,
-                                Ts... xs) {
-  bool forwarded = from_peer(self);
-  auto rp = self->make_response_promise();
-  when_ready(self, [self, rp, group, create, forwarded, topics, xs...]() mutable {
-    when_topics_known(self, std::move(topics), [self, rp, group, create, forwarded,
-                                                xs...]() mutable {
-      auto home = group_home(self, group, forwarded);
-      if (!home.local) {
-        if (home.err)
-          rp.deliver(failed(self, std::move(home.err)));
-        else
-          forward_void_for(self, rp, home.node, home.remote, std::chrono::seconds{75},
-                           std::move(xs)...);
-        return;
-      }
-      auto c = coordinator(self, group, create);
-      if (!c)
-        rp.deliver(failed(self, std::move(c.error())));
-      else
-        relay_void(self, rp, *c, std::move(xs)...);
     });
   });
   return rp;
@@ -565,20 +548,20 @@ caf::result<sync_group_response> sync_group(self_ptr self,
 
 caf::result<void> heartbeat_group(self_ptr self, heartbeat_request& req) {
   auto group = req.group;
-  return to_group_void(self, group, true, {}, heartbeat_atom_v,
+  return to_group<void>(self, group, true, {}, heartbeat_atom_v,
                        std::move(req));
 }
 
 caf::result<void> leave_group(self_ptr self, leave_group_request& req) {
   auto group = req.group;
-  return to_group_void(self, group, true, {}, leave_atom_v, std::move(req));
+  return to_group<void>(self, group, true, {}, leave_atom_v, std::move(req));
 }
 
 caf::result<void> commit_offsets(self_ptr self, commit_offsets_request& req) {
   auto group = req.group;
   auto topics = topics_of(req.offsets);
-  return to_group_void(self, group, true, std::move(topics), commit_atom_v,
-                       std::move(req));
+  return to_group<void>(self, group, true, std::move(topics), commit_atom_v,
+                        std::move(req));
 }
 
 caf::result<std::vector<partition_offset>>
