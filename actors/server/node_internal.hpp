@@ -232,9 +232,9 @@ inline bool knows_topics(const node_state& st, const std::string& topic) {
 template <class F>
 void when_topics_known(self_ptr self, std::vector<std::string> topics, F f) {
   auto& st = self->state;
-  auto unknown = [&st](const std::string& t) { return st.topics.count(t) == 0; };
-  if (!cluster_mode(st) || st.shutting_down || st.cfg.topic_wait.count() <= 0
-      || std::none_of(topics.begin(), topics.end(), unknown)) {
+  auto known = [&st](const std::string& t) { return knows_topics(st, t); };
+  if (st.shutting_down || st.cfg.topic_wait.count() <= 0
+      || std::all_of(topics.begin(), topics.end(), known)) {
     f();
     return;
   }

@@ -301,7 +301,7 @@ void check_topic_waiters(self_ptr self) {
   std::vector<std::function<void()>> ready;
   for (auto& w : waiting) {
     bool known = std::all_of(w.topics.begin(), w.topics.end(),
-                             [&st](const std::string& t) { return st.topics.count(t) > 0; });
+                             [&st](const std::string& t) { return knows_topics(st, t); });
     if (known || t_now >= w.deadline || st.shutting_down)
       ready.push_back(std::move(w.resume));
     else
@@ -314,8 +314,8 @@ void check_topic_waiters(self_ptr self) {
                                   [](auto& a, auto& b) { return a.deadline < b.deadline; });
     schedule_recheck(self, first->deadline - t_now);
   }
-  // Resumed after the loop: a resumed request may wait again (it names
-  // another topic) and add to topic_waiters.
+  // Resumed after the loop, which rebuilt topic_waiters: each resumed
+  // request runs its *_now function, which serves it without waiting again.
   for (auto& f : ready)
     f();
 }

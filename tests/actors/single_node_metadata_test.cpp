@@ -759,3 +759,89 @@ TEST_F(Node, ProducerIdsComeFromTheMetadata) {
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->id, b->id);
 }
+
+// Every produce the node serves from a local replica passes a relay (one per
+// partition hash, node_routing.cpp). A partition's batches sent as single
+// and as multi-partition produces, none waiting for the one before, must
+// reach the replica in the order sent: their idempotent sequences are
+// consecutive, so one that overtook another would be refused with
+// out_of_order_sequence.
+TEST_F(Node, SingleAndMultiPartitionProducesKeepEachPartitionsOrder) {
+  spawn_node();
+  constexpr int32_t partitions = 40;
+  constexpr int32_t rounds = 4;
+  ASSERT_TRUE(create("t", partitions));
+  auto pid = ask<producer_identity>(init_pid_atom_v);
+  ASSERT_TRUE(pid) << describe(pid.error());
+  auto request = [&](int32_t p, int32_t seq) {
+    record r;
+    r.timestamp = 1700000000000;
+    r.value = "p" + std::to_string(p) + "-" + std::to_string(seq);
+    batch_meta m;
+    m.producer_id = pid->id.value;
+    m.producer_epoch = pid->epoch;
+    m.base_sequence = seq;
+    produce_request req;
+    req.topic = "t";
+    req.partition = partition_id{p};
+    req.batch = *encode_batch(m, {r});
+    return req;
+  };
+  using single_handle = decltype((*self_)->request(
+    node_, caf::infinite, produce_atom_v, produce_request{}));
+  using many_handle = decltype((*self_)->request(
+    node_, caf::infinite, produce_atom_v, std::vector<produce_request>{}));
+  // Even rounds: one single produce per partition; odd rounds: one produce
+  // carrying every partition. All sent before the node runs.
+  std::vector<std::pair<int32_t, single_handle>> singles; // (round, handle)
+  std::vector<std::pair<int32_t, many_handle>> manys;
+  for (int32_t k = 0; k < rounds; ++k) {
+    if (k % 2 == 0) {
+      for (int32_t p = 0; p < partitions; ++p)
+        singles.emplace_back(k, (*self_)->request(node_, caf::infinite,
+                                                  produce_atom_v, request(p, k)));
+    } else {
+      std::vector<produce_request> reqs;
+      for (int32_t p = 0; p < partitions; ++p)
+        reqs.push_back(request(p, k));
+      manys.emplace_back(k, (*self_)->request(node_, caf::infinite,
+                                              produce_atom_v, std::move(reqs)));
+    }
+  }
+  sched_->run();
+  int answered = 0;
+  for (size_t i = 0; i < singles.size(); ++i) {
+    auto [k, h] = singles[i];
+    auto p = static_cast<int32_t>(i % partitions);
+    h.receive(
+      [&, k = k](produce_response& x) {
+        ++answered;
+        EXPECT_EQ(x.base_offset, offset{k}) << "partition " << p << " round " << k;
+      },
+      [&, k = k](caf::error& err) {
+        ADD_FAILURE() << "partition " << p << " round " << k << ": " << describe(err);
+      });
+  }
+  for (auto& [k, h] : manys) {
+    h.receive(
+      [&, k = k](std::vector<produce_result>& xs) {
+        ASSERT_EQ(xs.size(), static_cast<size_t>(partitions));
+        for (int32_t p = 0; p < partitions; ++p) {
+          auto& x = xs[static_cast<size_t>(p)];
+          ++answered;
+          EXPECT_FALSE(x.error) << "partition " << p << " round " << k << ": "
+                                << describe(x.error);
+          EXPECT_EQ(x.response.base_offset, offset{k})
+            << "partition " << p << " round " << k;
+        }
+      },
+      [&, k = k](caf::error& err) {
+        ADD_FAILURE() << "round " << k << ": " << describe(err);
+      });
+  }
+  EXPECT_EQ(answered, partitions * rounds);
+  auto td = describe_topic("t");
+  ASSERT_TRUE(td) << describe(td.error());
+  for (auto& ps : td->partitions)
+    EXPECT_EQ(ps.log_end, offset{rounds});
+}
