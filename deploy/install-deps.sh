@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-dev
   libssl-dev  # TLS: libcaf_openssl's OpenSSL, and ferry's certificate checks
   libgsasl-dev  # SCRAM-SHA-256 credentials and exchanges (broker/security.hpp)
+  libgoogle-perftools-dev  # tcmalloc, ferryd's allocator (CMakeLists.txt)
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev  # Qt6Charts CMake config needs Qt6OpenGL
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
