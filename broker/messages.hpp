@@ -127,16 +127,24 @@ struct broker_registration {
   int64_t epoch = 0;
   /// The Kafka listener (ferryd --kafka-port) clients reach this broker at;
   /// port 0 = none. The metadata log stores registrations with these fields
-  /// as command kind broker_v2 (actors/server/raft_metadata.hpp).
+  /// as command kind broker_v2 (actors/server/raft_metadata.hpp), those
+  /// with peer_port too as broker_v3.
   std::string kafka_host;
   uint16_t kafka_port = 0;
+  /// The port other nodes reach this broker at (ferryd --peer-port, on
+  /// `host`); 0 = none: peers dial `port`, which clients use too. Stored
+  /// as command kind broker_v3.
+  uint16_t peer_port = 0;
+
+  /// Where other nodes dial this broker.
+  uint16_t peer_endpoint_port() const { return peer_port != 0 ? peer_port : port; }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, broker_registration& x) {
   return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
            x.port, x.http_port, x.metrics_port, x.fenced, x.epoch,
-           x.kafka_host, x.kafka_port);
+           x.kafka_host, x.kafka_port, x.peer_port);
 }
 
 /// A partition leader's request to change the ISR (shrink a lagging

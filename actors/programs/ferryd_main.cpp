@@ -62,6 +62,7 @@
 #include "actors/http/http_gateway.hpp"
 #include "actors/kafka/kafka_listener.hpp"
 #include "actors/protocol/interfaces.hpp"
+#include "actors/server/front_door.hpp"
 #include "actors/server/node.hpp"
 #include "broker/audit_log.hpp"
 #include "broker/cached_file_system.hpp"
@@ -104,6 +105,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -249,8 +252,9 @@ bool copy_atomically(const std::filesystem::path& from, const std::filesystem::p
 /// Checks the operator's TLS files and installs copies of them under
 /// `dir`; `served` names the copies. On failure nothing is replaced.
 caf::error install_tls(const ferry::tls_settings& given, const std::filesystem::path& dir,
-                       ferry::tls_settings& served) {
-  if (auto err = ferry::check_tls(given, ferry::tls_role::node))
+                       ferry::tls_settings& served,
+                       ferry::tls_role role = ferry::tls_role::node) {
+  if (auto err = ferry::check_tls(given, role))
     return err;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -333,6 +337,11 @@ struct options {
   /// Empty: --host.
   std::string advertised_host;
   uint16_t port = 9092;
+  /// -1: none (peers use --port); else the port of the node's own actor
+  /// system, where peers dial it (0 picks a free one).
+  int peer_port = -1;
+  /// With TLS and a peer port: the CA the peers' certificates chain to.
+  std::string peer_tls_ca;
   /// -1: no metrics.
   int metrics_port = 9464;
   /// -1: no HTTP API.
@@ -437,6 +446,20 @@ int main(int argc, char** argv) {
   auto* node_id_opt = app.add_option("--node-id", opt.node_id, "this node's id")
     ->check(CLI::NonNegativeNumber);
   auto* port_opt = app.get_option("--port");
+  app.add_option("--peer-port", opt.peer_port,
+                 "a port of its own for the other nodes (0 picks a free one): "
+                 "the node's actors then live in an actor system that only "
+                 "peers connect to, and --port serves clients from a second "
+                 "one through a front door that passes client requests on "
+                 "(CAF lets anyone on a connection address every actor of its "
+                 "system). The voters' entries (--voters) name peer ports; "
+                 "with TLS it needs --peer-tls-ca")
+    ->check(CLI::Range(0, 65535));
+  app.add_option("--peer-tls-ca", opt.peer_tls_ca,
+                 "with --peer-port and TLS: PEM CA certificates the peers' "
+                 "certificates must chain to (the node CA; --tls-cert must chain "
+                 "to it too). Give clients certificates from another CA "
+                 "(--tls-ca): then no client certificate opens the peer port");
   app.add_option("--voters", opt.voters,
                  "cluster mode: every voter of the Raft metadata quorum as "
                  "id@host:port (its CAF port), comma-separated, e.g. "
@@ -596,12 +619,44 @@ int main(int argc, char** argv) {
     return 0;
   }
   ferry::tls_from_environment(opt.tls);
+  bool peer_port_on = opt.peer_port >= 0;
+  if (!opt.peer_tls_ca.empty() && !peer_port_on) {
+    std::fprintf(stderr, "ferryd: --peer-tls-ca needs --peer-port\n");
+    return 2;
+  }
+  if (!opt.peer_tls_ca.empty() && !opt.tls.requested()) {
+    std::fprintf(stderr, "ferryd: --peer-tls-ca needs TLS (--tls-cert/--tls-key/--tls-ca)\n");
+    return 2;
+  }
+  if (peer_port_on && opt.tls.requested() && opt.peer_tls_ca.empty()) {
+    std::fprintf(stderr,
+                 "ferryd: --peer-port with TLS needs --peer-tls-ca: the CA of the nodes' "
+                 "certificates, so that only nodes open the peer port\n");
+    return 2;
+  }
+  if (peer_port_on && opt.peer_port != 0 && opt.peer_port == opt.port) {
+    std::fprintf(stderr, "ferryd: --peer-port must differ from --port\n");
+    return 2;
+  }
+  // The peers' side: this node's certificate with the node CA.
+  ferry::tls_settings peer_tls;
+  if (peer_port_on && opt.tls.requested())
+    peer_tls = ferry::tls_settings{opt.tls.certificate, opt.tls.key, opt.peer_tls_ca};
   if (opt.tls.requested()) {
-    if (auto err = ferry::check_tls(opt.tls, ferry::tls_role::node)) {
+    // With a peer port the clients' CA (--tls-ca) need not have signed this
+    // node's certificate: the node CA (--peer-tls-ca) did.
+    auto role = peer_port_on ? ferry::tls_role::client : ferry::tls_role::node;
+    if (auto err = ferry::check_tls(opt.tls, role)) {
       std::fprintf(stderr, "ferryd: --tls-cert/--tls-key/--tls-ca: %s\n",
                    ferry::describe(err).c_str());
       return 2;
     }
+    if (peer_port_on)
+      if (auto err = ferry::check_tls(peer_tls, ferry::tls_role::node)) {
+        std::fprintf(stderr, "ferryd: --tls-cert/--tls-key/--peer-tls-ca: %s\n",
+                     ferry::describe(err).c_str());
+        return 2;
+      }
   }
   bool mutual_everywhere = opt.tls.requested() && opt.tls_client_auth == "required";
   if (opt.auth == "scram" && !opt.tls.requested()) {
@@ -677,6 +732,17 @@ int main(int argc, char** argv) {
       // A broker-only node: it follows the voters' metadata log and hosts
       // replicas, but does not vote. Its endpoint is --host/--port (0: a
       // free port, registered once published).
+    } else if (peer_port_on) {
+      // The voters' entries name peer ports.
+      if (opt.peer_port == 0)
+        opt.peer_port = me->port;
+      else if (opt.peer_port != me->port) {
+        std::fprintf(stderr,
+                     "ferryd: --peer-port %d differs from this node's voter entry "
+                     "%s:%u (with --peer-port the voters name peer ports)\n",
+                     opt.peer_port, me->host.c_str(), static_cast<unsigned>(me->port));
+        return 2;
+      }
     } else if (port_opt->count() == 0)
       opt.port = me->port;
     else if (opt.port != me->port) {
@@ -726,11 +792,20 @@ int main(int argc, char** argv) {
                        ? "the HTTP API and metrics accept clients without a certificate"
                        : "every port is plaintext and unauthenticated");
   ferry::tls_settings served_tls;
+  ferry::tls_settings served_peer_tls;
+  // Without a peer port the node's certificate is also its client
+  // certificate towards the peers: it chains to --tls-ca.
+  auto served_role = peer_port_on ? ferry::tls_role::client : ferry::tls_role::node;
   if (opt.tls.requested()) {
-    if (auto err = install_tls(opt.tls, data_dir / "tls", served_tls)) {
+    if (auto err = install_tls(opt.tls, data_dir / "tls", served_tls, served_role)) {
       ferry::log::critical("TLS: {}", err);
       return 1;
     }
+    if (peer_port_on)
+      if (auto err = install_tls(peer_tls, data_dir / "tls" / "peer", served_peer_tls)) {
+        ferry::log::critical("TLS (peer port): {}", err);
+        return 1;
+      }
     if (!ferry::openssl_error_queue_guarded())
       ferry::log::warn("TLS: OpenSSL's SSL_read/SSL_write are not the client library's "
                        "(actors/client/tls.cpp): one failed TLS connection may close the "
@@ -915,8 +990,12 @@ int main(int argc, char** argv) {
     caf::actor_system_config cfg;
     ferry::register_types(cfg);
     cfg.load<caf::io::middleman>();
-    if (!served_tls.certificate.empty())
+    if (peer_port_on) {
+      if (!served_peer_tls.certificate.empty())
+        ferry::configure_tls(cfg, served_peer_tls);
+    } else if (!served_tls.certificate.empty()) {
       ferry::configure_tls(cfg, served_tls);
+    }
     // Without heartbeats a silent peer is never noticed (see STACK.md).
     cfg.set("middleman.heartbeat-interval", caf::timespan{1s});
     cfg.set("middleman.connection-timeout", caf::timespan{3s});
@@ -1028,6 +1107,9 @@ int main(int argc, char** argv) {
     nc.replica_defaults.ack_timeout =
       std::chrono::milliseconds{opt.produce_ack_timeout_ms};
     auto port_slot = nc.port;
+    if (peer_port_on)
+      nc.peer_port = std::make_shared<std::atomic<uint16_t>>(0);
+    auto peer_port_slot = nc.peer_port;
     auto node = sys.spawn(ferry::node, std::move(nc));
     // What ferryd itself (the startup check, the HTTP gateway) asks the node
     // through: with sessions on, a session proxy with the cluster
@@ -1095,8 +1177,50 @@ int main(int argc, char** argv) {
         exit_code = 1;
       }
     }
+    // With --peer-port: the node in its own system on the peer port, and
+    // the clients' system with the front door on --port (front_door.hpp).
+    // Declared after `sys`, so it goes first.
+    // (The system keeps a reference to its config: it lives as long.)
+    std::unique_ptr<caf::actor_system_config> client_cfg;
+    std::optional<caf::actor_system> client_sys;
+    ferry::broker_actor door;
+    if (exit_code == 0 && peer_port_on) {
+      auto peers = ferry::publish_broker(node, static_cast<uint16_t>(opt.peer_port), opt.host);
+      if (!peers) {
+        ferry::log::critical("cannot listen for peers on {}:{}: {}", opt.host, opt.peer_port,
+                             sys.render(peers.error()));
+        std::fprintf(stderr, "ferryd: cannot listen on %s:%d (--peer-port): %s\n",
+                     opt.host.c_str(), opt.peer_port, sys.render(peers.error()).c_str());
+        stop_node(std::chrono::seconds{opt.shutdown_timeout_s});
+        exit_code = 1;
+      } else {
+        peer_port_slot->store(*peers);
+        ferry::log::info("peers reach this node on {}:{}{}", opt.host, *peers,
+                         served_peer_tls.certificate.empty()
+                           ? ""
+                           : " (mutual TLS, CA " + opt.peer_tls_ca + ")");
+        std::printf("peers on %s:%u\n", opt.host.c_str(), static_cast<unsigned>(*peers));
+        client_cfg = std::make_unique<caf::actor_system_config>();
+        auto& ccfg = *client_cfg;
+        ferry::register_types(ccfg);
+        ccfg.load<caf::io::middleman>();
+        if (!served_tls.certificate.empty())
+          ferry::configure_tls(ccfg, served_tls);
+        ccfg.set("middleman.heartbeat-interval", caf::timespan{1s});
+        ccfg.set("middleman.connection-timeout", caf::timespan{3s});
+        // Only the front door runs here; the node's actors stay on `sys`.
+        ccfg.set("scheduler.max-threads", 1);
+        ccfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
+        client_sys.emplace(ccfg);
+        door = ferry::spawn_front_door(
+          *client_sys, ferry::front_door_config{caf::actor_cast<caf::actor>(node),
+                                                opt.auth == "scram" ? opt.cluster_credential
+                                                                    : std::string{}});
+      }
+    }
     if (exit_code == 0) {
-      auto actual = ferry::publish_broker(node, opt.port, opt.host);
+      auto actual = peer_port_on ? ferry::publish_broker(door, opt.port, opt.host)
+                                 : ferry::publish_broker(node, opt.port, opt.host);
       if (!actual) {
         ferry::log::critical("cannot listen on {}:{}: {}", opt.host, opt.port,
                              sys.render(actual.error()));
@@ -1143,10 +1267,16 @@ int main(int argc, char** argv) {
           }
           auto again = opt.tls;
           ferry::tls_settings ignored;
-          if (auto err = install_tls(again, data_dir / "tls", ignored)) {
+          if (auto err = install_tls(again, data_dir / "tls", ignored, served_role)) {
             ferry::log::error("SIGHUP: kept the current TLS files: {}", err);
             continue;
           }
+          if (peer_port_on)
+            if (auto err = install_tls(peer_tls, data_dir / "tls" / "peer", ignored)) {
+              ferry::log::error("SIGHUP: kept the current TLS files of the peer port: {}",
+                                err);
+              continue;
+            }
           for (auto* gw : {http.get(), metrics_tls.get()})
             if (gw)
               if (auto err = gw->reload_tls())

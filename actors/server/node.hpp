@@ -280,6 +280,13 @@ struct node_config {
   std::string host = "127.0.0.1";
   std::shared_ptr<std::atomic<uint16_t>> port
     = std::make_shared<std::atomic<uint16_t>>(0);
+  /// ferryd --peer-port: the port of this node's own actor system, where
+  /// peers dial it (the voters' entries name it); `port` then belongs to
+  /// the clients' actor system, whose front door (actors/server/
+  /// front_door.hpp) passes client requests to this node. Registered
+  /// with the metadata quorum (broker_registration::peer_port). Null: one
+  /// actor system and `port` for both.
+  std::shared_ptr<std::atomic<uint16_t>> peer_port;
   uint16_t http_port = 0;
   uint16_t metrics_port = 0;
   /// The Kafka listener's advertised endpoint (ferryd --kafka-port,
@@ -561,6 +568,12 @@ struct node_state {
 /// The broker node. @pre cfg.store != nullptr
 broker_actor::behavior_type
 node(broker_actor::stateful_pointer<node_state> self, node_config cfg);
+
+/// Whether `m` is one of the requests only nodes send each other (Raft,
+/// registrations, ISR changes, a follower's fetch, link probes, ...):
+/// everything the ACLs do not name (node_auth.cpp). The front door of a
+/// node's client port refuses these (front_door.hpp).
+bool is_node_to_node_request(caf::message m);
 
 /// The directory of a replica: <data-dir>/topics/<topic>-<partition>.
 std::filesystem::path replica_dir(const std::filesystem::path& data_dir,

@@ -704,6 +704,10 @@ caf::result<caf::message> serve_in_session(self_ptr self, std::string& cred,
 
 } // namespace
 
+bool nodes_only_request(caf::message m) {
+  return access_of(m).nodes_only;
+}
+
 broker_actor::behavior_type serve_sessions(self_ptr self,
                                            broker_core_actor::behavior_type core) {
   auto& st = self->state;
@@ -733,3 +737,11 @@ broker_actor::behavior_type serve_sessions(self_ptr self,
 }
 
 } // namespace ferry::node_detail
+
+namespace ferry {
+
+bool is_node_to_node_request(caf::message m) {
+  return node_detail::nodes_only_request(std::move(m));
+}
+
+} // namespace ferry

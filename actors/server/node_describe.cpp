@@ -35,11 +35,14 @@ std::vector<node_info> cluster_nodes(self_ptr self) {
       removing.insert(id);
   // The voters (always), then the registered broker-only nodes, by id.
   std::map<int32_t, node_info> nodes;
+  // With peer ports (ferryd --peer-port) the voters' entries name the
+  // ports the nodes dial each other at, which clients cannot use: a voter
+  // shows the port it registered, and none before that.
   for (auto& v : st.cfg.voters) {
     node_info ni;
     ni.id = v.id;
     ni.host = v.host;
-    ni.port = v.port;
+    ni.port = st.cfg.peer_port ? 0 : v.port;
     nodes[v.id] = ni;
   }
   for (auto& [id, b] : regs) {

@@ -85,6 +85,7 @@ void register_self(self_ptr self) {
   reg.metrics_port = st.cfg.metrics_port;
   reg.kafka_host = st.cfg.kafka_host;
   reg.kafka_port = st.cfg.kafka_port;
+  reg.peer_port = st.cfg.peer_port ? st.cfg.peer_port->load() : 0;
   st.registering = true;
   auto done = [self](const broker_registration& b) {
     auto& st = self->state;
@@ -327,7 +328,8 @@ void cluster_tick(self_ptr self) {
   stall_watch::instance(); // running from the first tick on (stalled_home_error)
 
   if (st.cluster_ready && !st.registering && st.raft_st.leader >= 0
-      && st.cfg.port && st.cfg.port->load() != 0) {
+      && st.cfg.port && st.cfg.port->load() != 0
+      && (!st.cfg.peer_port || st.cfg.peer_port->load() != 0)) {
     bool fenced = false;
     for (auto& b : st.machine->brokers())
       if (b.id == st.cfg.node_id)
@@ -545,11 +547,12 @@ void sync_broker_links(self_ptr self) {
       regs.emplace(b.id, b);
   for (auto& [id, b] : regs) {
     auto ep = st.link_endpoints.find(id);
+    auto port = b.peer_endpoint_port();
     if (ep != st.link_endpoints.end()
-        && ep->second == std::make_pair(b.host, b.port))
+        && ep->second == std::make_pair(b.host, port))
       continue;
-    log::info("node: linking to broker {} at {}:{}", id, b.host, b.port);
-    open_link(self, id, b.host, b.port);
+    log::info("node: linking to broker {} at {}:{}", id, b.host, port);
+    open_link(self, id, b.host, port);
   }
   std::vector<int32_t> gone;
   for (auto& [id, ep] : st.link_endpoints)

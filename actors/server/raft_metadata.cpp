@@ -22,8 +22,9 @@ constexpr uint8_t command_version = 1;
 /// moves in progress, 4 the brokers being removed, 5 the users and ACLs, 6
 /// stores the brokers with their Kafka listener (broker_registration as it
 /// is now; 2-5 hold broker_registration_v1), 7 stores topic_config as it is
-/// now (1-6 hold topic_config_v1).
-constexpr uint8_t snapshot_version = 7;
+/// now (1-6 hold topic_config_v1), 8 stores the brokers with their peer
+/// port (6 and 7 hold broker_registration_v2).
+constexpr uint8_t snapshot_version = 8;
 constexpr uint8_t result_ok = 0;
 constexpr uint8_t result_error = 1;
 
@@ -65,6 +66,29 @@ typename Inspector::result_type inspect(Inspector& f,
                                         broker_registration_v1& x) {
   return f(caf::meta::type_name("ferry::broker_registration"), x.id, x.host,
            x.port, x.http_port, x.metrics_port, x.fenced, x.epoch);
+}
+
+/// broker_registration as command kind `broker_v2` and snapshots 6-7 store
+/// it: with the Kafka listener, without the peer port.
+struct broker_registration_v2 {
+  broker_registration_v1 base;
+  std::string kafka_host;
+  uint16_t kafka_port = 0;
+
+  broker_registration upgrade() const {
+    auto r = base.upgrade();
+    r.kafka_host = kafka_host;
+    r.kafka_port = kafka_port;
+    return r;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        broker_registration_v2& x) {
+  return f(caf::meta::type_name("ferry::broker_registration"), x.base.id,
+           x.base.host, x.base.port, x.base.http_port, x.base.metrics_port,
+           x.base.fenced, x.base.epoch, x.kafka_host, x.kafka_port);
 }
 
 std::string command_head(metadata_command k) {
@@ -150,7 +174,7 @@ caf::expected<producer_identity> decode_pid_result(std::string_view result) {
 }
 
 std::string encode_broker(const broker_registration& reg) {
-  return encode_command(metadata_command::broker_v2, reg);
+  return encode_command(metadata_command::broker_v3, reg);
 }
 
 std::string encode_isr_change(const isr_change& ch) {
@@ -581,10 +605,16 @@ metadata_state_machine::apply_command(std::string_view command,
       return encode_ok(pid);
     }
     case metadata_command::broker:
-    case metadata_command::broker_v2: {
+    case metadata_command::broker_v2:
+    case metadata_command::broker_v3: {
       broker_registration reg;
       if (kind == metadata_command::broker) {
         broker_registration_v1 old;
+        if (source(old) || source.remaining() != 0)
+          return bad();
+        reg = old.upgrade();
+      } else if (kind == metadata_command::broker_v2) {
+        broker_registration_v2 old;
         if (source(old) || source.remaining() != 0)
           return bad();
         reg = old.upgrade();
@@ -887,6 +917,7 @@ caf::error metadata_state_machine::restore(uint64_t index,
   std::vector<topic_metadata_v1> old_list;
   std::vector<broker_registration> brokers;
   std::vector<broker_registration_v1> old_brokers;
+  std::vector<broker_registration_v2> v2_brokers;
   std::vector<isr_change> moves;
   std::vector<int32_t> removing;
   std::vector<scram_credential> users;
@@ -902,10 +933,14 @@ caf::error metadata_state_machine::restore(uint64_t index,
                ? bool{source(next, old_list, old_brokers, moves, removing,
                              users, acls)}
              : version == 6
-               ? bool{source(next, old_list, brokers, moves, removing, users,
+               ? bool{source(next, old_list, v2_brokers, moves, removing, users,
                              acls)}
+             : version == 7
+               ? bool{source(next, list, v2_brokers, moves, removing, users, acls)}
                : bool{source(next, list, brokers, moves, removing, users, acls)};
   for (auto& b : old_brokers)
+    brokers.push_back(b.upgrade());
+  for (auto& b : v2_brokers)
     brokers.push_back(b.upgrade());
   for (auto& md : old_list)
     list.push_back(std::move(md).upgrade());

@@ -13,7 +13,10 @@
 //     alter:     name, map<string,string>
 //     add_parts: name, int32 count
 //     init_pid:  nothing
-//     broker:    broker_registration (fenced=false registers, true fences)
+//     broker:    broker_registration (fenced=false registers, true fences);
+//                kinds broker (6) and broker_v2 (14) hold older layouts
+//                (without the Kafka listener / the peer port), broker_v3
+//                (16) the current one
 //     isr:       isr_change
 //     reassign:  isr_change (target replicas in isr; empty completes)
 //     remove_broker: int32 id
@@ -23,7 +26,7 @@
 //     remove_acl:  acl_entry (removes the equal entries; answers them)
 //   result:  byte 0 then the topic_metadata / producer_identity, or
 //            byte 1 then the ferry error code (uint8) and its context string.
-//   snapshot: version byte 7, next producer id (int64), all topic_metadata,
+//   snapshot: version byte 8, next producer id (int64), all topic_metadata,
 //             all broker_registration, the moves in progress as isr_change,
 //             the ids of the brokers being removed, the users'
 //             scram_credential, the acl_entry list (versions 1 to 4,
@@ -129,13 +132,16 @@ enum class metadata_command : uint8_t {
   delete_user = 11,
   add_acl = 12,
   remove_acl = 13,
-  /// A broker registration with its Kafka listener (broker_registration as
-  /// it is now); `broker` (6) holds the older layout without it, still read.
+  /// A broker registration with its Kafka listener, without the peer port
+  /// (still read); `broker` (6) holds the older layout without either.
   broker_v2 = 14,
   /// A topic create with topic_config as it is now (with cleanup.policy
   /// and the compaction settings); `create` (1) holds the older layout
   /// without them, still read.
   create_v2 = 15,
+  /// A broker registration with its peer port (broker_registration as it
+  /// is now); `broker_v2` (14) holds the layout without it, still read.
+  broker_v3 = 16,
 };
 
 /// topic_config as command kind `create`, snapshots 1-6 and the legacy

@@ -1238,3 +1238,64 @@ TEST(MetadataMachine, RegistrationsCarryTheKafkaListenerAndOlderOnesStillRead) {
   EXPECT_EQ(c.brokers()[0].host, "10.0.0.2");
   EXPECT_EQ(c.brokers()[0].kafka_port, 0);
 }
+
+// Registrations carry the peer port (ferryd --peer-port) as command kind
+// broker_v3 and in version 8 snapshots; logs and snapshots written before
+// it (broker_v2, snapshots 6-7) still decode, without one.
+TEST(RaftMetadataMachine, PeerPortsAreRegisteredAndOlderRegistrationsStillDecode) {
+  metadata_state_machine m{{1, 2, 3}, 1};
+  auto reg = reg_of(4, false);
+  reg.peer_port = 19404;
+  reg.kafka_host = "kafka.example";
+  reg.kafka_port = 29404;
+  auto r = decode_broker_result(m.apply(1, encode_broker(reg)));
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->peer_port, 19404);
+  EXPECT_EQ(r->peer_endpoint_port(), 19404);
+  // broker_v2 (kind 14): the layout before the peer port.
+  using v2 = std::tuple<int32_t, std::string, uint16_t, uint16_t, uint16_t, bool, int64_t,
+                        std::string, uint16_t>;
+  std::vector<char> buf{1, 14};
+  {
+    caf::binary_serializer sink{nullptr, buf};
+    v2 old{5, "10.0.0.5", 9105, 8085, 9465, false, 0, "k5", 29105};
+    ASSERT_FALSE(sink(old));
+  }
+  auto o = decode_broker_result(m.apply(2, std::string{buf.begin(), buf.end()}));
+  ASSERT_TRUE(o) << describe(o.error());
+  EXPECT_EQ(o->port, 9105);
+  EXPECT_EQ(o->kafka_port, 29105);
+  EXPECT_EQ(o->peer_port, 0);
+  EXPECT_EQ(o->peer_endpoint_port(), 9105); // peers dial the one port
+  // A version 8 snapshot keeps the peer port.
+  metadata_state_machine b{{1, 2, 3}, 1};
+  ASSERT_FALSE(b.restore(2, m.snapshot()));
+  std::map<int32_t, broker_registration> got;
+  for (auto& x : b.brokers())
+    got[x.id] = x;
+  ASSERT_EQ(got.count(4), 1u);
+  EXPECT_EQ(got[4].peer_port, 19404);
+  EXPECT_EQ(got[4].kafka_host, "kafka.example");
+  EXPECT_EQ(got[5].peer_port, 0);
+  // A version 7 snapshot: brokers in the broker_v2 layout.
+  std::vector<v2> brokers{{6, "10.0.0.6", 9106, 0, 0, false, 3, "", 0}};
+  std::vector<topic_metadata> topics;
+  std::vector<isr_change> moves;
+  std::vector<int32_t> removing;
+  std::vector<scram_credential> users;
+  std::vector<acl_entry> acls;
+  int64_t next_pid = 1;
+  std::vector<char> snap{7};
+  {
+    caf::binary_serializer sink{nullptr, snap};
+    ASSERT_FALSE(sink(next_pid, topics, brokers, moves, removing, users, acls));
+  }
+  metadata_state_machine c{{1, 2, 3}, 1};
+  ASSERT_FALSE(c.restore(1, std::string{snap.begin(), snap.end()}));
+  auto list = c.brokers();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].id, 6);
+  EXPECT_EQ(list[0].port, 9106);
+  EXPECT_EQ(list[0].epoch, 3);
+  EXPECT_EQ(list[0].peer_port, 0);
+}

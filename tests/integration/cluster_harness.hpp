@@ -251,6 +251,15 @@ public:
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 
+  /// Every node gets a peer port of its own (ferryd --peer-port; call
+  /// before start(), not behind a proxy): --voters names the peer ports,
+  /// port()/endpoint() stay the client ports, peer_port() names the other.
+  void use_peer_ports() { peer_ports_on_ = true; }
+  uint16_t peer_port(int id) const { return peer_ports_.at(static_cast<size_t>(id - 1)); }
+  std::string peer_endpoint(int id) const {
+    return "127.0.0.1:" + std::to_string(peer_port(id));
+  }
+
   /// More ferryd options for every node start() launches (call before it).
   void add_node_args(std::vector<std::string> args) {
     node_args_.insert(node_args_.end(), args.begin(), args.end());
@@ -268,9 +277,14 @@ public:
     using namespace std::chrono_literals;
     std::string why;
     for (int attempt = 1; attempt <= 3; ++attempt) {
-      ports_ = free_tcp_ports(voters_);
-      if (ports_.size() != static_cast<size_t>(voters_))
+      ports_ = free_tcp_ports(peer_ports_on_ ? 2 * voters_ : voters_);
+      if (ports_.size() != static_cast<size_t>(peer_ports_on_ ? 2 * voters_ : voters_))
         return "cannot pick free ports";
+      peer_ports_.clear();
+      if (peer_ports_on_) {
+        peer_ports_.assign(ports_.begin() + voters_, ports_.end());
+        ports_.resize(static_cast<size_t>(voters_));
+      }
       nodes_.clear();
       if (proxied_) {
         net_.reset(); // a retry: the old proxy's listeners go first
@@ -287,11 +301,14 @@ public:
         for (int other = 1; other <= voters_; ++other) {
           auto ep = proxied_ && other != id
                       ? "127.0.0.1:" + std::to_string(net_->port(id, other))
-                      : endpoint(other);
+                    : peer_ports_on_ ? peer_endpoint(other)
+                                     : endpoint(other);
           voters += (other > 1 ? "," : "") + std::to_string(other) + "@" + ep;
         }
         std::vector<std::string> args{"--node-id", std::to_string(id), "--voters", voters,
                                       "--metrics-port", "0"};
+        if (peer_ports_on_)
+          args.insert(args.end(), {"--peer-port", std::to_string(peer_port(id))});
         // No HTTP API unless the node arguments ask for one.
         if (std::find(node_args_.begin(), node_args_.end(), "--http-port") == node_args_.end())
           args.insert(args.end(), {"--http-port", "-1"});
@@ -356,9 +373,12 @@ public:
     int id = count() + 1;
     std::string voters;
     for (int v = 1; v <= voters_; ++v)
-      voters += (v > 1 ? "," : "") + std::to_string(v) + "@" + endpoint(v);
+      voters += (v > 1 ? "," : "") + std::to_string(v) + "@"
+                + (peer_ports_on_ ? peer_endpoint(v) : endpoint(v));
     std::vector<std::string> args{"--node-id",      std::to_string(id), "--voters", voters,
                                   "--metrics-port", "0", "--http-port", "-1"};
+    if (peer_ports_on_) // a free one, registered with the quorum
+      args.insert(args.end(), {"--peer-port", "0"});
     if (auto lvl = std::getenv("FERRY_TEST_LOG_LEVEL"); lvl && *lvl) {
       args.push_back("--log-level");
       args.push_back(lvl);
@@ -740,6 +760,8 @@ private:
   std::vector<std::string> node_args_;
   std::function<std::string(int, const std::filesystem::path&)> before_launch_;
   std::vector<uint16_t> ports_;
+  bool peer_ports_on_ = false;
+  std::vector<uint16_t> peer_ports_;
   std::vector<ferry::connection_actor> links_;
   // Before nodes_: stopped after every node was killed.
   std::unique_ptr<link_proxy> net_;

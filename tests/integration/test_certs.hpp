@@ -87,14 +87,15 @@ public:
     why_ += ": exit " + std::to_string(r.exit_code) + ": " + r.err;
     return false;
   }
-
-private:
+  /// A self-signed CA `name` (name.pem, name.key); "ca" and "otherca"
+  /// exist from the start.
   bool make_ca(const std::string& name) {
     return run({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                 "-nodes", "-keyout", path(name + ".key"), "-out", path(name + ".pem"), "-days",
                 "30", "-subj", "/CN=" + name});
   }
 
+private:
   temp_dir dir_;
   bool ok_ = false;
   std::string why_;
