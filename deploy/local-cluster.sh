@@ -28,7 +28,8 @@
 #                              HTTP port B+100+i, metrics port B+200+i and
 #                              Kafka port B+300+i (kcat -b 127.0.0.1:19391; with
 #                              --tls, kcat -X security.protocol=SSL and the
-#                              client certificate; with --auth, SASL_SSL as a user)
+#                              client certificate; with --auth, SASL_SSL as a user);
+#                              with --auth the nodes' peer port B+400+i
 #   FERRY_CLUSTER_START_TIMEOUT  seconds to wait for "listening on" (default 60)
 #   FERRY_CLUSTER_STOP_TIMEOUT   seconds a node may take to stop on SIGTERM
 #                                before it gets SIGKILL (default 30)
@@ -49,7 +50,10 @@
 #   node-I/ferryd.pid   its pid while it was last started
 #   tls/                with --tls: ca.pem (+ ca.key), node-I.pem/.key per node,
 #                       client.pem/.key (ferryctl run with the brokers file uses
-#                       them), client.env (export FERRY_TLS_* for other clients)
+#                       them), client.env (export FERRY_TLS_* for other clients);
+#                       with --auth also node-ca.pem (+ .key), the CA of the
+#                       nodes' peer-port certificates peer-I.pem/.key (no
+#                       client certificate opens a peer port)
 #   admin.password      with --auth: the password of user admin (the superuser),
 #                       made at the first start (mode 0600)
 #   cluster.secret      with --auth: the secret the nodes share (ferryd
@@ -82,7 +86,10 @@ usage: $prog start [N] [--tls [--auth]] | status | add | remove NODE | kill NODE
   start [N] --tls --auth  and users (ferryd --auth scram --superusers admin):
                  the HTTP API wants a password or bearer token and checks ACLs;
                  user admin is made with a random password, kept in the state
-                 folder's admin.password (ferryctl user/acl manage the rest)
+                 folder's admin.password (ferryctl user/acl manage the rest);
+                 the nodes talk to each other on peer ports (ferryd
+                 --peer-port, base port + 400 + I) with certificates of a CA
+                 of their own
   status         which nodes are up, then 'ferryctl cluster describe' (exit 3 if
                  any node is down)
   add            start one more node with the next id, a broker-only node (not
@@ -101,7 +108,8 @@ usage: $prog start [N] [--tls [--auth]] | status | add | remove NODE | kill NODE
 environment: FERRY_BUILD_DIR (programs; now $build_dir)
              FERRY_CLUSTER_DIR (state; now $cluster_dir)
              FERRY_CLUSTER_BASE_PORT B (default 19090): node i uses CAF port
-               B+i, HTTP B+100+i, metrics B+200+i
+               B+i, HTTP B+100+i, metrics B+200+i, Kafka B+300+i,
+               with --auth peers B+400+i
              FERRY_CLUSTER_START_TIMEOUT, FERRY_CLUSTER_STOP_TIMEOUT (seconds)
 EOF
 }
@@ -177,6 +185,17 @@ metrics_port() { echo $((base_port + 200 + $1)); }
 # The Kafka listener, on every node: TLS with --tls, SASL logins with --auth.
 kafka_on() { true; }
 kafka_port() { echo $((base_port + 300 + $1)); }
+# With --auth the nodes talk on peer ports (ferryd --peer-port): their
+# actors never share an actor system with clients.
+peer_ports_on() { ((auth == 1)); }
+peer_port() { echo $((base_port + 400 + $1)); }
+node_peer_args() {
+  peer_ports_on || return 0
+  local d
+  d=$(tls_dir)
+  echo --peer-port "$(peer_port "$1")" --peer-tls-ca "$d/node-ca.pem" \
+    --peer-tls-cert "$d/peer-$1.pem" --peer-tls-key "$d/peer-$1.key"
+}
 node_kafka_args() {
   kafka_on || return 0
   echo --kafka-port "$(kafka_port "$1")"
@@ -193,16 +212,27 @@ ossl() {
 }
 
 # A certificate NAME (CN=NAME, valid for 127.0.0.1 and localhost) signed by
-# the cluster CA, made unless it exists.
+# CA $2 (default: ca, the cluster CA), made unless it exists.
 make_cert() {
-  local d name=$1
+  local d name=$1 ca=${2:-ca}
   d=$(tls_dir)
   [[ -f $d/$name.pem && -f $d/$name.key ]] && return 0
   ossl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
     -keyout "$d/$name.key" -out "$d/$name.csr" -subj "/CN=$name"
-  ossl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+  ossl x509 -req -in "$d/$name.csr" -CA "$d/$ca.pem" -CAkey "$d/$ca.key" -CAcreateserial \
     -out "$d/$name.pem" -days 365 -extfile "$d/san.ext"
   rm -f "$d/$name.csr"
+  chmod 600 "$d/$name.key"
+}
+
+# A self-signed CA NAME (NAME.pem, NAME.key) with common name $2, made unless
+# it exists.
+make_ca() {
+  local d name=$1
+  d=$(tls_dir)
+  [[ -f $d/$name.pem ]] && return 0
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$d/$name.key" -out "$d/$name.pem" -days 365 -subj "/CN=$2"
   chmod 600 "$d/$name.key"
 }
 
@@ -213,14 +243,12 @@ make_certs() {
   d=$(tls_dir)
   mkdir -p "$d"
   chmod 700 "$d"
-  if [[ ! -f $d/ca.pem ]]; then
-    ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-      -keyout "$d/ca.key" -out "$d/ca.pem" -days 365 -subj "/CN=ferry local cluster CA"
-    chmod 600 "$d/ca.key"
-  fi
+  make_ca ca "ferry local cluster CA"
+  peer_ports_on && make_ca node-ca "ferry local cluster node CA"
   echo "subjectAltName=IP:127.0.0.1,DNS:localhost" >"$d/san.ext"
   for i in "$@"; do
     make_cert "node-$i"
+    peer_ports_on && make_cert "peer-$i" node-ca
   done
   make_cert client
   printf 'export FERRY_TLS_CERT=%q FERRY_TLS_KEY=%q FERRY_TLS_CA=%q\n' \
@@ -287,7 +315,11 @@ client_tls_args() {
 voters() {
   local i out=
   for ((i = 1; i <= voter_count; i++)); do
-    out+=${out:+,}$i@$host:$(caf_port "$i")
+    if peer_ports_on; then
+      out+=${out:+,}$i@$host:$(peer_port "$i")
+    else
+      out+=${out:+,}$i@$host:$(caf_port "$i")
+    fi
   done
   echo "$out"
 }
@@ -349,7 +381,8 @@ launch() {
   local args=(--node-id "$i" --voters "$(voters)" --host "$host"
               --port "$(caf_port "$i")" --data-dir "$dir/data"
               --http-port "$(http_port "$i")" --metrics-port "$(metrics_port "$i")"
-              $(node_tls_args "$i") $(node_auth_args) $(node_kafka_args "$i"))
+              $(node_tls_args "$i") $(node_auth_args) $(node_peer_args "$i")
+              $(node_kafka_args "$i"))
   if command -v setsid >/dev/null; then
     setsid "$ferryd" "${args[@]}" >>"$log" 2>&1 </dev/null &
   else
@@ -394,6 +427,28 @@ wait_listening() {
       return 1
     fi
     sleep 0.2
+  done
+}
+
+# With peer ports the voters' entries name peer ports, so cluster describe
+# shows a node's client endpoint once its registration is applied (about a
+# second after it listens): waits for that, at most the start timeout.
+wait_registered() {
+  peer_ports_on || return 0
+  local ferryctl deadline=$((SECONDS + start_timeout)) out
+  ferryctl=$(ferryctl_path)
+  while :; do
+    out=$(timeout 30 "$ferryctl" --broker "$(paste -sd, "$cluster_dir/brokers")" \
+      --connect-timeout 3000 $(client_tls_args) --request-timeout 10000 cluster describe \
+      2>/dev/null) || out=
+    if [[ -n $out ]] && ! grep -qE '^[0-9]+ +(voter|broker) +- ' <<<"$out"; then
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      echo "$prog: not every node registered its client port within ${start_timeout} s" >&2
+      return 1
+    fi
+    sleep 0.3
   done
 }
 
@@ -506,13 +561,13 @@ cmd_start() {
     auth=$want_auth
     set_ids
   fi
-  ((base_port >= 1 && base_port + 300 + nodes <= 65535)) ||
-    usage_error "base port $base_port: ports $((base_port + 1))..$((base_port + 300 + nodes)) must be within 1..65535"
+  ((base_port >= 1 && base_port + 400 + nodes <= 65535)) ||
+    usage_error "base port $base_port: ports $((base_port + 1))..$((base_port + 400 + nodes)) must be within 1..65535"
   [[ -x $ferryd ]] || die "no ferryd program at $ferryd (build first, or set FERRY_BUILD_DIR to the folder with ferryd)"
   local i p busy=()
   for i in "${ids[@]}"; do
     for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i") \
-      $(kafka_on && kafka_port "$i"); do
+      $(kafka_on && kafka_port "$i") $(peer_ports_on && peer_port "$i"); do
       port_in_use "$p" && busy+=("$p")
     done
   done
@@ -536,6 +591,7 @@ cmd_start() {
   fi
   write_brokers
   make_admin
+  wait_registered || exit 1
   echo "started a cluster of ${#ids[@]} node(s) ($voter_count voters) in $cluster_dir"
   print_table "${ids[@]}"
   local how="with FERRY_CLUSTER_DIR=$cluster_dir"
@@ -596,7 +652,7 @@ cmd_kill() {
 launch_listening() {
   local i=$1 p busy=()
   for p in $(caf_port "$i") $(http_port "$i") $(metrics_port "$i") \
-    $(kafka_on && kafka_port "$i"); do
+    $(kafka_on && kafka_port "$i") $(peer_ports_on && peer_port "$i"); do
     port_in_use "$p" && busy+=("$p")
   done
   ((${#busy[@]} == 0)) || die "node $i's port(s) ${busy[*]} are in use by something else"

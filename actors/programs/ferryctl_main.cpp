@@ -941,7 +941,10 @@ int cluster_describe(context& ctx) {
   auto port_text = [](uint16_t port) { return port ? std::to_string(port) : std::string{"-"}; };
   std::vector<std::vector<std::string>> rows;
   for (auto& n : c.nodes) {
-    auto endpoint = n.host.find(':') != std::string::npos
+    // Port 0: not known yet (a voter whose --voters entry names its peer
+    // port shows its client port once its registration is applied).
+    auto endpoint = n.port == 0 ? std::string{"-"}
+                    : n.host.find(':') != std::string::npos
                       ? "[" + n.host + "]:" + std::to_string(n.port)
                       : n.host + ":" + std::to_string(n.port);
     rows.push_back({std::to_string(n.id),

@@ -340,8 +340,11 @@ struct options {
   /// -1: none (peers use --port); else the port of the node's own actor
   /// system, where peers dial it (0 picks a free one).
   int peer_port = -1;
-  /// With TLS and a peer port: the CA the peers' certificates chain to.
+  /// With TLS and a peer port: the CA the peers' certificates chain to,
+  /// and this node's certificate and key there (empty: --tls-cert/-key).
   std::string peer_tls_ca;
+  std::string peer_tls_cert;
+  std::string peer_tls_key;
   /// -1: no metrics.
   int metrics_port = 9464;
   /// -1: no HTTP API.
@@ -457,9 +460,15 @@ int main(int argc, char** argv) {
     ->check(CLI::Range(0, 65535));
   app.add_option("--peer-tls-ca", opt.peer_tls_ca,
                  "with --peer-port and TLS: PEM CA certificates the peers' "
-                 "certificates must chain to (the node CA; --tls-cert must chain "
-                 "to it too). Give clients certificates from another CA "
-                 "(--tls-ca): then no client certificate opens the peer port");
+                 "certificates must chain to (the node CA; this node's peer "
+                 "certificate must chain to it too). Give clients certificates "
+                 "from another CA (--tls-ca): then no client certificate opens the "
+                 "peer port");
+  app.add_option("--peer-tls-cert", opt.peer_tls_cert,
+                 "with --peer-tls-ca: this node's PEM certificate on the peer port "
+                 "and towards its peers (default: --tls-cert)");
+  app.add_option("--peer-tls-key", opt.peer_tls_key,
+                 "the PEM private key of --peer-tls-cert (default: --tls-key)");
   app.add_option("--voters", opt.voters,
                  "cluster mode: every voter of the Raft metadata quorum as "
                  "id@host:port (its CAF port), comma-separated, e.g. "
@@ -624,6 +633,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ferryd: --peer-tls-ca needs --peer-port\n");
     return 2;
   }
+  if ((!opt.peer_tls_cert.empty() || !opt.peer_tls_key.empty()) && opt.peer_tls_ca.empty()) {
+    std::fprintf(stderr, "ferryd: --peer-tls-cert/--peer-tls-key need --peer-tls-ca\n");
+    return 2;
+  }
   if (!opt.peer_tls_ca.empty() && !opt.tls.requested()) {
     std::fprintf(stderr, "ferryd: --peer-tls-ca needs TLS (--tls-cert/--tls-key/--tls-ca)\n");
     return 2;
@@ -638,14 +651,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ferryd: --peer-port must differ from --port\n");
     return 2;
   }
+  // With sessions on, clients never share an actor system with the node's
+  // actors (front_door.hpp): a single node keeps its own system unpublished,
+  // a cluster node needs a peer port for the other nodes.
+  if (opt.auth == "scram" && !opt.voters.empty() && !peer_port_on) {
+    std::fprintf(stderr,
+                 "ferryd: --auth scram in a cluster (--voters) needs --peer-port (and, "
+                 "with TLS, --peer-tls-ca): the nodes reach each other there, and the "
+                 "clients' port reaches none of the node's actors but its front door\n");
+    return 2;
+  }
+  bool split = peer_port_on || opt.auth == "scram";
   // The peers' side: this node's certificate with the node CA.
   ferry::tls_settings peer_tls;
   if (peer_port_on && opt.tls.requested())
-    peer_tls = ferry::tls_settings{opt.tls.certificate, opt.tls.key, opt.peer_tls_ca};
+    peer_tls = ferry::tls_settings{
+      opt.peer_tls_cert.empty() ? opt.tls.certificate : opt.peer_tls_cert,
+      opt.peer_tls_key.empty() ? opt.tls.key : opt.peer_tls_key, opt.peer_tls_ca};
   if (opt.tls.requested()) {
     // With a peer port the clients' CA (--tls-ca) need not have signed this
     // node's certificate: the node CA (--peer-tls-ca) did.
-    auto role = peer_port_on ? ferry::tls_role::client : ferry::tls_role::node;
+    auto role = split ? ferry::tls_role::client : ferry::tls_role::node;
     if (auto err = ferry::check_tls(opt.tls, role)) {
       std::fprintf(stderr, "ferryd: --tls-cert/--tls-key/--tls-ca: %s\n",
                    ferry::describe(err).c_str());
@@ -653,7 +679,7 @@ int main(int argc, char** argv) {
     }
     if (peer_port_on)
       if (auto err = ferry::check_tls(peer_tls, ferry::tls_role::node)) {
-        std::fprintf(stderr, "ferryd: --tls-cert/--tls-key/--peer-tls-ca: %s\n",
+        std::fprintf(stderr, "ferryd: the peer port's TLS files (--peer-tls-*): %s\n",
                      ferry::describe(err).c_str());
         return 2;
       }
@@ -795,7 +821,7 @@ int main(int argc, char** argv) {
   ferry::tls_settings served_peer_tls;
   // Without a peer port the node's certificate is also its client
   // certificate towards the peers: it chains to --tls-ca.
-  auto served_role = peer_port_on ? ferry::tls_role::client : ferry::tls_role::node;
+  auto served_role = split ? ferry::tls_role::client : ferry::tls_role::node;
   if (opt.tls.requested()) {
     if (auto err = install_tls(opt.tls, data_dir / "tls", served_tls, served_role)) {
       ferry::log::critical("TLS: {}", err);
@@ -990,7 +1016,9 @@ int main(int argc, char** argv) {
     caf::actor_system_config cfg;
     ferry::register_types(cfg);
     cfg.load<caf::io::middleman>();
-    if (peer_port_on) {
+    // Split (front_door.hpp): the node's own system speaks TLS with the node
+    // CA on the peer port, and without one it listens nowhere.
+    if (split) {
       if (!served_peer_tls.certificate.empty())
         ferry::configure_tls(cfg, served_peer_tls);
     } else if (!served_tls.certificate.empty()) {
@@ -1184,8 +1212,10 @@ int main(int argc, char** argv) {
     std::unique_ptr<caf::actor_system_config> client_cfg;
     std::optional<caf::actor_system> client_sys;
     ferry::broker_actor door;
-    if (exit_code == 0 && peer_port_on) {
-      auto peers = ferry::publish_broker(node, static_cast<uint16_t>(opt.peer_port), opt.host);
+    caf::expected<uint16_t> peers{uint16_t{0}};
+    if (exit_code == 0 && peer_port_on)
+      peers = ferry::publish_broker(node, static_cast<uint16_t>(opt.peer_port), opt.host);
+    if (exit_code == 0 && split) {
       if (!peers) {
         ferry::log::critical("cannot listen for peers on {}:{}: {}", opt.host, opt.peer_port,
                              sys.render(peers.error()));
@@ -1194,12 +1224,17 @@ int main(int argc, char** argv) {
         stop_node(std::chrono::seconds{opt.shutdown_timeout_s});
         exit_code = 1;
       } else {
-        peer_port_slot->store(*peers);
-        ferry::log::info("peers reach this node on {}:{}{}", opt.host, *peers,
-                         served_peer_tls.certificate.empty()
-                           ? ""
-                           : " (mutual TLS, CA " + opt.peer_tls_ca + ")");
-        std::printf("peers on %s:%u\n", opt.host.c_str(), static_cast<unsigned>(*peers));
+        if (peer_port_on) {
+          peer_port_slot->store(*peers);
+          ferry::log::info("peers reach this node on {}:{}{}", opt.host, *peers,
+                           served_peer_tls.certificate.empty()
+                             ? ""
+                             : " (mutual TLS, CA " + opt.peer_tls_ca + ")");
+          std::printf("peers on %s:%u\n", opt.host.c_str(), static_cast<unsigned>(*peers));
+        } else {
+          ferry::log::info("clients reach the node only through its front door (the "
+                           "node's own actor system listens nowhere: no --peer-port)");
+        }
         client_cfg = std::make_unique<caf::actor_system_config>();
         auto& ccfg = *client_cfg;
         ferry::register_types(ccfg);
@@ -1213,13 +1248,14 @@ int main(int argc, char** argv) {
         ccfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
         client_sys.emplace(ccfg);
         door = ferry::spawn_front_door(
-          *client_sys, ferry::front_door_config{caf::actor_cast<caf::actor>(node),
-                                                opt.auth == "scram" ? opt.cluster_credential
-                                                                    : std::string{}});
+          *client_sys, ferry::front_door_config{
+                         caf::actor_cast<caf::actor>(node),
+                         opt.auth == "scram" ? opt.cluster_credential : std::string{},
+                         opt.auth == "scram" ? audit : nullptr});
       }
     }
     if (exit_code == 0) {
-      auto actual = peer_port_on ? ferry::publish_broker(door, opt.port, opt.host)
+      auto actual = split ? ferry::publish_broker(door, opt.port, opt.host)
                                  : ferry::publish_broker(node, opt.port, opt.host);
       if (!actual) {
         ferry::log::critical("cannot listen on {}:{}: {}", opt.host, opt.port,

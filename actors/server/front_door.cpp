@@ -1,6 +1,7 @@
 #include "actors/server/front_door.hpp"
 
 #include "actors/server/node.hpp"
+#include "broker/audit_log.hpp"
 #include "broker/error.hpp"
 #include "broker/logging.hpp"
 #include "broker/security.hpp"
@@ -64,10 +65,22 @@ caf::behavior front_door(caf::stateful_actor<door_state>* self, front_door_confi
         return caf::delegated<caf::message>{}; // nothing to answer
       auto msg = x.move_content_to_message();
       if (auto err = refusal(st, msg)) {
+        auto source = el->sender ? "caf:" + caf::to_string(el->sender->node())
+                                 : std::string{"caf:anonymous"};
         if (++st.refused <= 10 || st.refused % 1000 == 0)
-          log::warn("front door: refused a request from {} ({} so far): {}",
-                    el->sender ? caf::to_string(el->sender->node()) : std::string{"?"},
+          log::warn("front door: refused a request from {} ({} so far): {}", source,
                     st.refused, describe(err));
+        if (st.cfg.audit) {
+          audit_event e;
+          e.principal = "anonymous";
+          e.source = std::move(source);
+          e.via = "caf";
+          e.action = "node-to-node request";
+          e.resource = "cluster";
+          e.outcome = "denied";
+          e.detail = describe(err);
+          st.cfg.audit->write(e);
+        }
         return err;
       }
       auto sender = std::move(el->sender);

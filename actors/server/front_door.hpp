@@ -26,6 +26,8 @@
 //   nodes' own, which the node trusts without users and ACLs):
 //   authentication_failed. The operator credential (ferryctl
 //   --cluster-secret-file) and users' session tokens pass.
+// Each refusal is logged (the first ten, then every thousandth) and written
+// to the audit log.
 // - a response (a message with a response id): dropped; the front door
 //   asks nothing, and the node must never see a client's forged answer.
 //
@@ -38,15 +40,21 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include <memory>
 #include <string>
 
 namespace ferry {
+
+class audit_log;
 
 struct front_door_config {
   /// The node actor (in the node's actor system).
   caf::actor node;
   /// The cluster credential refused in envelopes; empty: sessions off.
   std::string cluster_credential;
+  /// Where refusals are recorded (one line each, principal "anonymous":
+  /// the front door checks no credential); null: nowhere.
+  std::shared_ptr<audit_log> audit;
 };
 
 /// Spawns the front door in `sys` (the clients' actor system). It ends

@@ -285,10 +285,11 @@ def last_json(text):
 class Node:
     """One ferryd: its port, data dir and log (stdout+stderr appended)."""
 
-    def __init__(self, bin_dir, work, node_id, port, voters):
+    def __init__(self, bin_dir, work, node_id, port, voters, peer_port=None):
         self.bin_dir = bin_dir
         self.node_id = node_id
         self.port = port
+        self.peer_port = peer_port  # ferryd --peer-port (clusters with --auth)
         self.voters = voters  # "1@127.0.0.1:P1,..." or None (single node)
         self.dir = os.path.join(work, f"node-{node_id}")
         self.data_dir = os.path.join(self.dir, "data")
@@ -304,6 +305,8 @@ class Node:
                 "--metrics-port", "-1", "--http-port", "-1"]
         if self.voters:
             args += ["--node-id", str(self.node_id), "--voters", self.voters]
+        if self.peer_port:
+            args += ["--peer-port", str(self.peer_port)] + TLS["peer"]
         args += FERRYD_EXTRA + TLS["node"]
         with open(self.log_path, "ab") as f:
             self.log_offset = f.tell()
@@ -361,9 +364,15 @@ class Cluster:
     """1 node (a Raft quorum of one) or n voters on 127.0.0.1."""
 
     def __init__(self, bin_dir, work, n):
-        ports = free_ports(n)
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports)) if n > 1 else None
-        self.nodes = [Node(bin_dir, work, i + 1, p, voters) for i, p in enumerate(ports)]
+        # With --auth a cluster's nodes talk on peer ports (ferryd needs them).
+        peers = n > 1 and TLS.get("peer") is not None
+        ports = free_ports(2 * n if peers else n)
+        peer_ports = ports[n:] if peers else [None] * n
+        ports = ports[:n]
+        listed = peer_ports if peers else ports
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(listed)) if n > 1 else None
+        self.nodes = [Node(bin_dir, work, i + 1, p, voters, peer_ports[i])
+                      for i, p in enumerate(ports)]
         self.brokers = ",".join(f"127.0.0.1:{p}" for p in ports)
 
     def start(self, deadline):
@@ -931,7 +940,7 @@ FERRYD_EXTRA = []
 # --auth: TLS rows also run with users (set_tls()).
 AUTH = [False]
 # --tls-* arguments of the row that runs (set_tls()).
-TLS = {"node": [], "client": []}
+TLS = {"node": [], "client": [], "peer": None}
 
 
 def make_certs(folder):
@@ -958,7 +967,7 @@ def set_tls(folder, auth=False):
     with auth, also --auth scram on the nodes and the operator's login on the clients
     (every request then travels in a session envelope)."""
     if not folder:
-        TLS["node"], TLS["client"] = [], []
+        TLS["node"], TLS["client"], TLS["peer"] = [], [], None
         return
     f = lambda name: os.path.join(folder, name)
     TLS["node"] = ["--tls-cert", f("node.pem"), "--tls-key", f("node.key"), "--tls-ca", f("ca.pem")]
@@ -970,6 +979,10 @@ def set_tls(folder, auth=False):
             with open(secret, "w") as out:
                 out.write(os.urandom(32).hex() + "\n")
         TLS["node"] += ["--auth", "scram", "--cluster-secret-file", secret]
+        # Peers with the same CA's certificate (a benchmark: one CA will do).
+        TLS["peer"] = ["--peer-tls-ca", f("ca.pem")]
+    else:
+        TLS["peer"] = None
         TLS["client"] += ["--cluster-secret-file", secret]
 
 

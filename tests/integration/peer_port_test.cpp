@@ -123,6 +123,15 @@ TEST(PeerPort, RefusesHalfConfiguredPeerPorts) {
   EXPECT_EQ(other_entry.exit_code, 2);
   EXPECT_TRUE(contains(other_entry.err, "differs from this node's voter entry"))
     << other_entry.err;
+  // Sessions in a cluster: the nodes must talk on a port of their own.
+  auto auth_cluster = run({"--node-id", "1", "--voters", "1@127.0.0.1:19998", "--auth",
+                           "scram"});
+  EXPECT_EQ(auth_cluster.exit_code, 2);
+  EXPECT_TRUE(contains(auth_cluster.err, "--auth scram in a cluster (--voters) needs --peer-port"))
+    << auth_cluster.err;
+  auto cert_alone = run({"--peer-port", "0", "--peer-tls-cert", certs.path("node.pem")});
+  EXPECT_EQ(cert_alone.exit_code, 2);
+  EXPECT_TRUE(contains(cert_alone.err, "need --peer-tls-ca")) << cert_alone.err;
 }
 
 TEST(PeerPort, ClientsReachOnlyTheFrontDoorAndOnlyNodesOpenThePeerPort) {
