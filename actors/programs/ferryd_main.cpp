@@ -50,6 +50,13 @@
 // same users, checked against the same ACLs (actors/kafka/kafka_sasl.cpp).
 // Denied requests and admin changes are written to
 // --audit-log (default <data-dir>/audit.log with --auth scram).
+// Peer ports (--peer-port, actors/server/front_door.hpp): the node's actors
+// live in an actor system that listens only there, for the other nodes
+// (with TLS: --peer-tls-ca, the nodes' CA); clients are served from a
+// second actor system on --port whose only actor is a front door that
+// passes their requests to the node. --auth scram always splits the two
+// (a cluster then needs --peer-port; a single node keeps the node's system
+// unpublished).
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
 // (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
@@ -589,8 +596,8 @@ int main(int argc, char** argv) {
                  "scram: every port requires a user (SCRAM-SHA-256, kept in the "
                  "metadata quorum: ferryctl user): the CAF port an in-band login, the "
                  "HTTP API Basic credentials or a bearer token; requests are checked "
-                 "against the ACLs (ferryctl acl); needs TLS and --cluster-secret-file. "
-                 "none: no users")
+                 "against the ACLs (ferryctl acl); needs TLS and --cluster-secret-file, "
+                 "and in a cluster --peer-port. none: no users")
     ->check(CLI::IsMember({"none", "scram"}));
   app.add_option("--cluster-secret-file", opt.cluster_secret_file,
                  "with --auth scram: a file holding the secret the nodes of the "

@@ -981,9 +981,9 @@ def set_tls(folder, auth=False):
         TLS["node"] += ["--auth", "scram", "--cluster-secret-file", secret]
         # Peers with the same CA's certificate (a benchmark: one CA will do).
         TLS["peer"] = ["--peer-tls-ca", f("ca.pem")]
+        TLS["client"] += ["--cluster-secret-file", secret]
     else:
         TLS["peer"] = None
-        TLS["client"] += ["--cluster-secret-file", secret]
 
 
 def main():
