@@ -316,3 +316,67 @@ TEST(PeerPort, ThreeNodesWithPeerPortsTlsAndUsersReplicateAndFailOver) {
     EXPECT_FALSE(contains(c.node(id).output(), "front door: refused"))
       << "node " << id << "\n" << c.node(id).output();
 }
+
+// A broker-only node with a peer port of its own (picked free: --peer-port
+// 0) registers it with the quorum; the voters dial it there (its replica
+// joins the ISR) and clients see its client port.
+TEST(PeerPort, ABrokerOnlyNodeRegistersItsPeerPortAndReplicates) {
+  ferry::test::cluster c;
+  c.use_peer_ports();
+  ASSERT_CLUSTER_STARTED(c);
+  auto why = c.add_broker();
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  auto peer4 = peer_port_of(c.node(4).output());
+  ASSERT_NE(peer4, 0) << c.node(4).output();
+  ASSERT_NE(peer4, c.port(4));
+  std::string shown;
+  ASSERT_TRUE(ferry::test::wait_until(20s, [&] {
+    for (int id : {1, 4}) {
+      auto cd = c.describe(id);
+      if (!cd)
+        return false;
+      shown = ferry::test::render(*cd);
+      bool found = false;
+      for (auto& n : cd->nodes)
+        if (n.id == 4)
+          found = !n.voter && n.alive && n.port == c.port(4);
+      if (!found)
+        return false;
+    }
+    return true;
+  })) << "node 4 is not shown alive at its client port\n" << shown << "\n" << c.dump();
+  const std::string topic = "onto4";
+  why = c.create_topic(topic, 1);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
+  {
+    auto b4 = c.broker(4);
+    ASSERT_TRUE(b4) << ferry::error_text(b4.error());
+    ferry::isr_change mv;
+    mv.topic = topic;
+    mv.partition = ferry::partition_id{0};
+    mv.isr = {2, 3, 4};
+    auto pa = ferry::test::ask<ferry::partition_assignment>(*c.cs.sys, *b4, 10s,
+                                                             ferry::assign_atom_v, mv);
+    ASSERT_TRUE(pa) << ferry::error_text(pa.error()) << "\n" << c.dump();
+  }
+  ASSERT_TRUE(ferry::test::wait_until(30s, [&] {
+    auto cd = c.describe(2);
+    auto ps = cd ? ferry::test::find_partition(*cd, topic, 0) : nullptr;
+    return ps && ferry::test::same_members(ps->replicas, {2, 3, 4})
+           && ferry::test::same_members(ps->isr, {2, 3, 4}) && ps->online;
+  })) << "the move onto node 4 did not complete\n" << c.dump();
+  auto prod = ferry::test::make_producer(c, c.endpoints());
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+  std::vector<ferry::client_message> msgs(1);
+  msgs[0].topic = topic;
+  msgs[0].value = "on four";
+  auto sent = ferry::test::ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 60s,
+                                                                    ferry::produce_atom_v, msgs);
+  ASSERT_TRUE(sent) << ferry::error_text(sent.error()) << "\n" << c.dump();
+  // acks=all over the ISR {2,3,4}: node 4 has it.
+  ASSERT_TRUE(ferry::test::wait_until(20s, [&] {
+    auto st = c.status(4, topic, 0);
+    return st && st->high_watermark.value >= 1;
+  })) << c.dump();
+}
