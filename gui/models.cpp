@@ -84,7 +84,11 @@ table_model<node_row>* make_nodes_model(QObject* parent) {
         QString role = r.voter ? QStringLiteral("voter") : QStringLiteral("broker");
         return r.removing ? role + QStringLiteral(" (removing)") : role;
       }),
-      col<R>("Endpoint", [](const R& r) { return QStringLiteral("%1:%2").arg(r.host).arg(r.port); }),
+      // Port 0: not registered yet (with peer ports a voter's client port
+      // is known once its registration is applied).
+      col<R>("Endpoint", [](const R& r) {
+        return r.port == 0 ? QStringLiteral("-") : QStringLiteral("%1:%2").arg(r.host).arg(r.port);
+      }),
       flagged<R>("Status", [](const R& r) { return r.alive ? QStringLiteral("up") : QStringLiteral("down"); }, bad),
       col<R>("Controller", [](const R& r) { return r.controller ? QStringLiteral("yes") : QString{}; }),
       col<R>("HTTP port", [](const R& r) { return r.http_port == 0 ? QStringLiteral("-") : QString::number(r.http_port); }),
