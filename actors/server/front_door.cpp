@@ -7,30 +7,25 @@
 #include "broker/security.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/actor_config.hpp>
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/mailbox_element.hpp>
-#include <caf/stateful_actor.hpp>
-#include <caf/system_messages.hpp>
+#include <caf/make_actor.hpp>
+#include <caf/monitorable_actor.hpp>
+
+#include <atomic>
 
 namespace ferry {
 
 namespace {
 
-struct door_state {
-  front_door_config cfg;
-  uint64_t refused = 0;
-  static inline const char* name = "ferry.front_door";
-};
-
-
-/// Why `msg` may not pass, or an empty string.
-caf::error refusal(const door_state& st, caf::message& msg) {
+/// Why `msg` may not pass, or no error.
+caf::error refusal(const front_door_config& cfg, caf::message& msg) {
   if (msg.match_elements<auth_atom, sasl_step>())
-    return {};
+    return caf::error{};
   if (msg.match_elements<auth_atom, std::string, caf::message>()) {
     auto& cred = msg.get_as<std::string>(1);
-    if (!st.cfg.cluster_credential.empty()
+    if (!cfg.cluster_credential.empty()
         && cred.compare(0, cluster_credential_prefix.size(), cluster_credential_prefix) == 0)
       return make_error(ec::authentication_failed,
                         "the cluster credential is not accepted on the client port "
@@ -39,66 +34,87 @@ caf::error refusal(const door_state& st, caf::message& msg) {
       return make_error(ec::authorization_failed,
                         "node-to-node requests are not served on the client port "
                         "(nodes use the peer port)");
-    return {};
+    return caf::error{};
   }
+  // Everything the ACLs do not name, system messages (exit, down, link)
+  // included: for the front door they are just messages from a client.
   if (is_node_to_node_request(msg))
     return make_error(ec::authorization_failed,
                       "node-to-node requests are not served on the client port "
                       "(nodes use the peer port)");
-  return {};
+  return caf::error{};
 }
 
-caf::behavior front_door(caf::stateful_actor<door_state>* self, front_door_config cfg) {
-  self->state.cfg = std::move(cfg);
-  self->monitor(self->state.cfg.node);
-  self->set_down_handler([self](const caf::down_msg& msg) {
-    if (msg.source == self->state.cfg.node.address())
-      self->quit(msg.reason);
-  });
-  // The node's own handle never ends up in the clients' system: messages
-  // to it are built here and enqueued with no execution unit.
-  self->set_default_handler(
-    [self](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-      auto& st = self->state;
-      auto* el = self->current_mailbox_element();
-      if (el == nullptr || el->mid.is_response())
-        return caf::delegated<caf::message>{}; // nothing to answer
-      auto msg = x.move_content_to_message();
-      if (auto err = refusal(st, msg)) {
-        auto source = el->sender ? "caf:" + caf::to_string(el->sender->node())
-                                 : std::string{"caf:anonymous"};
-        if (++st.refused <= 10 || st.refused % 1000 == 0)
-          log::warn("front door: refused a request from {} ({} so far): {}", source,
-                    st.refused, describe(err));
-        if (st.cfg.audit) {
-          audit_event e;
-          e.principal = "anonymous";
-          e.source = std::move(source);
-          e.via = "caf";
-          e.action = "node-to-node request";
-          e.resource = "cluster";
-          e.outcome = "denied";
-          e.detail = describe(err);
-          st.cfg.audit->write(e);
-        }
-        return err;
-      }
-      auto sender = std::move(el->sender);
-      auto stages = std::move(el->stages);
-      auto mid = el->mid;
-      auto node = caf::actor_cast<caf::strong_actor_ptr>(st.cfg.node);
-      node->enqueue(caf::make_mailbox_element(std::move(sender), mid, std::move(stages),
-                                              std::move(msg)),
-                    nullptr);
-      return caf::delegated<caf::message>{};
-    });
-  return {[](caf::unit_t) {}};
-}
+/// An actor without a mailbox (like CAF's decorators): enqueue() checks each
+/// message and passes it to the node at once, on the caller's thread (the
+/// clients' system's multiplexer). It has no behavior and no system message
+/// handling, so no message a client sends (an exit_msg with reason kill, a
+/// forged down_msg) can end it; it lives as long as it is referenced (the
+/// published port holds it).
+class front_door_actor : public caf::monitorable_actor {
+public:
+  explicit front_door_actor(front_door_config door)
+    : caf::monitorable_actor(caf::actor_config{}.add_flag(is_actor_dot_decorator_flag)),
+      cfg_(std::move(door)) {
+    // nop
+  }
+
+  void enqueue(caf::mailbox_element_ptr what, caf::execution_unit* ctx) override {
+    if (!what || what->mid.is_response())
+      return; // the front door asks nothing: a response is forged
+    auto msg = what->move_content_to_message();
+    if (auto err = refusal(cfg_, msg)) {
+      refuse(*what, std::move(err), ctx);
+      return;
+    }
+    // Enqueued with no execution unit: CAF would otherwise schedule the
+    // node on the caller's thread, which belongs to the clients' system.
+    auto node = caf::actor_cast<caf::strong_actor_ptr>(cfg_.node);
+    node->enqueue(caf::make_mailbox_element(std::move(what->sender), what->mid,
+                                            std::move(what->stages), std::move(msg)),
+                  nullptr);
+  }
+
+  const char* name() const override {
+    return "ferry.front_door";
+  }
+
+private:
+  void refuse(caf::mailbox_element& what, caf::error err, caf::execution_unit* ctx) {
+    auto source = what.sender ? "caf:" + caf::to_string(what.sender->node())
+                              : std::string{"caf:anonymous"};
+    auto n = ++refused_;
+    if (n <= 10 || n % 1000 == 0)
+      log::warn("front door: refused a request from {} ({} so far): {}", source, n,
+                describe(err));
+    if (cfg_.audit) {
+      audit_event e;
+      e.principal = "anonymous";
+      e.source = std::move(source);
+      e.via = "caf";
+      e.action = "node-to-node request";
+      e.resource = "cluster";
+      e.outcome = "denied";
+      e.detail = describe(err);
+      cfg_.audit->write(e);
+    }
+    if (what.sender && what.mid.is_request())
+      what.sender->enqueue(caf::make_mailbox_element(caf::strong_actor_ptr{ctrl()},
+                                                     what.mid.response_id(), {},
+                                                     std::move(err)),
+                           ctx);
+  }
+
+  const front_door_config cfg_;
+  std::atomic<uint64_t> refused_{0};
+};
 
 } // namespace
 
 broker_actor spawn_front_door(caf::actor_system& sys, front_door_config cfg) {
-  return caf::actor_cast<broker_actor>(sys.spawn(front_door, std::move(cfg)));
+  auto door = caf::make_actor<front_door_actor, caf::actor>(sys.next_actor_id(), sys.node(),
+                                                            &sys, std::move(cfg));
+  return caf::actor_cast<broker_actor>(door);
 }
 
 } // namespace ferry

@@ -31,9 +31,12 @@
 // - a response (a message with a response id): dropped; the front door
 //   asks nothing, and the node must never see a client's forged answer.
 //
-// Messages are handed to the node without the front door's execution unit,
-// so the node's actors keep running on the node system's scheduler (CAF
-// would otherwise schedule the receiver on the sender's worker thread).
+// The front door has no mailbox (like CAF's decorators): each message is
+// checked and handed to the node on the caller's thread, without an
+// execution unit, so the node's actors keep running on the node system's
+// scheduler. It has no system message handling, so an exit_msg with reason
+// kill or a forged down_msg from a client is refused like any other
+// node-to-node message instead of ending it.
 
 #include "actors/protocol/interfaces.hpp"
 
@@ -57,8 +60,10 @@ struct front_door_config {
   std::shared_ptr<audit_log> audit;
 };
 
-/// Spawns the front door in `sys` (the clients' actor system). It ends
-/// when the node does.
+/// Makes the front door in `sys` (the clients' actor system): an actor
+/// without a mailbox, so nothing a client sends can end it; it lives while
+/// referenced (the published port holds it). After the node ended it
+/// answers requests with request_receiver_down (CAF's bounce).
 broker_actor spawn_front_door(caf::actor_system& sys, front_door_config cfg);
 
 } // namespace ferry

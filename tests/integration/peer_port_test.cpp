@@ -30,6 +30,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -220,6 +221,15 @@ TEST(PeerPort, ClientsReachOnlyTheFrontDoorAndOnlyNodesOpenThePeerPort) {
     auto bare = probe<topics>(*cs.sys, untyped, list_topics, 10s);
     EXPECT_FALSE(bare.answered);
     EXPECT_TRUE(contains(bare.error, "authentication_failed")) << bare.error;
+    // System messages are just messages here: an exit with reason kill and a
+    // forged down message naming the node neither end the front door nor
+    // reach the node.
+    caf::anon_send_exit(untyped, caf::exit_reason::kill);
+    caf::anon_send(untyped, caf::down_msg{caf::actor_cast<caf::actor_addr>(listed.answerer),
+                                          caf::exit_reason::kill});
+    std::this_thread::sleep_for(500ms);
+    auto after = probe<topics>(*cs.sys, untyped, in_envelope(operator_cred, list_topics), 10s);
+    EXPECT_TRUE(after.answered) << "the front door ended: " << after.error;
   }
   // The peer port with a node certificate: the same probes are answered.
   {
