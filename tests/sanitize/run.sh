@@ -26,7 +26,7 @@ done
 
 # Recoverable checks: UBSan's suppressions apply only to those; a report that
 # is not suppressed still fails the run (the logs are searched below).
-flags="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"
+flags="-Og -g -fsanitize=address,undefined -fno-omit-frame-pointer"
 cmake -S "$repo" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 # shellcheck disable=SC2086
