@@ -54,9 +54,9 @@
 // live in an actor system that listens only there, for the other nodes
 // (with TLS: --peer-tls-ca, the nodes' CA); clients are served from a
 // second actor system on --port whose only actor is a front door that
-// passes their requests to the node. --auth scram always splits the two
-// (a cluster then needs --peer-port; a single node keeps the node's system
-// unpublished).
+// passes their requests to the node. A single node (no --voters) and
+// --auth scram always split the two: a single node keeps the node's system
+// unpublished, a cluster with --auth scram needs --peer-port.
 // SIGTERM or SIGINT: the node stops every partition replica (flush,
 // checkpoint, close), then ferryd exits 0. A second signal exits at once
 // (1). A node that ends on its own (e.g. its metadata store failed) exits 1.
@@ -403,6 +403,26 @@ struct options {
   int64_t login_lockout_ms = 1000;
 };
 
+/// What both of ferryd's actor systems share (the node's, and with a front
+/// door the clients'): Ferry's message types, the middleman with heartbeats
+/// (without them a silent peer is never noticed, see STACK.md), TLS when
+/// `tls` names a certificate, and `threads` scheduler workers of the
+/// --scheduler policy.
+void configure_system(caf::actor_system_config& cfg, const options& opt,
+                      const ferry::tls_settings& tls, int threads) {
+  ferry::register_types(cfg);
+  cfg.load<caf::io::middleman>();
+  if (!tls.certificate.empty())
+    ferry::configure_tls(cfg, tls);
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds{1}});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds{3}});
+  cfg.set("scheduler.max-threads", threads);
+  // (The poll setting applies to --scheduler stealing; the default,
+  // sharing, has workers wait on one queue's condition variable.)
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
+  cfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -668,7 +688,12 @@ int main(int argc, char** argv) {
                  "clients' port reaches none of the node's actors but its front door\n");
     return 2;
   }
-  bool split = peer_port_on || opt.auth == "scram";
+  // A single node always serves its clients through the front door, so no
+  // client can address the node's actors (a CAF exit message with reason
+  // kill ends any actor it reaches, whatever its exit handler says). A
+  // cluster node without --auth and without --peer-port still serves clients
+  // and peers from one system.
+  bool split = peer_port_on || opt.auth == "scram" || opt.voters.empty();
   // The peers' side: this node's certificate with the node CA.
   ferry::tls_settings peer_tls;
   if (peer_port_on && opt.tls.requested())
@@ -1021,25 +1046,6 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   {
     caf::actor_system_config cfg;
-    ferry::register_types(cfg);
-    cfg.load<caf::io::middleman>();
-    // Split (front_door.hpp): the node's own system speaks TLS with the node
-    // CA on the peer port, and without one it listens nowhere.
-    if (split) {
-      if (!served_peer_tls.certificate.empty())
-        ferry::configure_tls(cfg, served_peer_tls);
-    } else if (!served_tls.certificate.empty()) {
-      ferry::configure_tls(cfg, served_tls);
-    }
-    // Without heartbeats a silent peer is never noticed (see STACK.md).
-    cfg.set("middleman.heartbeat-interval", caf::timespan{1s});
-    cfg.set("middleman.connection-timeout", caf::timespan{3s});
-    // The node's links to its peers send with the cluster credential.
-    if (!opt.cluster_credential.empty()) {
-      ferry::client_credentials creds;
-      creds.token = opt.cluster_credential;
-      ferry::configure_credentials(cfg, creds);
-    }
     // CAF's scheduler defaults to at least 4 workers, each polling 500 times
     // 50 us apart before it sleeps: on 2 cores that idle polling took ~40%
     // of the broker's CPU under produce load. Replicas run on these
@@ -1049,12 +1055,16 @@ int main(int argc, char** argv) {
     // variable and is woken when work is enqueued to it). Each of those
     // sleeps was a context switch: with 10 of them, a 3-node cluster at 30k
     // msgs/s made ~110k context switches/s on 2 cores and its p99 suffered.
-    cfg.set("scheduler.max-threads",
-            static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
-    // (The poll setting applies to --scheduler stealing; the default,
-    // sharing, has workers wait on one queue's condition variable.)
-    cfg.set("work-stealing.moderate-poll-attempts", 0);
-    cfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
+    // Split (front_door.hpp): the node's own system speaks TLS with the node
+    // CA on the peer port, and without one it listens nowhere.
+    configure_system(cfg, opt, split ? served_peer_tls : served_tls,
+                     static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    // The node's links to its peers send with the cluster credential.
+    if (!opt.cluster_credential.empty()) {
+      ferry::client_credentials creds;
+      creds.token = opt.cluster_credential;
+      ferry::configure_credentials(cfg, creds);
+    }
     // Declared before the actor system, so they outlive every replica that
     // holds them (and the pool is never destroyed on one of its threads).
     auto nofile = ferry::raise_open_file_limit();
@@ -1212,8 +1222,9 @@ int main(int argc, char** argv) {
         exit_code = 1;
       }
     }
-    // With --peer-port: the node in its own system on the peer port, and
-    // the clients' system with the front door on --port (front_door.hpp).
+    // Split (a single node, --peer-port or --auth scram): the clients'
+    // system with the front door on --port (front_door.hpp); the node's own
+    // system listens on the peer port, or nowhere without one.
     // Declared after `sys`, so it goes first.
     // (The system keeps a reference to its config: it lives as long.)
     std::unique_ptr<caf::actor_system_config> client_cfg;
@@ -1243,17 +1254,9 @@ int main(int argc, char** argv) {
                            "node's own actor system listens nowhere: no --peer-port)");
         }
         client_cfg = std::make_unique<caf::actor_system_config>();
-        auto& ccfg = *client_cfg;
-        ferry::register_types(ccfg);
-        ccfg.load<caf::io::middleman>();
-        if (!served_tls.certificate.empty())
-          ferry::configure_tls(ccfg, served_tls);
-        ccfg.set("middleman.heartbeat-interval", caf::timespan{1s});
-        ccfg.set("middleman.connection-timeout", caf::timespan{3s});
         // Only the front door runs here; the node's actors stay on `sys`.
-        ccfg.set("scheduler.max-threads", 1);
-        ccfg.set("scheduler.policy", caf::atom_from_string(opt.scheduler));
-        client_sys.emplace(ccfg);
+        configure_system(*client_cfg, opt, served_tls, 1);
+        client_sys.emplace(*client_cfg);
         door = ferry::spawn_front_door(
           *client_sys, ferry::front_door_config{
                          caf::actor_cast<caf::actor>(node),

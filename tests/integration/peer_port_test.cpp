@@ -21,6 +21,7 @@
 #include "broker/error.hpp"
 #include "broker/security.hpp"
 
+#include <caf/io/remote_actor.hpp>
 #include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
@@ -254,6 +255,43 @@ TEST(PeerPort, ClientsReachOnlyTheFrontDoorAndOnlyNodesOpenThePeerPort) {
   EXPECT_EQ(again.exit_code, 0) << again.err;
   EXPECT_TRUE(contains(again.out, "orders")) << again.out;
   EXPECT_TRUE(contains(node.output(), "front door: refused")) << node.output();
+}
+
+// A single node without TLS or users (the README's default) serves its
+// clients through the front door too: before, a client could end the node
+// actor with a CAF exit message (reason kill ends any actor it reaches,
+// whatever its exit handler says), and ferryd with it.
+TEST(PeerPort, ASingleNodeWithoutSecurityServesClientsOnlyThroughItsFrontDoor) {
+  ferryd_process node{{}};
+  ASSERT_TRUE(node.start()) << node.output();
+  auto made = ferryctl(node.endpoint(), {"topic", "create", "orders"}, {}, 30s);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  using topics = std::vector<ferry::topic_metadata>;
+  auto list_topics = caf::make_message(ferry::list_atom_v, ferry::topic_atom_v);
+  {
+    ferry::test::client_system cs;
+    auto door = caf::io::remote_actor<ferry::broker_actor>(*cs.sys, "127.0.0.1", node.port());
+    ASSERT_TRUE(door) << ferry::error_text(door.error());
+    auto untyped = caf::actor_cast<caf::actor>(*door);
+    auto listed = probe<topics>(*cs.sys, untyped, list_topics, 10s);
+    ASSERT_TRUE(listed.answered) << listed.error;
+    ASSERT_TRUE(listed.answerer);
+    EXPECT_NE(listed.answerer->node(), door->node());
+    auto raft_fetch = caf::make_message(ferry::fetch_atom_v, ferry::raft_atom_v, uint64_t{0});
+    auto raft = probe<ferry::raft_log_chunk>(*cs.sys, untyped, raft_fetch, 10s);
+    EXPECT_FALSE(raft.answered);
+    EXPECT_TRUE(contains(raft.error, "not served on the client port")) << raft.error;
+    // Kill messages to the node actor's handle and to the front door.
+    caf::anon_send_exit(caf::actor_cast<caf::actor>(listed.answerer), caf::exit_reason::kill);
+    caf::anon_send_exit(untyped, caf::exit_reason::kill);
+    std::this_thread::sleep_for(500ms);
+    auto after = probe<topics>(*cs.sys, untyped, list_topics, 10s);
+    EXPECT_TRUE(after.answered) << "the front door or the node ended: " << after.error;
+  }
+  ASSERT_TRUE(node.running()) << node.output();
+  auto again = ferryctl(node.endpoint(), {"topic", "list"}, {}, 30s);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(contains(again.out, "orders")) << again.out;
 }
 
 TEST(PeerPort, ThreeNodesWithPeerPortsTlsAndUsersReplicateAndFailOver) {
