@@ -565,6 +565,22 @@ public:
                                     ferry::connect_atom_v);
   }
 
+  /// Asks node `via` to move `topic`/`p` onto `replicas`, as `ferryctl
+  /// partition reassign` does: the new assignment once the quorum took it.
+  /// The move itself completes later (wait for it in describe()).
+  caf::expected<ferry::partition_assignment> reassign(int via, const std::string& topic,
+                                                      int32_t p, std::vector<int32_t> replicas) {
+    using namespace std::chrono_literals;
+    auto b = broker(via);
+    if (!b)
+      return b.error();
+    ferry::isr_change mv;
+    mv.topic = topic;
+    mv.partition = ferry::partition_id{p};
+    mv.isr = std::move(replicas);
+    return ask<ferry::partition_assignment>(*cs.sys, *b, 10s, ferry::assign_atom_v, mv);
+  }
+
   caf::expected<ferry::cluster_description> describe(int id) {
     using namespace std::chrono_literals;
     auto b = broker(id);
@@ -814,6 +830,18 @@ inline caf::expected<ferry::producer_actor> make_producer(cluster& c,
   if (p)
     c.cs.track(*p);
   return p;
+}
+
+/// Produces one record with `value` to `topic` through `prod` and waits up
+/// to `timeout` for its delivery report.
+inline caf::expected<std::vector<ferry::delivery_report>>
+produce_one(caf::actor_system& sys, const ferry::producer_actor& prod, const std::string& topic,
+            const std::string& value, caf::timespan timeout = std::chrono::seconds{60}) {
+  std::vector<ferry::client_message> msgs(1);
+  msgs[0].topic = topic;
+  msgs[0].value = value;
+  return ask<std::vector<ferry::delivery_report>>(sys, prod, timeout, ferry::produce_atom_v,
+                                                  msgs);
 }
 
 /// Reads topic-p from offset 0 up to `hw` through node `id`.

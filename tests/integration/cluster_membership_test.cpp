@@ -140,13 +140,7 @@ TEST(ClusterMembership, BrokerOnlyNodeJoinsTakesAReplicaAndLeavesUnderLoad) {
 
   // -- reassign onto node 4 while writing (asked through node 4) ----------------
   {
-    auto b4 = c.broker(4);
-    ASSERT_TRUE(b4) << ferry::error_text(b4.error());
-    ferry::isr_change mv;
-    mv.topic = topic;
-    mv.partition = ferry::partition_id{0};
-    mv.isr = {2, 3, 4};
-    auto pa = ask<ferry::partition_assignment>(*c.cs.sys, *b4, 10s, ferry::assign_atom_v, mv);
+    auto pa = c.reassign(4, topic, 0, {2, 3, 4});
     ASSERT_TRUE(pa) << ferry::error_text(pa.error()) << "\n" << c.dump();
   }
   ASSERT_TRUE(wait_until(20s, [&] {

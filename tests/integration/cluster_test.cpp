@@ -817,13 +817,7 @@ TEST(Cluster, ClientsSendToPartitionLeadersDirectly) {
     if (id != old_leader)
       target.push_back(id);
   {
-    auto b1 = c.broker(1);
-    ASSERT_TRUE(b1) << ferry::error_text(b1.error());
-    ferry::isr_change mv;
-    mv.topic = topic;
-    mv.partition = ferry::partition_id{moved};
-    mv.isr = target;
-    auto pa = ask<ferry::partition_assignment>(*c.cs.sys, *b1, 10s, ferry::assign_atom_v, mv);
+    auto pa = c.reassign(1, topic, moved, target);
     ASSERT_TRUE(pa) << ferry::error_text(pa.error()) << "\n" << c.dump();
   }
   ASSERT_TRUE(wait_until(20s, [&] {

@@ -329,11 +329,7 @@ TEST(PeerPort, ThreeNodesWithPeerPortsTlsAndUsersReplicateAndFailOver) {
   auto prod = ferry::test::make_producer(c, c.endpoints());
   ASSERT_TRUE(prod) << ferry::error_text(prod.error());
   auto send = [&](const std::string& value) {
-    std::vector<ferry::client_message> msgs(1);
-    msgs[0].topic = topic;
-    msgs[0].value = value;
-    return ferry::test::ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 60s,
-                                                                 ferry::produce_atom_v, msgs);
+    return ferry::test::produce_one(*c.cs.sys, *prod, topic, value);
   };
   auto first = send("before");
   ASSERT_TRUE(first) << ferry::error_text(first.error()) << "\n" << c.dump();
@@ -398,14 +394,7 @@ TEST(PeerPort, ABrokerOnlyNodeRegistersItsPeerPortAndReplicates) {
   ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
   ASSERT_TRUE(c.wait_placed(topic, 1)) << c.dump();
   {
-    auto b4 = c.broker(4);
-    ASSERT_TRUE(b4) << ferry::error_text(b4.error());
-    ferry::isr_change mv;
-    mv.topic = topic;
-    mv.partition = ferry::partition_id{0};
-    mv.isr = {2, 3, 4};
-    auto pa = ferry::test::ask<ferry::partition_assignment>(*c.cs.sys, *b4, 10s,
-                                                             ferry::assign_atom_v, mv);
+    auto pa = c.reassign(4, topic, 0, {2, 3, 4});
     ASSERT_TRUE(pa) << ferry::error_text(pa.error()) << "\n" << c.dump();
   }
   ASSERT_TRUE(ferry::test::wait_until(30s, [&] {
@@ -416,11 +405,7 @@ TEST(PeerPort, ABrokerOnlyNodeRegistersItsPeerPortAndReplicates) {
   })) << "the move onto node 4 did not complete\n" << c.dump();
   auto prod = ferry::test::make_producer(c, c.endpoints());
   ASSERT_TRUE(prod) << ferry::error_text(prod.error());
-  std::vector<ferry::client_message> msgs(1);
-  msgs[0].topic = topic;
-  msgs[0].value = "on four";
-  auto sent = ferry::test::ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 60s,
-                                                                    ferry::produce_atom_v, msgs);
+  auto sent = ferry::test::produce_one(*c.cs.sys, *prod, topic, "on four");
   ASSERT_TRUE(sent) << ferry::error_text(sent.error()) << "\n" << c.dump();
   // acks=all over the ISR {2,3,4}: node 4 has it.
   ASSERT_TRUE(ferry::test::wait_until(20s, [&] {

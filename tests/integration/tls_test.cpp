@@ -196,11 +196,7 @@ TEST(Tls, MutualTlsServesGoodClientsAndRefusesEveryOther) {
     auto prod = ferry::spawn_producer(*cs.sys, pc);
     ASSERT_TRUE(prod) << ferry::error_text(prod.error());
     cs.track(*prod);
-    std::vector<ferry::client_message> msgs(1);
-    msgs[0].topic = "secure";
-    msgs[0].value = "four";
-    auto reports = ferry::test::ask<std::vector<ferry::delivery_report>>(
-      *cs.sys, *prod, 30s, ferry::produce_atom_v, msgs);
+    auto reports = ferry::test::produce_one(*cs.sys, *prod, "secure", "four", 30s);
     ASSERT_TRUE(reports) << ferry::error_text(reports.error());
     ASSERT_EQ(reports->size(), 1u);
   }
@@ -282,11 +278,7 @@ TEST(Tls, ThreeNodeClusterReplicatesAndFailsOverOverMutualTls) {
   auto prod = ferry::test::make_producer(c, bootstrap);
   ASSERT_TRUE(prod) << ferry::error_text(prod.error());
   auto send = [&](const std::string& value) {
-    std::vector<ferry::client_message> msgs(1);
-    msgs[0].topic = topic;
-    msgs[0].value = value;
-    return ferry::test::ask<std::vector<ferry::delivery_report>>(*c.cs.sys, *prod, 60s,
-                                                                 ferry::produce_atom_v, msgs);
+    return ferry::test::produce_one(*c.cs.sys, *prod, topic, value);
   };
   auto first = send("before");
   ASSERT_TRUE(first) << ferry::error_text(first.error()) << "\n" << c.dump();
