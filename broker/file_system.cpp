@@ -1,5 +1,6 @@
 #include "broker/file_system.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -39,7 +40,8 @@ caf::error append(int fd, uint64_t& size, std::string_view data,
   const char* ptr = data.data();
   size_t left = data.size();
   while (left > 0) {
-    auto n = ::pwrite(fd, ptr, left, static_cast<off_t>(size));
+    auto n = ::pwrite(fd, ptr, std::min(left, max_write_bytes),
+                      static_cast<off_t>(size));
     if (n < 0) {
       if (errno == EINTR)
         continue;

@@ -20,6 +20,7 @@
 
 #include "broker/error.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -49,7 +50,7 @@ public:
   virtual ~file_handle() = default;
 
   /// Appends `data` at the end of the file with as many write calls as the
-  /// kernel needs (one, normally). On error some prefix of `data` may have
+  /// kernel needs (one per posix_io::max_write_bytes, normally). On error some prefix of `data` may have
   /// reached the file: size() then tells the real end, and the caller decides
   /// whether to cut it back.
   virtual caf::error append(std::string_view data) = 0;
@@ -113,7 +114,17 @@ public:
 /// disk_full, ENOENT not_found, the rest io_error; EMFILE names the limit).
 namespace posix_io {
 caf::error errno_error(int err, const std::string& what);
-/// pwrite at `size` until all of `data` is written; `size` grows with it.
+/// The most bytes append() hands to one pwrite(2). Larger appends (a node
+/// journal round carries several MiB under load) go in pieces of this size.
+/// Measured on this project's 2-core VM (Linux 6.18, ext4): appends of new
+/// file bytes in pwrites of 2 MiB or more ran at 120-390 MB/s, spent in the
+/// kernel's copy into new page-cache pages (probably large folios backed by
+/// memory the host had not mapped yet); the same bytes in 256 KiB pwrites
+/// ran at 5.5-6 GB/s. The node journal's single writer thread was capped at
+/// ~250 MB/s by it (tests/bench/README.md, "Figures: pwrite size").
+inline constexpr size_t max_write_bytes = 256 * 1024;
+/// pwrite at `size` until all of `data` is written (in pieces of at most
+/// max_write_bytes); `size` grows with it.
 caf::error append(int fd, uint64_t& size, std::string_view data,
                   const std::filesystem::path& p);
 caf::expected<size_t> read_at(int fd, uint64_t pos, std::span<char> out,

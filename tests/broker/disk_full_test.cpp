@@ -121,6 +121,27 @@ TEST_F(disk_full_test, posix_layer_maps_errors) {
   EXPECT_TRUE(names->empty());
 }
 
+TEST_F(disk_full_test, posix_layer_appends_large_data_in_pieces) {
+  // One append larger than a pwrite is given (posix_io::max_write_bytes):
+  // every piece lands after the one before, at the file's end.
+  posix_file_system pfs;
+  auto f = pfs.open(dir.path() / "big", open_mode::create_truncate);
+  ASSERT_TRUE(f) << describe(f.error());
+  ASSERT_FALSE((*f)->append("head"));
+  std::string data(3 * posix_io::max_write_bytes + 123, '\0');
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<char>('a' + (i * 7919) % 26);
+  ASSERT_FALSE((*f)->append(data));
+  EXPECT_EQ((*f)->size(), 4 + data.size());
+  std::string back(4 + data.size() + 10, '\0');
+  auto n = (*f)->read_at(0, std::span<char>{back.data(), back.size()});
+  ASSERT_TRUE(n) << describe(n.error());
+  ASSERT_EQ(*n, 4 + data.size());
+  back.resize(*n);
+  EXPECT_TRUE(back == "head" + data);
+  EXPECT_EQ(fs::file_size(dir.path() / "big"), 4 + data.size());
+}
+
 TEST_F(disk_full_test, enospc_mid_append_leaves_the_log_unchanged) {
   cfg.index_interval_bytes = 64;
   auto log = open_log(&ffs);
