@@ -378,7 +378,8 @@ struct options {
   uint64_t cleaner_io_max_bytes_per_second = 0;
   /// log.cleaner.dedupe.buffer.size, in MiB.
   uint64_t cleaner_dedupe_buffer_mb = 128;
-  bool fetch_sessions = false;
+  std::string fetch_sessions = "auto";
+  int fetch_sessions_min_partitions = 1000;
   std::string journal = "auto";
   int journal_min_partitions = 128;
   int journal_file_mb = 1024;
@@ -539,12 +540,23 @@ int main(int argc, char** argv) {
                  "log and may still commit")
     ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   app.add_option("--fetch-sessions", opt.fetch_sessions,
-                 "cluster mode: true carries the follower fetches to one "
-                 "leader node in rounds, one request/response pair per round "
-                 "for all partitions (incremental fetch sessions: a round "
-                 "holds only new long polls and answers); measured on par "
-                 "with false so far. false (default): one long poll per "
-                 "partition, each its own request");
+                 "cluster mode: on (or true) carries the follower fetches to "
+                 "one leader node in rounds, one request/response pair per "
+                 "round for all partitions (incremental fetch sessions: a "
+                 "round holds only new long polls and answers). off (or "
+                 "false): one long poll per partition, each its own request. "
+                 "auto (default): on for follower replicas spawned while the "
+                 "metadata places --fetch-sessions-min-partitions or more "
+                 "partition replicas on the node (they keep that until they "
+                 "restart): measured ~18% faster at 3,000 partitions on 3 "
+                 "nodes, up to a third slower at 3")
+    ->check(CLI::IsMember({"auto", "on", "off", "true", "false"}));
+  app.add_option("--fetch-sessions-min-partitions",
+                 opt.fetch_sessions_min_partitions,
+                 "--fetch-sessions auto: the partition replicas the metadata "
+                 "must place on the node before new follower replicas fetch "
+                 "through sessions")
+    ->check(CLI::Range(0, 1000000));
   app.add_option("--journal", opt.journal,
                  "on: every partition's appends also go to one node journal "
                  "(<data-dir>/journal), and one write + fdatasync of it makes a "
@@ -1144,7 +1156,10 @@ int main(int argc, char** argv) {
       ? static_cast<size_t>(opt.journal_min_partitions) : 0;
     nc.replica_defaults.fs = &segment_files;
     nc.replica_defaults.meta_writer = meta_writer;
-    nc.fetch_sessions = opt.fetch_sessions;
+    nc.fetch_sessions = opt.fetch_sessions != "off" && opt.fetch_sessions != "false";
+    nc.fetch_sessions_min_replicas =
+      opt.fetch_sessions == "auto"
+        ? static_cast<size_t>(opt.fetch_sessions_min_partitions) : 0;
     nc.replica_defaults.replica_lag_max =
       std::chrono::milliseconds{opt.replica_lag_max_ms};
     nc.replica_defaults.follower_fetch_wait =

@@ -248,10 +248,14 @@ struct node_config {
   /// after this long without the peer's probe (see "One dialer per pair").
   std::chrono::milliseconds peer_dial_fallback{10000};
   /// Follower replicas fetch through one fetch session per leader node
-  /// (actors/server/fetch_session.hpp) instead of one long poll each. Off
-  /// by default: measured slower so far (actors/README.md, "Fetch
-  /// sessions").
+  /// (actors/server/fetch_session.hpp) instead of one long poll each: those
+  /// spawned while the metadata places fetch_sessions_min_replicas or more
+  /// partition replicas on the node (0: all). Replicas keep their choice
+  /// until they restart. ferryd's default (--fetch-sessions auto) is 1,000:
+  /// sessions gained ~18% at 3,000 partitions on 3 nodes and cost up to a
+  /// third at 3 (tests/bench/README.md, "Fetch sessions by partition count").
   bool fetch_sessions = false;
+  size_t fetch_sessions_min_replicas = 0;
   /// With replica_defaults.journal: a replica spawned while the metadata
   /// gives the node fewer partition replicas than this syncs its own
   /// segment file instead (few partitions: the journal's second copy of
@@ -356,6 +360,9 @@ struct hosted_replica {
   /// The assignment and leader handle it was last given.
   partition_assignment assignment;
   caf::actor leader_handle;
+  /// As a follower, it fetches through this node's fetch session to the
+  /// leader's node (decided when it was spawned, node_config::fetch_sessions).
+  bool fetch_session = false;
   /// Recent crash times, for the restart limit.
   std::vector<caf::actor_clock::time_point> crashes;
   /// When a crashed replica may be spawned again.

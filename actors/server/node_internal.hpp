@@ -262,11 +262,16 @@ inline caf::actor leader_handle(const node_state& st,
   return caf::actor_cast<caf::actor>(i->second);
 }
 
-/// The handle a follower replica of `pa` fetches through: this node's
-/// fetch session to the leader's node (spawned on first use, pointed at
-/// that node's current broker), or the broker itself without sessions;
-/// null while the leader's node is not linked.
-caf::actor replica_leader(self_ptr self, const partition_assignment& pa);
+/// The handle a follower replica of `pa` fetches through: with `session`,
+/// this node's fetch session to the leader's node (spawned on first use,
+/// pointed at that node's current broker), else the broker itself; null
+/// while the leader's node is not linked.
+caf::actor replica_leader(self_ptr self, const partition_assignment& pa,
+                          bool session);
+
+/// Whether a replica spawned now fetches through a fetch session
+/// (node_config::fetch_sessions, fetch_sessions_min_replicas).
+bool use_fetch_session(const node_state& st);
 
 /// True when the current message came from a peer node (it was forwarded
 /// there already, or it is a peer's replica or quorum member). Ask it

@@ -124,7 +124,8 @@ void spawn_replica(self_ptr self, const topic_partition& key,
       rc.on_behind = [behind](bool b) { behind->store(b); };
     }
     rc.assignment = pa;
-    rc.leader_broker = replica_leader(self, pa);
+    r.fetch_session = use_fetch_session(st);
+    rc.leader_broker = replica_leader(self, pa, r.fetch_session);
     rc.controller = caf::actor_cast<caf::actor>(internal_handle(self));
     r.assignment = pa;
     r.leader_handle = rc.leader_broker;
@@ -275,7 +276,7 @@ void reconcile(self_ptr self) {
           log::info("node: new config for {}", tp_name(name, pa.partition));
         }
         if (cluster_mode(st)) {
-          auto lh = replica_leader(self, pa);
+          auto lh = replica_leader(self, pa, r.fetch_session);
           if (!(r.assignment == pa) || r.leader_handle != lh) {
             self->send(r.handle, update_atom_v, pa, lh);
             r.assignment = pa;
@@ -320,10 +321,17 @@ void check_topic_waiters(self_ptr self) {
     f();
 }
 
-caf::actor replica_leader(self_ptr self, const partition_assignment& pa) {
+bool use_fetch_session(const node_state& st) {
+  return st.cfg.fetch_sessions
+         && std::max(st.assigned_replicas, st.replicas.size())
+              >= st.cfg.fetch_sessions_min_replicas;
+}
+
+caf::actor replica_leader(self_ptr self, const partition_assignment& pa,
+                          bool session) {
   auto& st = self->state;
   auto b = leader_handle(st, pa);
-  if (!b || !st.cfg.fetch_sessions)
+  if (!b || !session)
     return b;
   auto& s = st.fetch_sessions[pa.leader];
   if (!s.handle) {
@@ -333,6 +341,10 @@ caf::actor replica_leader(self_ptr self, const partition_assignment& pa) {
     fc.leader_broker = b;
     s.handle = spawn_fetch_session(self->system(), std::move(fc));
     s.broker = b;
+    log::info("node {}: a fetch session to node {} carries this node's "
+              "follower fetches from it ({} partition replicas placed here)",
+              st.cfg.node_id, pa.leader,
+              std::max(st.assigned_replicas, st.replicas.size()));
   } else if (s.broker != b) {
     s.broker = b;
     self->send(s.handle, update_atom_v, b);

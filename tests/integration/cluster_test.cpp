@@ -404,6 +404,52 @@ TEST(Cluster, FetchSessionsKeepAckedWritesAcrossLeaderKills) {
   acked_writes_survive_leader_kills(40, 2, {"--fetch-sessions", "true"});
 }
 
+// --fetch-sessions auto (the default): follower replicas spawned once the
+// metadata places --fetch-sessions-min-partitions replicas on a node fetch
+// through one session per leader node; before that each long-polls on its
+// own. Both replicate: acks=all answers need every follower of the ISR.
+TEST(Cluster, FetchSessionsStartOnceANodeHoldsEnoughReplicas) {
+  using namespace std::chrono_literals;
+  cluster c;
+  // __consumer_state's 8 partitions and the small topic stay below 40.
+  c.add_node_args({"--fetch-sessions-min-partitions", "40"});
+  ASSERT_CLUSTER_STARTED(c);
+  auto sessions_started = [&c] {
+    int n = 0;
+    for (int id = 1; id <= 3; ++id)
+      if (c.node(id).output().find("a fetch session to node") != std::string::npos)
+        ++n;
+    return n;
+  };
+  auto bootstrap = c.endpoints();
+  auto prod = make_producer(c, bootstrap);
+  ASSERT_TRUE(prod) << ferry::error_text(prod.error());
+
+  auto why = c.create_topic("few", 4);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed("few", 4)) << c.dump();
+  for (int i = 0; i < 4; ++i) {
+    auto r = produce_one(*c.cs.sys, *prod, "few", "before-" + std::to_string(i));
+    ASSERT_TRUE(r) << ferry::error_text(r.error()) << "\n" << c.dump();
+  }
+  EXPECT_EQ(sessions_started(), 0)
+    << "a node with fewer than 40 partition replicas opened a fetch session\n" << c.dump();
+
+  why = c.create_topic("many", 40);
+  ASSERT_TRUE(why.empty()) << why << "\n" << c.dump();
+  ASSERT_TRUE(c.wait_placed("many", 40)) << c.dump();
+  for (int i = 0; i < 40; ++i) {
+    auto r = produce_one(*c.cs.sys, *prod, "many", "after-" + std::to_string(i));
+    ASSERT_TRUE(r) << ferry::error_text(r.error()) << "\n" << c.dump();
+  }
+  // Every node follows partitions led by the other two.
+  EXPECT_TRUE(wait_until(10s, [&] { return sessions_started() == 3; }))
+    << sessions_started() << " of 3 nodes opened fetch sessions\n" << c.dump();
+  // The small topic's followers kept their long polls and still replicate.
+  auto r = produce_one(*c.cs.sys, *prod, "few", "after");
+  EXPECT_TRUE(r) << ferry::error_text(r.error()) << "\n" << c.dump();
+}
+
 // Every replica on the node journal (ferryd --journal on): followers and
 // leaders ack after the journal round; killed leaders replay it.
 TEST(Cluster, NodeJournalKeepsAckedWritesAcrossLeaderKills) {
