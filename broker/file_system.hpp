@@ -50,9 +50,9 @@ public:
   virtual ~file_handle() = default;
 
   /// Appends `data` at the end of the file with as many write calls as the
-  /// kernel needs (one per posix_io::max_write_bytes, normally). On error some prefix of `data` may have
-  /// reached the file: size() then tells the real end, and the caller decides
-  /// whether to cut it back.
+  /// kernel needs (one per posix_io::max_write_bytes, normally). On error
+  /// some prefix of `data` may have reached the file: size() then tells the
+  /// real end, and the caller decides whether to cut it back.
   virtual caf::error append(std::string_view data) = 0;
 
   /// Reads up to out.size() bytes at `pos`; fewer only at the end of file.
