@@ -403,7 +403,11 @@ node_journal::~node_journal() {
   // A clean stop: everything recorded is written; once the segment files
   // hold it durably the journal is not needed, and the next start has
   // nothing to replay. (Owners close their logs before the journal goes.)
-  if (!failed_ && root_fd_ >= 0 && !posix_io::syncfs(root_fd_, root_)) {
+  if (!unapplied_.empty())
+    log::error("journal: {} deferred segment writes were never applied; the "
+               "journal files stay for the next start to replay",
+               unapplied());
+  else if (!failed_ && root_fd_ >= 0 && !posix_io::syncfs(root_fd_, root_)) {
     std::error_code ec;
     for (auto i = oldest_file_; i <= file_index_; ++i)
       std::filesystem::remove(dir_ / file_name(i), ec);
@@ -484,6 +488,47 @@ node_journal::seq_t node_journal::record_write(const std::filesystem::path& file
                                                uint64_t position,
                                                std::string_view bytes) {
   return enqueue(op_write, file, position, bytes);
+}
+
+node_journal::deferred_write
+node_journal::record_write_deferred(const std::filesystem::path& file,
+                                    uint64_t position, std::string_view bytes) {
+  deferred_write w;
+  {
+    // Counted before it is queued, so no checkpoint can pass it.
+    std::lock_guard lk{mtx_};
+    w.gen = current_file_;
+    ++unapplied_[w.gen];
+  }
+  w.seq = enqueue(op_write, file, position, bytes);
+  return w;
+}
+
+void node_journal::applied(uint64_t gen, uint64_t n) {
+  if (n == 0)
+    return;
+  {
+    std::lock_guard lk{mtx_};
+    auto i = unapplied_.find(gen);
+    if (i == unapplied_.end())
+      return;
+    i->second -= std::min(i->second, n);
+    if (i->second == 0)
+      unapplied_.erase(i);
+  }
+  ckpt_cv_.notify_all();
+}
+
+uint64_t node_journal::unapplied() const {
+  std::lock_guard lk{mtx_};
+  uint64_t n = 0;
+  for (auto& [gen, count] : unapplied_)
+    n += count;
+  return n;
+}
+
+bool node_journal::holds_below(uint64_t below) const {
+  return !unapplied_.empty() && unapplied_.begin()->first < below;
 }
 
 node_journal::seq_t node_journal::record_truncate(const std::filesystem::path& file,
@@ -601,7 +646,7 @@ size_t node_journal::round(std::unique_lock<std::mutex>& lk) {
   for (auto& f : ready)
     f(result);
   lk.lock();
-  if (!opts_.threads && checkpoint_below_ > 0) {
+  if (!opts_.threads && checkpoint_below_ > 0 && !holds_below(checkpoint_below_)) {
     auto b = checkpoint_below_;
     auto u = checkpoint_upto_;
     checkpoint_below_ = 0;
@@ -686,8 +731,13 @@ void node_journal::writer_loop() {
 void node_journal::checkpoint_loop() {
   std::unique_lock lk{mtx_};
   for (;;) {
-    ckpt_cv_.wait(lk, [&] { return stopping_ || checkpoint_below_ > 0; });
-    if (checkpoint_below_ == 0 && stopping_)
+    // A file holding a deferred write that has not reached its segment file
+    // yet stays until it has: its owner writes it within a tick (about a
+    // second), or at the latest when it closes.
+    ckpt_cv_.wait(lk, [&] {
+      return stopping_ || (checkpoint_below_ > 0 && !holds_below(checkpoint_below_));
+    });
+    if (stopping_ && (checkpoint_below_ == 0 || holds_below(checkpoint_below_)))
       return;
     auto below = checkpoint_below_;
     auto upto = checkpoint_upto_;

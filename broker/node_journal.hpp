@@ -119,6 +119,23 @@ public:
   /// Records that `bytes` were written to `file` at `position`.
   seq_t record_write(const std::filesystem::path& file, uint64_t position,
                      std::string_view bytes);
+  /// A write recorded before it is applied (a segment that defers its
+  /// writes while the journal holds them, segment.cpp): the journal keeps
+  /// every file holding such a record, and no checkpoint removes it, until
+  /// applied() says the write reached the file. `gen` is what applied()
+  /// takes back.
+  struct deferred_write {
+    seq_t seq = 0;
+    uint64_t gen = 0;
+  };
+  deferred_write record_write_deferred(const std::filesystem::path& file,
+                                       uint64_t position, std::string_view bytes);
+  /// `n` deferred writes recorded under `gen` reached their files (or their
+  /// file was removed, so nothing needs them).
+  void applied(uint64_t gen, uint64_t n);
+  /// Deferred writes not applied yet.
+  uint64_t unapplied() const;
+
   /// Records that `file` was cut to `size` bytes.
   seq_t record_truncate(const std::filesystem::path& file, uint64_t size);
   /// Records that `path` (a file, or a directory with everything in it) was
@@ -168,6 +185,9 @@ private:
   void checkpoint_loop();
   /// syncfs, then removes journal files below `below`.
   caf::error checkpoint(uint64_t below, seq_t upto);
+  /// Whether a deferred write recorded in a file below `below` is still
+  /// unapplied (mtx_ held).
+  bool holds_below(uint64_t below) const;
   /// Moves the queue out and writes it; then completes the waiters.
   size_t round(std::unique_lock<std::mutex>& lk);
   /// Rolls the file if it is full or old; returns the index below which
@@ -202,6 +222,9 @@ private:
   seq_t checkpoint_upto_ = 0;
   seq_t checkpointed_ = 0;
   uint64_t oldest_file_ = 0;
+  /// Deferred writes not applied yet, by the current_file_ they were
+  /// recorded under (a record lands in that file or a later one).
+  std::map<uint64_t, uint64_t> unapplied_;
   journal_stats stats_;
   std::thread writer_;
   std::thread checkpointer_;

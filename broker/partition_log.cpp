@@ -81,6 +81,7 @@ constexpr size_t max_pending_index_entries = 1024;
 /// more), and a roll, a close or a clean stop writes them all.
 constexpr size_t journal_index_batch = 16;
 
+
 class disk_partition_log final : public partition_log {
 public:
   disk_partition_log(std::filesystem::path dir, log_config cfg,
@@ -94,6 +95,7 @@ public:
       journal_(journal) {
     opts_.index_interval_bytes = cfg_.index_interval_bytes;
     opts_.journal = journal;
+    opts_.defer_bytes = journal ? cfg_.journal_defer_bytes : 0;
     opts_.max_batch_bytes = std::max<size_t>(cfg_.max_batch_bytes,
                                              default_max_batch_bytes);
   }
@@ -135,6 +137,11 @@ public:
   caf::expected<retention_report> enforce_retention() override;
   caf::error advance_log_start(offset start) override;
   caf::error roll() override;
+  caf::error write_deferred() override {
+    if (closed_ || segs_.empty())
+      return caf::none;
+    return segs_.back()->write_deferred();
+  }
   void set_config(const log_config& cfg) override;
   caf::expected<std::optional<clean_job>> begin_clean(timestamp_ms now) override;
   caf::expected<clean_stats> end_clean(clean_job& job, caf::error result) override;
@@ -411,6 +418,8 @@ caf::error disk_partition_log::maybe_roll(timestamp_ms now, uint64_t bytes, offs
 
 caf::error disk_partition_log::roll_segment(timestamp_ms now) {
   auto& a = *segs_.back();
+  if (auto err = a.write_deferred())
+    return err;
   // A closed segment must be complete on disk: recovery trusts it.
   if (auto err = a.finish_indexes())
     return err;
@@ -1107,6 +1116,7 @@ void disk_partition_log::set_config(const log_config& cfg) {
   // Existing segments keep their index interval; new ones get the new one.
   opts_.index_interval_bytes = cfg_.index_interval_bytes;
   opts_.max_batch_bytes = std::max<size_t>(cfg_.max_batch_bytes, default_max_batch_bytes);
+  opts_.defer_bytes = journal_ ? cfg_.journal_defer_bytes : 0;
 }
 
 caf::error disk_partition_log::roll() {
@@ -1122,6 +1132,8 @@ caf::error disk_partition_log::close() {
     return caf::none;
   caf::error result;
   if (!fenced_) {
+    if (auto err = segs_.back()->write_deferred())
+      result = err;
     auto flushed = flush();
     if (!flushed)
       result = flushed.error();

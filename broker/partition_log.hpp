@@ -80,6 +80,10 @@ struct log_config {
   uint32_t index_interval_bytes = 4096;
   /// Largest batch append() accepts.
   uint32_t max_batch_bytes = 8u << 20;
+  /// With a node journal: appended bytes the active segment keeps in memory
+  /// before one pwrite writes them to its file (segment_options::
+  /// defer_bytes; write_deferred()). 0: every append is written at once.
+  size_t journal_defer_bytes = 0;
   flush_policy flush;
   compaction_config compaction;
 };
@@ -264,6 +268,13 @@ public:
   /// Appends batches that already carry their offsets (a follower copying
   /// its leader). The first base offset must equal log_end().
   virtual caf::expected<append_info> append_replicated(std::string_view batches) = 0;
+
+  /// With a node journal: writes the appended bytes the active segment keeps
+  /// in memory (segment_options::defer_bytes) to its file. The owner calls
+  /// it on its tick; rolls and close() do it too. On error (a full disk)
+  /// they stay in memory and in the journal, and appends that do not fit
+  /// beside them fail with the same error.
+  virtual caf::error write_deferred() { return caf::none; }
 
   /// Makes all appended data durable. Returns the new durable_end().
   virtual caf::expected<offset> flush() = 0;

@@ -4,6 +4,7 @@
 
 #include "broker/big_endian.hpp"
 #include "broker/file_system.hpp"
+#include "broker/logging.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -186,6 +187,137 @@ parse_segment_file_name(std::string_view name) {
 
 // -- construction ---------------------------------------------------------------
 
+// -- deferred writes ------------------------------------------------------------
+
+/// An active journaled segment's .log file that keeps appends in memory up to
+/// a limit (segment_options::defer_bytes) and writes them in one go. Reads
+/// see the file followed by the kept bytes; size() is their sum. Anything
+/// else that touches the file (sync, truncate) writes them first. Each kept
+/// append was recorded with node_journal::record_write_deferred; writing
+/// them (or discarding them with a removed file) tells the journal.
+class deferred_log final : public file_handle {
+public:
+  deferred_log(std::shared_ptr<file_handle> inner, node_journal* journal, size_t limit)
+    : inner_(std::move(inner)), journal_(journal), limit_(limit) {
+  }
+
+  ~deferred_log() override {
+    if (auto err = write_out())
+      log::error("{}: {} appended bytes could not be written at close: {}; the "
+                 "node journal keeps them for the next start",
+                 inner_->path().string(), buf_.size(), describe(err));
+  }
+
+  /// Keeps `data` if it fits under the limit (the caller then records it
+  /// as deferred: kept_last() is true), else writes what is kept and `data`.
+  caf::error append(std::string_view data) override {
+    kept_last_ = false;
+    if (buf_.size() + data.size() <= limit_) {
+      buf_.append(data);
+      kept_last_ = true;
+      return caf::none;
+    }
+    if (auto err = write_out())
+      return err;
+    return inner_->append(data);
+  }
+
+  bool kept_last() const { return kept_last_; }
+
+  /// The append just kept was recorded in the journal under `gen`.
+  void hold(uint64_t gen) {
+    if (!holds_.empty() && holds_.back().first == gen)
+      ++holds_.back().second;
+    else
+      holds_.emplace_back(gen, 1);
+  }
+
+  caf::expected<size_t> read_at(uint64_t pos, std::span<char> out) const override {
+    auto file_size = inner_->size();
+    size_t got = 0;
+    if (pos < file_size) {
+      auto n = static_cast<size_t>(std::min<uint64_t>(out.size(), file_size - pos));
+      auto r = inner_->read_at(pos, out.subspan(0, n));
+      if (!r)
+        return r;
+      got = *r;
+      if (got < n)
+        return got;
+    }
+    if (got < out.size() && pos + got >= file_size) {
+      auto from = pos + got - file_size;
+      if (from < buf_.size()) {
+        auto n = std::min(out.size() - got, buf_.size() - static_cast<size_t>(from));
+        std::memcpy(out.data() + got, buf_.data() + from, n);
+        got += n;
+      }
+    }
+    return got;
+  }
+
+  caf::error sync() override {
+    if (auto err = write_out())
+      return err;
+    return inner_->sync();
+  }
+
+  caf::error truncate(uint64_t size) override {
+    if (auto err = write_out())
+      return err;
+    return inner_->truncate(size);
+  }
+
+  uint64_t size() const override { return inner_->size() + buf_.size(); }
+
+  const std::filesystem::path& path() const override { return inner_->path(); }
+
+  std::optional<uint64_t> device() const override { return inner_->device(); }
+
+  caf::error sync_file_system() override {
+    if (auto err = write_out())
+      return err;
+    return inner_->sync_file_system();
+  }
+
+  size_t kept() const { return buf_.size(); }
+
+  /// Writes the kept bytes with one append. On error the file is cut back
+  /// to where it was and the bytes stay kept.
+  caf::error write_out() {
+    if (buf_.empty())
+      return caf::none;
+    auto before = inner_->size();
+    if (auto err = inner_->append(buf_)) {
+      if (inner_->size() != before)
+        (void) inner_->truncate(before);
+      return err;
+    }
+    release();
+    return caf::none;
+  }
+
+  /// The file is being removed: what is kept is not needed any more.
+  void discard() { release(); }
+
+private:
+  void release() {
+    std::string{}.swap(buf_); // an idle segment holds no buffer
+    for (auto& [gen, n] : holds_)
+      journal_->applied(gen, n);
+    holds_.clear();
+  }
+
+  std::shared_ptr<file_handle> inner_;
+  node_journal* journal_;
+  size_t limit_;
+  std::string buf_;
+  bool kept_last_ = false;
+  /// The journal generations of the kept appends, and how many each.
+  std::vector<std::pair<uint64_t, uint64_t>> holds_;
+};
+
+// -- segment --------------------------------------------------------------------
+
 segment::segment(file_system& fs, std::filesystem::path dir, offset base,
                  segment_options opts)
   : fs_(&fs),
@@ -224,7 +356,7 @@ segment::create(file_system& fs, const std::filesystem::path& dir, offset base,
   auto log = fs.open(s->path_of(log_file_suffix), open_mode::create_truncate);
   if (!log)
     return fail(log.error());
-  s->log_ = std::move(*log);
+  s->set_log(std::move(*log));
   auto idx = fs.open(s->path_of(index_file_suffix), open_mode::create_truncate);
   if (!idx)
     return fail(idx.error());
@@ -297,7 +429,7 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
   auto log = fs.open(s->path_of(log_file_suffix), open_mode::existing);
   if (!log)
     return log.error();
-  s->log_ = std::move(*log);
+  s->set_log(std::move(*log));
   uint64_t file_size = s->log_->size();
   batch_reader reader{*s->log_, file_size, opts.max_batch_bytes};
 
@@ -573,8 +705,15 @@ caf::error segment::append(std::string_view bytes, std::span<batch_position> bat
     }
     return err;
   }
-  if (opts_.journal)
-    journal_seq_ = opts_.journal->record_write(log_path_, size_, bytes);
+  if (opts_.journal) {
+    if (deferred_ && deferred_->kept_last()) {
+      auto w = opts_.journal->record_write_deferred(log_path_, size_, bytes);
+      deferred_->hold(w.gen);
+      journal_seq_ = w.seq;
+    } else {
+      journal_seq_ = opts_.journal->record_write(log_path_, size_, bytes);
+    }
+  }
   auto pos = size_;
   for (auto& b : batches) {
     b.position = pos;
@@ -585,6 +724,25 @@ caf::error segment::append(std::string_view bytes, std::span<batch_position> bat
   end_ = batches.back().last + 1;
   dirty_ = true;
   return caf::none;
+}
+
+void segment::set_log(std::shared_ptr<file_handle> f) {
+  deferred_ = nullptr;
+  if (opts_.journal && opts_.defer_bytes > 0) {
+    auto d = std::make_shared<deferred_log>(std::move(f), opts_.journal, opts_.defer_bytes);
+    deferred_ = d.get();
+    log_ = std::move(d);
+  } else {
+    log_ = std::move(f);
+  }
+}
+
+caf::error segment::write_deferred() {
+  return deferred_ ? deferred_->write_out() : caf::none;
+}
+
+size_t segment::deferred_bytes() const {
+  return deferred_ ? deferred_->kept() : 0;
 }
 
 caf::error segment::sync_log() {
@@ -720,6 +878,9 @@ caf::expected<offset> segment::truncate_to(offset end) {
 
 caf::error segment::remove_files() {
   close_indexes();
+  if (deferred_)
+    deferred_->discard();
+  deferred_ = nullptr;
   log_.reset();
   if (auto err = fs_->remove(path_of(log_file_suffix)))
     return err;

@@ -82,7 +82,19 @@ struct segment_options {
   /// is applied, and sync_log() waits for the journal instead of syncing
   /// the file. Null: the file is fdatasynced itself.
   node_journal* journal = nullptr;
+  /// With a journal: an active segment keeps up to this many appended bytes
+  /// in memory before it writes them to its .log file (0: every append is
+  /// written at once). The journal holds them durably meanwhile (and keeps
+  /// the journal files holding them until they are written); reads see
+  /// them. write_deferred() writes them; so do a roll, a sync, a truncation,
+  /// a close and the destructor. One pwrite then carries many appends: at
+  /// many partitions most batches are a record or two, and each pwrite
+  /// costs the same kernel work (page lookup, inode time and dirtying)
+  /// whatever its size.
+  size_t defer_bytes = 0;
 };
+
+class deferred_log;
 
 /// A read in progress, carried across segments by partition_log::read().
 struct segment_read {
@@ -198,6 +210,13 @@ public:
   caf::expected<std::optional<offset>> find_timestamp(timestamp_ms ts,
                                                       offset min_offset);
 
+  /// Writes the appended bytes kept in memory (segment_options::defer_bytes)
+  /// to the .log file. On error they stay in memory (and in the journal).
+  caf::error write_deferred();
+
+  /// Bytes appended but not written to the .log file yet.
+  size_t deferred_bytes() const;
+
   /// Removes the three files (log first, so a crash leaves only orphan
   /// indexes, which open() deletes).
   caf::error remove_files();
@@ -207,6 +226,10 @@ public:
 private:
   segment(file_system& fs, std::filesystem::path dir, offset base,
           segment_options opts);
+
+  /// Takes the opened .log file (wrapped in a deferred_log when the
+  /// options ask for deferred writes).
+  void set_log(std::shared_ptr<file_handle> f);
 
   uint32_t rel_of(offset o) const {
     return static_cast<uint32_t>(o - base_);
@@ -237,6 +260,8 @@ private:
   uint64_t size_ = 0;
   std::optional<timestamp_ms> max_ts_;
   segment_options opts_;
+  /// log_ when it defers writes (segment_options::defer_bytes), else null.
+  deferred_log* deferred_ = nullptr;
   // Shared with a sync in flight on a sync_pool thread (begin_sync_log).
   std::shared_ptr<file_handle> log_;
   offset_index index_;

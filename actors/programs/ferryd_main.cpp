@@ -383,6 +383,7 @@ struct options {
   std::string journal = "auto";
   int journal_min_partitions = 128;
   int journal_file_mb = 1024;
+  int journal_defer_kib = 64;
   /// CAF's scheduler policy: "sharing" or "stealing".
   std::string scheduler = "sharing";
   /// Segment files open at once; 0: cached_file_system::default_max_open.
@@ -584,6 +585,15 @@ int main(int argc, char** argv) {
                  "checkpoint (syncfs of the data directory's file system) lets "
                  "the older ones be deleted. Bounds the replay at start")
     ->check(CLI::Range(1, 4096));
+  app.add_option("--journal-defer-kib", opt.journal_defer_kib,
+                 "a journaled partition keeps up to this many KiB of appended "
+                 "data in memory and writes it to its segment file with one "
+                 "write on its tick (about once a second), when more does not "
+                 "fit, or at a roll or stop; the journal holds it durably "
+                 "meanwhile and reads see it. 0: every append is written to "
+                 "the segment file at once")
+    ->capture_default_str()
+    ->check(CLI::Range(0, 16384));
   app.add_option("--cleaner-io-max-bytes-per-second",
                  opt.cleaner_io_max_bytes_per_second,
                  "bytes per second the log cleaner (compaction of topics with "
@@ -1151,6 +1161,8 @@ int main(int argc, char** argv) {
     // Replicas run on the scheduler; their fdatasync on these threads.
     nc.replica_defaults.sync = sync;
     nc.replica_defaults.journal = journal;
+    nc.replica_defaults.journal_defer_bytes =
+      static_cast<size_t>(opt.journal_defer_kib) << 10;
     nc.replica_defaults.cleaner = cleaner;
     nc.journal_min_replicas = opt.journal == "auto"
       ? static_cast<size_t>(opt.journal_min_partitions) : 0;

@@ -1476,6 +1476,18 @@ void tick(replica_ptr self) {
     commit(self);
   if (st.fenced)
     return;
+  // Appends a journaled log kept in memory go to the segment file now.
+  if (auto err = st.log->write_deferred()) {
+    if (!st.deferred_write_failed)
+      log::warn("partition {}: writing appended data to its segment file "
+                "failed: {} (the node journal holds it; retried every tick)",
+                name_of(st), err);
+    st.deferred_write_failed = true;
+  } else if (st.deferred_write_failed) {
+    log::info("partition {}: appended data written to its segment file again",
+              name_of(st));
+    st.deferred_write_failed = false;
+  }
   maybe_clean(self);
   report_cleaning(st);
   // At most every checkpoint_interval; a HW that moves after a quiet spell
@@ -1540,6 +1552,7 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.log_cfg = make_log_config(st.cfg.topic_cfg, st.cfg.flush);
+  st.log_cfg.journal_defer_bytes = st.cfg.journal_defer_bytes;
   if (st.cfg.store && st.cfg.meta_writer)
     st.checkpoint = std::make_unique<writer_partition_checkpoint>(
       *st.cfg.meta_writer, st.cfg.topic, st.cfg.partition);
@@ -1679,6 +1692,7 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
       auto& st = self->state;
       st.cfg.topic_cfg = tc;
       st.log_cfg = make_log_config(tc, st.cfg.flush);
+      st.log_cfg.journal_defer_bytes = st.cfg.journal_defer_bytes;
       st.log->set_config(st.log_cfg);
     },
     [self](flush_atom) {

@@ -248,6 +248,12 @@ struct partition_replica_config {
   /// the journal's callback wakes the replica with a flush_atom as the
   /// pool's does. Removing the replica's directory is recorded there too.
   std::shared_ptr<node_journal> journal;
+  /// With `journal`: appended bytes a partition's active segment keeps in
+  /// memory and writes with one pwrite on the replica's tick (or when more
+  /// do not fit, or at a roll or close); reads see them, the journal holds
+  /// them durably. 0: written at every append. (log_config::
+  /// journal_defer_bytes; ferryd --journal-defer-kib.)
+  size_t journal_defer_bytes = 64u << 10;
   /// The node's log cleaner (broker/log_cleaner.hpp). Set (ferryd): a
   /// replica of a topic with cleanup.policy=compact checks on its tick
   /// whether a clean is due (partition_log::begin_clean), hands the job to
@@ -328,6 +334,8 @@ struct partition_replica_state {
   uint64_t pending_bytes = 0;
   /// True while a flush_atom is in the mailbox.
   bool commit_scheduled = false;
+  /// The last tick's write_deferred() failed (logged once until it works).
+  bool deferred_write_failed = false;
 
   /// A sync on cfg.sync's threads: its result, filled in there.
   struct sync_slot {

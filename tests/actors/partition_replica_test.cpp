@@ -1129,6 +1129,42 @@ TEST_F(partition_replica_journal_test, deleting_the_replica_is_recorded_so_a_rep
   (void) stopped;
 }
 
+TEST_F(partition_replica_journal_test, the_tick_writes_acked_appends_the_segment_kept_in_memory) {
+  // A journaled log keeps appends in memory (cfg.journal_defer_bytes) once
+  // the journal made them durable; the replica's tick writes them to the
+  // segment file with one write, and a full disk there keeps them (and the
+  // journal's copy) until the next tick.
+  spawn();
+  journal_->run_pending();
+  auto h = request(produce_atom_v, produce_req(make_batch({.records = 3})));
+  sched_->run();
+  journal_->run_pending();
+  sched_->run();
+  ASSERT_OK(await<produce_response>(h));
+  EXPECT_EQ(journal_->unapplied(), 1u) << "the append was written at once";
+  faulty_.set_space_left(10);
+  caf::anon_send(replica_, tick_atom_v);
+  sched_->run();
+  EXPECT_EQ(journal_->unapplied(), 1u);
+  EXPECT_FALSE(state().fenced) << "a full disk at the deferred write fenced";
+  // Readable meanwhile.
+  auto got = fetch(0);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->next_offset, offset{3});
+  EXPECT_FALSE(got->data.empty());
+  faulty_.set_space_left(std::nullopt);
+  caf::anon_send(replica_, tick_atom_v);
+  sched_->run();
+  EXPECT_EQ(journal_->unapplied(), 0u) << "the tick did not write the kept bytes";
+  bool found = false;
+  for (auto& e : fs::directory_iterator{cfg_.dir})
+    if (e.path().extension() == ".log") {
+      found = true;
+      EXPECT_GT(fs::file_size(e.path()), 0u);
+    }
+  EXPECT_TRUE(found);
+}
+
 TEST_F(partition_replica_sync_test, a_failed_sync_on_the_pool_fences_the_replica) {
   spawn();
   ASSERT_EQ(pool_->run_pending(), 0u);

@@ -5,6 +5,7 @@
 // replaying the copy's journal and opening its logs.
 
 #include "tests/temp_dir.hpp"
+#include "broker/file_system.hpp"
 #include "broker/node_journal.hpp"
 #include "broker/partition_checkpoint.hpp"
 #include "broker/partition_log.hpp"
@@ -500,4 +501,178 @@ TEST(node_journal, index_entries_are_written_in_batches_and_a_crash_before_them_
   ASSERT_FALSE(l.log->close());
   // A close writes the rest: one entry per batch after the first.
   EXPECT_EQ(fs::file_size(index_file(root)), 19u * 8u);
+}
+
+// -- deferred segment writes (log_config::journal_defer_bytes) ----------------
+
+namespace {
+
+log_config deferring(size_t bytes = 64u << 10) {
+  log_config cfg;
+  cfg.journal_defer_bytes = bytes;
+  return cfg;
+}
+
+} // namespace
+
+TEST(node_journal, deferred_segment_writes_are_read_from_memory_and_survive_a_crash) {
+  // Committed appends the segment kept in memory: the journal made them
+  // durable, the segment file does not have them yet, reads see them, and
+  // a crash before the segment writes them loses nothing.
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get(), deferring()));
+  for (char c : std::string{"abc"}) {
+    ASSERT_TRUE(append(*l.log, make_batch(3, c)));
+    commit(*l.log, **j);
+  }
+  EXPECT_EQ(l.log->durable_end(), offset{9});
+  EXPECT_EQ(fs::file_size(only_segment(root)), 0u) << "written at every append";
+  EXPECT_EQ((*j)->unapplied(), 3u);
+  EXPECT_EQ(content(*l.log), "aaabbbccc");
+  // A read from the middle of the kept bytes.
+  auto r = l.log->read(offset{4}, 1 << 20, l.log->log_end());
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(r->batches, 2u);
+  EXPECT_EQ(r->next_offset, offset{9});
+
+  auto crashed = copy_of(root, tmp.path() / "crashed");
+  {
+    journal_replay_report rep;
+    auto j2 = node_journal::open(crashed, no_threads(), &rep);
+    ASSERT_TRUE(j2) << describe(j2.error());
+    EXPECT_EQ(rep.records, 4u); // create + 3 writes
+    journaled_log back;
+    ASSERT_FALSE(back.open(crashed, j2->get(), deferring()));
+    EXPECT_EQ(content(*back.log), "aaabbbccc");
+  }
+
+  // The tick's write: one write of everything kept, and the journal is told.
+  ASSERT_FALSE(l.log->write_deferred());
+  EXPECT_EQ((*j)->unapplied(), 0u);
+  auto on_disk = fs::file_size(only_segment(root));
+  EXPECT_GT(on_disk, 0u);
+  // Appends after it continue at the right place, written or kept.
+  ASSERT_TRUE(append(*l.log, make_batch(2, 'd')));
+  commit(*l.log, **j);
+  EXPECT_EQ(fs::file_size(only_segment(root)), on_disk);
+  EXPECT_EQ(content(*l.log), "aaabbbcccdd");
+  ASSERT_FALSE(l.log->close());
+  EXPECT_EQ((*j)->unapplied(), 0u) << "a close writes what is kept";
+  EXPECT_GT(fs::file_size(only_segment(root)), on_disk);
+}
+
+TEST(node_journal, appends_beyond_the_deferred_limit_are_written_with_what_was_kept) {
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  // Room for two of these batches (~250 bytes each), not three.
+  ASSERT_FALSE(l.open(root, j->get(), deferring(600)));
+  std::string want;
+  for (char c : std::string{"abcdefg"}) {
+    ASSERT_TRUE(append(*l.log, make_batch(2, c, 100)));
+    commit(*l.log, **j);
+    want += std::string(2, c);
+    EXPECT_LE((*j)->unapplied(), 2u);
+    EXPECT_EQ(content(*l.log), want);
+  }
+  EXPECT_GT(fs::file_size(only_segment(root)), 0u);
+  // A crash now, with the last batches only in memory and the journal.
+  auto crashed = copy_of(root, tmp.path() / "crashed");
+  auto j2 = node_journal::open(crashed, no_threads());
+  ASSERT_TRUE(j2) << describe(j2.error());
+  journaled_log back;
+  ASSERT_FALSE(back.open(crashed, j2->get(), deferring(600)));
+  EXPECT_EQ(content(*back.log), want);
+}
+
+TEST(node_journal, a_checkpoint_keeps_journal_files_until_their_deferred_writes_are_written) {
+  // A checkpoint syncs the file system and deletes older journal files: it
+  // must not delete the only copy of an append the segment still keeps in
+  // memory. Journal files of ~1 KB: a checkpoint is due after every round.
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto opts = no_threads();
+  opts.file_bytes = 1024;
+  auto j = node_journal::open(root, opts);
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get(), deferring()));
+  std::string want;
+  for (int i = 0; i < 12; ++i) {
+    char c = static_cast<char>('a' + i);
+    ASSERT_TRUE(append(*l.log, make_batch(2, c, 100)));
+    commit(*l.log, **j);
+    want += std::string(2, c);
+  }
+  EXPECT_EQ((*j)->stats().checkpoints, 0u);
+  EXPECT_GE(journal_files(root).size(), 3u) << "journal files deleted under kept appends";
+  // A crash now replays all of it.
+  {
+    auto crashed = copy_of(root, tmp.path() / "crashed");
+    auto j2 = node_journal::open(crashed, no_threads());
+    ASSERT_TRUE(j2) << describe(j2.error());
+    journaled_log back;
+    ASSERT_FALSE(back.open(crashed, j2->get(), deferring()));
+    EXPECT_EQ(content(*back.log), want);
+  }
+  // Written: the next round's checkpoint deletes the old files.
+  ASSERT_FALSE(l.log->write_deferred());
+  ASSERT_TRUE(append(*l.log, make_batch(2, 'x', 100)));
+  commit(*l.log, **j);
+  want += "xx";
+  EXPECT_GE((*j)->stats().checkpoints, 1u);
+  EXPECT_LE(journal_files(root).size(), 2u);
+  // And a crash after that checkpoint still has everything: the segment
+  // file (synced by the checkpoint) plus what the journal kept.
+  auto crashed = copy_of(root, tmp.path() / "crashed2");
+  auto j3 = node_journal::open(crashed, no_threads());
+  ASSERT_TRUE(j3) << describe(j3.error());
+  journaled_log back;
+  ASSERT_FALSE(back.open(crashed, j3->get(), deferring()));
+  EXPECT_EQ(content(*back.log), want);
+}
+
+TEST(node_journal, a_full_disk_keeps_deferred_writes_in_memory_and_fails_new_appends) {
+  // The segment cannot write what it kept: the acknowledged appends stay
+  // readable (memory) and durable (journal), an append that does not fit
+  // beside them fails with disk_full, and once there is room again all of
+  // it reaches the file.
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  fault_injecting_file_system ffs{&default_file_system()};
+  memory_checkpoint ckpt;
+  auto opened = partition_log::open(journaled_log::dir(root), deferring(600), &ckpt,
+                                    &ffs, {}, j->get());
+  ASSERT_TRUE(opened) << describe(opened.error());
+  auto& log = **opened;
+  ASSERT_TRUE(append(log, make_batch(2, 'a', 100)));
+  ASSERT_TRUE(append(log, make_batch(2, 'b', 100)));
+  commit(log, **j);
+  ffs.set_space_left(100); // the write of both batches is cut short
+  auto err = log.write_deferred();
+  ASSERT_TRUE(err);
+  EXPECT_TRUE(is(err, ec::disk_full)) << describe(err);
+  EXPECT_EQ(fs::file_size(only_segment(root)), 0u) << "the torn write was cut back";
+  EXPECT_EQ(content(log), "aabb");
+  EXPECT_EQ((*j)->unapplied(), 2u);
+  auto big = append(log, make_batch(2, 'c', 100));
+  ASSERT_FALSE(big);
+  EXPECT_TRUE(is(big.error(), ec::disk_full)) << describe(big.error());
+  EXPECT_EQ(log.log_end(), offset{4});
+  EXPECT_EQ(content(log), "aabb");
+  ffs.set_space_left(std::nullopt);
+  ASSERT_TRUE(append(log, make_batch(2, 'c', 100)));
+  commit(log, **j);
+  ASSERT_FALSE(log.write_deferred());
+  EXPECT_EQ((*j)->unapplied(), 0u);
+  EXPECT_EQ(content(log), "aabbcc");
+  ASSERT_FALSE(log.close());
 }
