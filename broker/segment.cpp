@@ -279,8 +279,6 @@ public:
     return inner_->sync_file_system();
   }
 
-  size_t kept() const { return buf_.size(); }
-
   /// Writes the kept bytes with one append. On error the file is cut back
   /// to where it was and the bytes stay kept.
   caf::error write_out() {
@@ -739,10 +737,6 @@ void segment::set_log(std::shared_ptr<file_handle> f) {
 
 caf::error segment::write_deferred() {
   return deferred_ ? deferred_->write_out() : caf::none;
-}
-
-size_t segment::deferred_bytes() const {
-  return deferred_ ? deferred_->kept() : 0;
 }
 
 caf::error segment::sync_log() {

@@ -214,9 +214,6 @@ public:
   /// to the .log file. On error they stay in memory (and in the journal).
   caf::error write_deferred();
 
-  /// Bytes appended but not written to the .log file yet.
-  size_t deferred_bytes() const;
-
   /// Removes the three files (log first, so a crash leaves only orphan
   /// indexes, which open() deletes).
   caf::error remove_files();
