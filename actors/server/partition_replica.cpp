@@ -839,9 +839,28 @@ void apply_durable_replicated(partition_replica_state& st) {
     auto h = parse_batch_header(b, std::numeric_limits<int32_t>::max());
     if (h && h->next_offset() > st.log->durable_end())
       break;
-    if (auto r = st.cfg.on_replicated(b); !r)
-      log::warn("partition {}: applying replicated data failed: {}",
-                name_of(st), r.error());
+    if (auto r = st.cfg.on_replicated(b); !r) {
+      // A store that could not write (a full disk, an I/O error) gets the
+      // batch again on the next commit or tick, in order, and the replica
+      // stays behind meanwhile: dropped, its commits were missing from the
+      // node's store until a restart, and a coordinator on this node then
+      // served offsets older than the log's (tests/chaos/README.md).
+      bool retry = is(r.error(), ec::disk_full) || is(r.error(), ec::io_error)
+                   || is(r.error(), ec::lmdb_error);
+      if (!st.apply_failed)
+        log::warn("partition {}: applying replicated data failed: {}{}",
+                  name_of(st), r.error(),
+                  retry ? " (retried on the next commit or tick)" : "");
+      if (retry) {
+        st.apply_failed = true;
+        break;
+      }
+      continue;
+    }
+    if (st.apply_failed) {
+      log::info("partition {}: replicated data applied again", name_of(st));
+      st.apply_failed = false;
+    }
   }
   st.replicated_pending.erase(st.replicated_pending.begin(),
                               st.replicated_pending.begin()
@@ -1488,6 +1507,9 @@ void tick(replica_ptr self) {
               name_of(st));
     st.deferred_write_failed = false;
   }
+  // Replicated batches the node's stores failed to take: try again.
+  if (st.apply_failed)
+    apply_durable_replicated(st);
   maybe_clean(self);
   report_cleaning(st);
   // At most every checkpoint_interval; a HW that moves after a quiet spell

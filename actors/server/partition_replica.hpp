@@ -336,6 +336,9 @@ struct partition_replica_state {
   bool commit_scheduled = false;
   /// The last tick's write_deferred() failed (logged once until it works).
   bool deferred_write_failed = false;
+  /// cfg.on_replicated failed on a store error: replicated_pending keeps
+  /// that batch (and those after it) for the next commit or tick.
+  bool apply_failed = false;
 
   /// A sync on cfg.sync's threads: its result, filled in there.
   struct sync_slot {

@@ -2319,4 +2319,61 @@ TEST_F(replication_test, a_follower_made_leader_before_its_sync_applies_what_it_
   (void)r;
 }
 
+// 11. A node store that cannot take a fetched batch (a full disk) gets it
+// again on the next tick, and the replica says it is behind until then.
+// Before, the batch was dropped: the node's offset store lacked those
+// commits until a restart, and a group coordinator on the node could serve
+// offsets older than the log's (tests/chaos/README.md, seed 5001).
+TEST_F(replication_test, a_batch_the_store_could_not_take_is_applied_on_the_next_tick) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto leader = spawn_replica(node_cfg(1, pa));
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto applied = std::make_shared<std::vector<int64_t>>();
+  auto behind = std::make_shared<std::vector<bool>>();
+  auto full = std::make_shared<bool>(false);
+  fcfg.on_replicated = [applied, full](std::string_view data) -> caf::expected<size_t> {
+    if (*full)
+      return make_error(ec::disk_full, "test: the store's disk is full");
+    size_t n = 0;
+    while (!data.empty()) {
+      auto h = parse_batch_header(data);
+      if (!h)
+        return std::move(h.error());
+      applied->push_back(h->base_offset.value);
+      data.remove_prefix(h->total_size());
+      ++n;
+    }
+    return n;
+  };
+  fcfg.on_behind = [behind](bool b) { behind->push_back(b); };
+  auto follower = spawn_replica(fcfg);
+  applied->clear(); // the start's replay of the (empty) log
+  *full = true;
+  auto r = produce(leader, make_batch({.records = 2}));
+  EXPECT_ANSWERED_OK(r);
+  ASSERT_EQ(state(follower).log->durable_end(), offset{2});
+  EXPECT_TRUE(applied->empty());
+  EXPECT_EQ(*behind, (std::vector<bool>{true}))
+    << "the replica stopped counting as behind with a batch not applied";
+  EXPECT_EQ(state(follower).replicated_pending.size(), 1u);
+  // Still full at a tick: kept, still behind.
+  caf::anon_send(follower, tick_atom_v);
+  sched_->run();
+  EXPECT_TRUE(applied->empty());
+  EXPECT_EQ(*behind, (std::vector<bool>{true}));
+  // Room again: the next tick applies it, in order, and the replica is
+  // caught up.
+  *full = false;
+  caf::anon_send(follower, tick_atom_v);
+  sched_->run();
+  EXPECT_EQ(*applied, (std::vector<int64_t>{0}));
+  EXPECT_EQ(*behind, (std::vector<bool>{true, false}));
+  // The next fetched batch goes straight through.
+  auto r2 = produce(leader, make_batch({.records = 1}));
+  EXPECT_ANSWERED_OK(r2);
+  EXPECT_EQ(*applied, (std::vector<int64_t>{0, 2}));
+}
+
 } // namespace
