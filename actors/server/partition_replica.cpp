@@ -801,10 +801,14 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
       fence(self, flushed.error());
       return std::move(flushed.error());
     }
-    for (auto b : fresh)
-      if (auto n = st.cfg.on_replicated(b); !n)
-        log::warn("partition {}: applying replicated data failed: {}",
-                  name_of(st), n.error());
+    // Durable now: applied in order with anything a failed apply kept.
+    if (!fresh.empty()) {
+      if (st.replicated_pending.empty() && st.cfg.on_behind)
+        st.cfg.on_behind(true);
+      for (auto b : fresh)
+        st.replicated_pending.emplace_back(b);
+      apply_durable_replicated(st);
+    }
   }
   auto hw = std::min(r.high_watermark, st.log->log_end());
   if (hw > st.log->high_watermark())
