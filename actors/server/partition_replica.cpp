@@ -301,6 +301,7 @@ caf::expected<offset> flush_log(partition_replica_state& st) {
 
 void follower_synced(replica_ptr self);
 void apply_durable_replicated(partition_replica_state& st);
+int64_t replay_into_node(partition_replica_state& st);
 void drop_pending_from(partition_replica_state& st, offset end);
 void follower_fetch(replica_ptr self);
 
@@ -733,6 +734,12 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
               name_of(st), st.assignment.leader, r.diverging_epoch, old_end,
               *cut);
     drop_pending_from(st, *cut);
+    if (st.cfg.on_replicated && *cut < st.applied_end) {
+      // The node's stores took records the cut removed (applied as a
+      // leader above the HW): the log's last word on each key again.
+      replay_into_node(st);
+      st.applied_end = *cut;
+    }
     st.producers = producer_state{};
     if (auto err = st.producers.rebuild(*st.log))
       return err;
@@ -801,20 +808,49 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
       fence(self, flushed.error());
       return std::move(flushed.error());
     }
-    // Durable now: applied in order with anything a failed apply kept.
+    // Durable now: applied in order with anything a failed apply kept,
+    // once below the HW (apply_durable_replicated).
     if (!fresh.empty()) {
       if (st.replicated_pending.empty() && st.cfg.on_behind)
         st.cfg.on_behind(true);
       for (auto b : fresh)
         st.replicated_pending.emplace_back(b);
-      apply_durable_replicated(st);
     }
   }
   auto hw = std::min(r.high_watermark, st.log->log_end());
   if (hw > st.log->high_watermark())
     st.log->set_high_watermark(hw);
+  // Batches an earlier fetch appended that this HW now covers.
+  apply_durable_replicated(st);
   report_log(st);
   return caf::none;
+}
+
+// Passes the whole log through cfg.on_replicated (applying is idempotent and
+// in order, so each key ends at the log's last record for it); returns the
+// records applied.
+int64_t replay_into_node(partition_replica_state& st) {
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t replayed = 0;
+  for (auto at = st.log->log_start(); at < st.log->log_end();) {
+    auto rd = st.log->read(at, size_t{1} << 20, st.log->log_end());
+    if (!rd || rd->data.empty())
+      break;
+    if (auto n = st.cfg.on_replicated(rd->data))
+      replayed += static_cast<int64_t>(*n);
+    else
+      log::warn("partition {}: replaying into the node failed: {}",
+                name_of(st), n.error());
+    at = rd->next_offset;
+  }
+  log::info("partition {}: replayed {} records ({} to {}) into the node's "
+            "stores in {} ms",
+            name_of(st), replayed, st.log->log_start().value,
+            st.log->log_end().value,
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - t0)
+              .count());
+  return replayed;
 }
 
 // Batches at or past `end` a truncation cut are not applied any more.
@@ -833,16 +869,26 @@ void drop_pending_from(partition_replica_state& st, offset end) {
 // applies them as leader (before, they were left out of the node's stores
 // until a restart: the node's new group coordinator served commits older
 // than the log's, and a DLQ home a producer row behind; tests/chaos seed
-// 1108, and likely 607).
+// 1108, and likely 607). A follower applies only what is below its HW (the
+// leader's, as its fetches report it): above it a batch may be cut by a
+// truncation after a leader change, and a store that kept a cut commit
+// served offsets higher than the group's, then lower once another node
+// served the group (tests/chaos seed 5001). A leader applies all that is
+// durable: its log is the one the others follow.
 void apply_durable_replicated(partition_replica_state& st) {
-  if (st.replicated_pending.empty())
+  if (st.replicated_pending.empty() || !st.log)
     return;
+  auto limit = st.log->durable_end();
+  if (!st.leader)
+    limit = std::min(limit, st.log->high_watermark());
   size_t n = 0;
   for (; n < st.replicated_pending.size(); ++n) {
     auto& b = st.replicated_pending[n];
     auto h = parse_batch_header(b, std::numeric_limits<int32_t>::max());
-    if (h && h->next_offset() > st.log->durable_end())
+    if (h && h->next_offset() > limit)
       break;
+    if (h)
+      st.applied_end = std::max(st.applied_end, h->next_offset());
     if (auto r = st.cfg.on_replicated(b); !r) {
       // A store that could not write (a full disk, an I/O error) gets the
       // batch again on the next commit or tick, in order, and the replica
@@ -880,7 +926,6 @@ void follower_synced(replica_ptr self) {
   if (st.leader || st.fenced || !st.log || st.sync_job
       || st.log->durable_end() < st.log->log_end())
     return;
-  apply_durable_replicated(st);
   if (st.leader_hw >= offset{0}) {
     auto hw = std::min(st.leader_hw, st.log->log_end());
     if (hw > st.log->high_watermark())
@@ -888,6 +933,7 @@ void follower_synced(replica_ptr self) {
     st.leader_hw = offset{-1};
     report_log(st);
   }
+  apply_durable_replicated(st);
   follower_fetch(self);
 }
 
@@ -1020,6 +1066,9 @@ void set_role(replica_ptr self, const partition_assignment& pa,
                 st.log->high_watermark());
     }
     advance(self);
+    // What it fetched as a follower and held back for the HW: its log is
+    // the one the others follow now.
+    apply_durable_replicated(st);
     return;
   }
   st.leader = false;
@@ -1624,27 +1673,8 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     // before a crash: replay all of it (applying is idempotent). A
     // compacted log holds about one record per live row, so this follows
     // the live state, not the history.
-    auto t0 = std::chrono::steady_clock::now();
-    int64_t replayed = 0;
-    for (auto at = st.log->log_start(); at < st.log->log_end();) {
-      auto rd = st.log->read(at, size_t{1} << 20, st.log->log_end());
-      if (!rd || rd->data.empty())
-        break;
-      if (auto n = st.cfg.on_replicated(rd->data))
-        replayed += static_cast<int64_t>(*n);
-      else
-        log::warn("partition {}: replaying into the node failed: {}",
-                  name_of(st), n.error());
-      at = rd->next_offset;
-    }
-    st.replayed_records = replayed;
-    log::info("partition {}: replayed {} records ({} to {}) into the node's "
-              "stores in {} ms",
-              name_of(st), replayed, st.log->log_start().value,
-              st.log->log_end().value,
-              std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - t0)
-                .count());
+    st.replayed_records = replay_into_node(st);
+    st.applied_end = st.log->log_end();
   }
   if (auto err = load_producers(st)) {
     log::error("partition {}: cannot rebuild producer state: {}", name_of(st),

@@ -174,11 +174,13 @@ struct partition_replica_config {
   /// registered again yet - would otherwise be proposed, refused and logged
   /// on every fetch).
   std::chrono::milliseconds isr_retry_backoff{1000};
-  /// Called (on the replica's thread) with the whole log at start and, as
-  /// a follower, with the batches each fetch appended, once they are
-  /// durable: the node applies __consumer_state records to its offset
-  /// store this way. An error is logged (the data stays appended).
-  /// Returns the log records it applied.
+  /// Called (on the replica's thread) with the whole log at start, again
+  /// after a truncation cut records it had applied, and, as a follower,
+  /// with the batches each fetch appended once they are durable and below
+  /// the HW (a leader: once durable): the node applies __consumer_state
+  /// records to its offset store this way. A store error (full disk, I/O,
+  /// LMDB) keeps the batch for the next commit or tick; other errors are
+  /// logged (the data stays appended). Returns the log records it applied.
   std::function<caf::expected<size_t>(std::string_view batches)> on_replicated;
   /// Called once (on the replica's thread) when its start is done, i.e.
   /// after the whole log went through on_replicated. Until then the node's
@@ -350,13 +352,17 @@ struct partition_replica_state {
   std::optional<flush_job> sync_job;
   std::shared_ptr<sync_slot> sync_result;
   std::chrono::steady_clock::time_point sync_began;
-  /// Follower with cfg.sync: batches appended by the last fetch, applied
-  /// through cfg.on_replicated once durable, and the leader's HW it gave.
+  /// Follower: batches fetches appended, applied through cfg.on_replicated
+  /// once durable and below the HW, and (with cfg.sync) the leader's HW the
+  /// last fetch gave.
   std::vector<std::string> replicated_pending;
   offset leader_hw{-1};
   /// Records the start's replay applied through cfg.on_replicated (-1:
   /// none, no on_replicated).
   int64_t replayed_records = -1;
+  /// The end of what went through cfg.on_replicated (a cut below it
+  /// replays the log into the node's stores).
+  offset applied_end{0};
   /// Set by a failed flush: answered to every later produce and fetch.
   caf::error fenced;
 

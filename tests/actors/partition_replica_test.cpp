@@ -2324,12 +2324,18 @@ TEST_F(replication_test, a_follower_made_leader_before_its_sync_applies_what_it_
 // Before, the batch was dropped: the node's offset store lacked those
 // commits until a restart, and a group coordinator on the node could serve
 // offsets older than the log's (tests/chaos/README.md, seed 5001).
+//
+// A follower applies fetched __consumer_state batches to the node's stores
+// only once its HW (the leader's, from the next fetch) covers them: above
+// it a leader change may cut them. A batch the store could not take (a full
+// disk) stays pending and the replica behind; the next tick applies it.
 TEST_F(replication_test, a_batch_the_store_could_not_take_is_applied_on_the_next_tick) {
   auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
   auto leader = spawn_replica(node_cfg(1, pa));
   auto [broker, link] = spawn_link(leader);
   auto fcfg = node_cfg(2, pa);
   fcfg.leader_broker = broker;
+  fcfg.follower_fetch_wait = 500ms;
   auto applied = std::make_shared<std::vector<int64_t>>();
   auto behind = std::make_shared<std::vector<bool>>();
   auto full = std::make_shared<bool>(false);
@@ -2350,10 +2356,17 @@ TEST_F(replication_test, a_batch_the_store_could_not_take_is_applied_on_the_next
   fcfg.on_behind = [behind](bool b) { behind->push_back(b); };
   auto follower = spawn_replica(fcfg);
   applied->clear(); // the start's replay of the (empty) log
-  *full = true;
   auto r = produce(leader, make_batch({.records = 2}));
   EXPECT_ANSWERED_OK(r);
   ASSERT_EQ(state(follower).log->durable_end(), offset{2});
+  EXPECT_LT(state(follower).log->high_watermark(), offset{2});
+  EXPECT_TRUE(applied->empty()) << "applied above the follower's HW";
+  EXPECT_EQ(*behind, (std::vector<bool>{true}));
+  // The next fetch brings HW 2, but the store is full: kept, still behind.
+  *full = true;
+  sched_->advance_time(500ms);
+  sched_->run();
+  ASSERT_EQ(state(follower).log->high_watermark(), offset{2});
   EXPECT_TRUE(applied->empty());
   EXPECT_EQ(*behind, (std::vector<bool>{true}))
     << "the replica stopped counting as behind with a batch not applied";
@@ -2370,10 +2383,76 @@ TEST_F(replication_test, a_batch_the_store_could_not_take_is_applied_on_the_next
   sched_->run();
   EXPECT_EQ(*applied, (std::vector<int64_t>{0}));
   EXPECT_EQ(*behind, (std::vector<bool>{true, false}));
-  // The next fetched batch goes straight through.
+  // The next fetched batch goes through once the HW covers it.
   auto r2 = produce(leader, make_batch({.records = 1}));
   EXPECT_ANSWERED_OK(r2);
+  sched_->advance_time(500ms);
+  sched_->run();
   EXPECT_EQ(*applied, (std::vector<int64_t>{0, 2}));
+}
+
+// 12. A follower fetched a batch its leader never committed (the third
+// replica never got it); the leader is gone and the third replica leads
+// without it, so the follower cuts it. It must never have reached the
+// node's stores: a store that kept a cut __consumer_state commit served
+// offsets the group never committed, then lower ones once another node
+// served the group (tests/chaos/README.md, seed 5001). What the new leader
+// commits reaches them once the follower's HW covers it.
+TEST_F(replication_test, a_follower_never_applies_a_batch_a_truncation_cuts) {
+  auto pa0 = make_assignment(1, 0, {1, 2, 3}, {1, 2, 3});
+  auto leader = spawn_replica(node_cfg(1, pa0));
+  auto [to_1_for_2, link2] = spawn_link(leader);
+  auto [to_1_for_3, link3] = spawn_link(leader);
+  link3->fetches = fake_link::mode::drop;
+  auto fcfg = node_cfg(2, pa0);
+  fcfg.leader_broker = to_1_for_2;
+  fcfg.follower_fetch_wait = 500ms;
+  auto applied = std::make_shared<std::vector<timestamp_ms>>();
+  fcfg.on_replicated = [applied](std::string_view data) -> caf::expected<size_t> {
+    size_t n = 0;
+    while (!data.empty()) {
+      auto h = parse_batch_header(data);
+      if (!h)
+        return std::move(h.error());
+      applied->push_back(h->base_timestamp);
+      data.remove_prefix(h->total_size());
+      ++n;
+    }
+    return n;
+  };
+  auto two = spawn_replica(fcfg);
+  auto tcfg = node_cfg(3, pa0);
+  tcfg.leader_broker = to_1_for_3;
+  auto three = spawn_replica(tcfg);
+  applied->clear(); // the start's replay of the (empty) log
+  // Node 1 appends X (ts t0); node 2 has it, node 3 does not: no HW.
+  auto x = produce(leader, make_batch({.records = 2, .ts = t0}));
+  ASSERT_EQ(state(two).log->log_end(), offset{2});
+  ASSERT_EQ(state(three).log->log_end(), offset{0});
+  sched_->advance_time(500ms);
+  sched_->run();
+  EXPECT_EQ(state(two).log->high_watermark(), offset{0});
+  EXPECT_TRUE(applied->empty()) << "node 2 applied X above its HW";
+  // Node 1 is gone; node 3 leads epoch 1 and takes Y (ts t0 + 1000).
+  link2->fetches = fake_link::mode::drop;
+  auto pa1 = make_assignment(3, 1, {1, 2, 3}, {3, 2});
+  assign(three, pa1, nullptr);
+  ASSERT_TRUE(state(three).leader);
+  auto y = produce(three, make_batch({.records = 1, .ts = t0 + 1000}));
+  auto [to_3, link_3] = spawn_link(three);
+  assign(two, pa1, to_3);
+  // Node 2 cut X, copied Y, and applies Y once its HW covers it.
+  for (int i = 0; i < 4; ++i) {
+    sched_->advance_time(500ms);
+    sched_->run();
+  }
+  EXPECT_EQ(state(two).log->log_end(), offset{1});
+  EXPECT_TRUE(y->done && y->value) << describe(y->err);
+  EXPECT_EQ(state(two).log->high_watermark(), offset{1});
+  EXPECT_EQ(*applied, (std::vector<timestamp_ms>{t0 + 1000}))
+    << "node 2's stores took a batch that is not (or no longer) in the log";
+  (void)x;
+  (void)link_3;
 }
 
 } // namespace
