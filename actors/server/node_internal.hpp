@@ -269,6 +269,14 @@ inline caf::actor leader_handle(const node_state& st,
 caf::actor replica_leader(self_ptr self, const partition_assignment& pa,
                           bool session);
 
+/// How many partition replicas this node holds or is about to: the larger
+/// of what the metadata places here and what runs (a reconcile spawns the
+/// placed ones one by one). The partition count the per-node thresholds
+/// (journal, fetch sessions) compare against.
+inline size_t replica_count(const node_state& st) {
+  return std::max(st.assigned_replicas, st.replicas.size());
+}
+
 /// Whether a replica spawned now fetches through a fetch session
 /// (node_config::fetch_sessions, fetch_sessions_min_replicas).
 bool use_fetch_session(const node_state& st);

@@ -136,8 +136,7 @@ void spawn_replica(self_ptr self, const topic_partition& key,
                             : nullptr;
   rc.node_probe = st.probe;
   if (rc.journal
-      && std::max(st.assigned_replicas, st.replicas.size())
-           < st.cfg.journal_min_replicas
+      && replica_count(st) < st.cfg.journal_min_replicas
       && !rc.journal->adopted(rc.dir))
     rc.journal = nullptr;
   // On the shared scheduler: fdatasync runs on rc.sync's threads (if set).
@@ -323,8 +322,7 @@ void check_topic_waiters(self_ptr self) {
 
 bool use_fetch_session(const node_state& st) {
   return st.cfg.fetch_sessions
-         && std::max(st.assigned_replicas, st.replicas.size())
-              >= st.cfg.fetch_sessions_min_replicas;
+         && replica_count(st) >= st.cfg.fetch_sessions_min_replicas;
 }
 
 caf::actor replica_leader(self_ptr self, const partition_assignment& pa,
@@ -343,8 +341,7 @@ caf::actor replica_leader(self_ptr self, const partition_assignment& pa,
     s.broker = b;
     log::info("node {}: a fetch session to node {} carries this node's "
               "follower fetches from it ({} partition replicas placed here)",
-              st.cfg.node_id, pa.leader,
-              std::max(st.assigned_replicas, st.replicas.size()));
+              st.cfg.node_id, pa.leader, replica_count(st));
   } else if (s.broker != b) {
     s.broker = b;
     self->send(s.handle, update_atom_v, b);

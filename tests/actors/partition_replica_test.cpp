@@ -86,6 +86,22 @@ std::vector<int64_t> base_offsets(std::string_view data) {
   return out;
 }
 
+// An on_replicated recorder's body: calls `f` with the header of every
+// batch in `data` and answers how many there were.
+template <class F>
+caf::expected<size_t> each_batch(std::string_view data, F f) {
+  size_t n = 0;
+  while (!data.empty()) {
+    auto h = parse_batch_header(data);
+    if (!h)
+      return std::move(h.error());
+    f(*h);
+    data.remove_prefix(h->total_size());
+    ++n;
+  }
+  return n;
+}
+
 class partition_replica_test : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -2286,17 +2302,8 @@ TEST_F(replication_test, a_follower_made_leader_before_its_sync_applies_what_it_
   fcfg.sync = pool;
   auto applied = std::make_shared<std::vector<int64_t>>();
   auto behind = std::make_shared<std::vector<bool>>();
-  fcfg.on_replicated = [applied](std::string_view data) -> caf::expected<size_t> {
-    size_t n = 0;
-    while (!data.empty()) {
-      auto h = parse_batch_header(data);
-      if (!h)
-        return std::move(h.error());
-      applied->push_back(h->base_offset.value);
-      data.remove_prefix(h->total_size());
-      ++n;
-    }
-    return n;
+  fcfg.on_replicated = [applied](std::string_view data) {
+    return each_batch(data, [&](auto& h) { applied->push_back(h.base_offset.value); });
   };
   fcfg.on_behind = [behind](bool b) { behind->push_back(b); };
   auto follower = spawn_replica(fcfg);
@@ -2342,16 +2349,7 @@ TEST_F(replication_test, a_batch_the_store_could_not_take_is_applied_on_the_next
   fcfg.on_replicated = [applied, full](std::string_view data) -> caf::expected<size_t> {
     if (*full)
       return make_error(ec::disk_full, "test: the store's disk is full");
-    size_t n = 0;
-    while (!data.empty()) {
-      auto h = parse_batch_header(data);
-      if (!h)
-        return std::move(h.error());
-      applied->push_back(h->base_offset.value);
-      data.remove_prefix(h->total_size());
-      ++n;
-    }
-    return n;
+    return each_batch(data, [&](auto& h) { applied->push_back(h.base_offset.value); });
   };
   fcfg.on_behind = [behind](bool b) { behind->push_back(b); };
   auto follower = spawn_replica(fcfg);
@@ -2408,17 +2406,8 @@ TEST_F(replication_test, a_follower_never_applies_a_batch_a_truncation_cuts) {
   fcfg.leader_broker = to_1_for_2;
   fcfg.follower_fetch_wait = 500ms;
   auto applied = std::make_shared<std::vector<timestamp_ms>>();
-  fcfg.on_replicated = [applied](std::string_view data) -> caf::expected<size_t> {
-    size_t n = 0;
-    while (!data.empty()) {
-      auto h = parse_batch_header(data);
-      if (!h)
-        return std::move(h.error());
-      applied->push_back(h->base_timestamp);
-      data.remove_prefix(h->total_size());
-      ++n;
-    }
-    return n;
+  fcfg.on_replicated = [applied](std::string_view data) {
+    return each_batch(data, [&](auto& h) { applied->push_back(h.base_timestamp); });
   };
   auto two = spawn_replica(fcfg);
   auto tcfg = node_cfg(3, pa0);

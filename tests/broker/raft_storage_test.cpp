@@ -218,8 +218,9 @@ TEST(RaftStorageFullDisk, AFailedWriteChangesNothingAndWritesWorkOnceThereIsRoom
   auto failed_hard = store->save_hard_state({4, 2});
   auto st = store->load();
   ASSERT_TRUE(st) << describe(st.error());
-  if (failed_hard)
+  if (failed_hard) {
     EXPECT_EQ(st->hard, (raft_hard_state{3, 1}));
+  }
   auto entries_before = st->entries.size();
   ASSERT_GE(entries_before, 3u);
   EXPECT_EQ(st->entries[2], cmd(3, "c"));
