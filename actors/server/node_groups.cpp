@@ -19,12 +19,17 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
   gc.offsets = st.offsets;
   gc.broker = internal_handle(self);
   gc.topics = topic_list(st);
+  std::string where;
   if (cluster_mode(st)) {
     auto t = st.topics.find(consumer_state_topic);
     if (t != st.topics.end() && !t->second.partitions.empty()) {
       gc.state_topic = consumer_state_topic;
       gc.state_partition = partition_id{partition_for_key(
         group, static_cast<int32_t>(t->second.partitions.size()))};
+      const auto& pa = t->second.partitions[static_cast<size_t>(gc.state_partition.value)];
+      where = " (" + std::string{consumer_state_topic} + "/"
+              + std::to_string(gc.state_partition.value) + " led here in epoch "
+              + std::to_string(pa.epoch.value) + ", by this node's metadata)";
     }
   }
   // A fresh probe per coordinator: never shared through group_defaults.
@@ -34,7 +39,12 @@ group_coordinator_actor spawn_coordinator(self_ptr self,
   auto h = self->spawn(group_coordinator, std::move(gc));
   self->monitor(h);
   st.groups.emplace(group, h);
-  log::debug("node: started coordinator of group {}", group);
+  // Info in a cluster: where a group is served from moves rarely, and when
+  // it does this line says which node took it and on what metadata.
+  if (where.empty())
+    log::debug("node: started coordinator of group {}", group);
+  else
+    log::info("node: coordinating group {}{}", group, where);
   return h;
 }
 

@@ -2444,4 +2444,106 @@ TEST_F(replication_test, a_follower_never_applies_a_batch_a_truncation_cuts) {
   (void)link_3;
 }
 
+// 13. A leader applies its own appends to the node's stores (on_replicated)
+// once they commit, before it answers them, and also when their produce was
+// answered request_timed_out and they committed later. Before, a leader's
+// node never applied what its produces appended (the group coordinator
+// stored its commits itself after the answer), so a commit that failed its
+// acks=all answer but committed later was in every other node's store and
+// not in this one (tests/chaos/README.md, seed 5001).
+TEST_F(replication_test, a_leader_applies_its_appends_once_committed_even_after_a_timeout) {
+  auto pa = make_assignment(1, 0, {1, 2}, {1, 2});
+  auto lcfg = node_cfg(1, pa);
+  lcfg.ack_timeout = 2s;
+  auto applied = std::make_shared<std::vector<timestamp_ms>>();
+  lcfg.on_replicated = [applied](std::string_view data) {
+    return each_batch(data, [&](auto& h) { applied->push_back(h.base_timestamp); });
+  };
+  auto leader = spawn_replica(lcfg);
+  auto [broker, link] = spawn_link(leader);
+  auto fcfg = node_cfg(2, pa);
+  fcfg.leader_broker = broker;
+  auto follower = spawn_replica(fcfg);
+  applied->clear(); // the start's replay of the (empty) log
+  // Committed at once: applied before the answer.
+  auto a = produce(leader, make_batch({.records = 2, .ts = t0}), acks_mode::all);
+  ASSERT_TRUE(a->done && a->value) << describe(a->err);
+  EXPECT_EQ(*applied, (std::vector<timestamp_ms>{t0}));
+  // The follower stalls: appended, not committed, not applied.
+  link->fetches = fake_link::mode::hold;
+  auto b = produce(leader, make_batch({.records = 1, .ts = t0 + 1000}), acks_mode::all);
+  EXPECT_FALSE(b->done);
+  EXPECT_EQ(*applied, (std::vector<timestamp_ms>{t0})) << "applied above the HW";
+  sched_->advance_time(2s);
+  caf::anon_send(leader, tick_atom_v);
+  sched_->run();
+  ASSERT_TRUE(b->done);
+  EXPECT_TRUE(is(b->err, ec::request_timed_out)) << describe(b->err);
+  EXPECT_EQ(*applied, (std::vector<timestamp_ms>{t0})) << "applied above the HW";
+  // The follower fetches again: b commits and the node's stores take it.
+  link->fetches = fake_link::mode::pass;
+  caf::anon_send(broker, release_atom::value);
+  sched_->run();
+  EXPECT_EQ(status(leader).high_watermark, offset{3});
+  EXPECT_EQ(*applied, (std::vector<timestamp_ms>{t0, t0 + 1000}))
+    << "a batch that committed after its produce timed out is missing from the stores";
+  EXPECT_TRUE(state(leader).own_pending.empty());
+  (void)follower;
+}
+
+// 14. A leader that steps down with appends not committed yet applies them
+// as a follower once the new leader's HW covers them, and never one the new
+// leader's log cut.
+TEST_F(replication_test, a_demoted_leader_applies_its_appends_the_new_leader_committed) {
+  auto pa0 = make_assignment(1, 0, {1, 2, 3}, {1, 2, 3});
+  auto lcfg = node_cfg(1, pa0);
+  auto applied = std::make_shared<std::vector<timestamp_ms>>();
+  auto behind = std::make_shared<std::vector<bool>>();
+  lcfg.on_replicated = [applied](std::string_view data) {
+    return each_batch(data, [&](auto& h) { applied->push_back(h.base_timestamp); });
+  };
+  lcfg.on_behind = [behind](bool b) { behind->push_back(b); };
+  auto one = spawn_replica(lcfg);
+  auto [to_1_for_2, link2] = spawn_link(one);
+  auto [to_1_for_3, link3] = spawn_link(one);
+  auto fcfg = node_cfg(2, pa0);
+  fcfg.leader_broker = to_1_for_2;
+  auto two = spawn_replica(fcfg);
+  auto tcfg = node_cfg(3, pa0);
+  tcfg.leader_broker = to_1_for_3;
+  auto three = spawn_replica(tcfg);
+  applied->clear();
+  // X reaches node 2 only: not committed on node 1.
+  link3->fetches = fake_link::mode::drop;
+  auto x = produce(one, make_batch({.records = 2, .ts = t0}), acks_mode::all);
+  ASSERT_EQ(state(two).log->log_end(), offset{2});
+  ASSERT_EQ(state(three).log->log_end(), offset{0});
+  EXPECT_TRUE(applied->empty()) << "applied above the HW";
+  // Node 2 leads epoch 1 (it has X); node 1 follows it.
+  link2->fetches = fake_link::mode::drop;
+  auto pa1 = make_assignment(2, 1, {1, 2, 3}, {2, 1});
+  assign(two, pa1, nullptr);
+  ASSERT_TRUE(state(two).leader);
+  auto [to_2_for_1, link21] = spawn_link(two);
+  auto [to_2_for_3, link23] = spawn_link(two);
+  behind->clear();
+  assign(one, pa1, to_2_for_1);
+  ASSERT_FALSE(state(one).leader);
+  EXPECT_TRUE(x->done && !x->value) << "answered as if committed";
+  ASSERT_FALSE(behind->empty());
+  EXPECT_TRUE(behind->back()) << "X not applied yet, but not reported behind";
+  assign(three, pa1, to_2_for_3);
+  for (int i = 0; i < 4; ++i) {
+    sched_->advance_time(500ms);
+    sched_->run();
+  }
+  EXPECT_EQ(state(two).log->high_watermark(), offset{2});
+  EXPECT_EQ(state(one).log->high_watermark(), offset{2});
+  EXPECT_EQ(*applied, (std::vector<timestamp_ms>{t0}))
+    << "node 1's stores lack X, which the new leader committed";
+  EXPECT_FALSE(behind->back());
+  (void)link21;
+  (void)link23;
+}
+
 } // namespace
