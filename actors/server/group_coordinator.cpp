@@ -758,12 +758,6 @@ void replicate_offsets(self_ptr self,
 /// fails (no ISR, a coordinator cut off from its followers) must never be
 /// visible, or a later coordinator, reading only replicated commits, would
 /// show offsets moving backwards (found by tests/chaos). Then done(error).
-/// In a cluster the offsets themselves are written by the partition's
-/// leader replica on this node, which applies every batch of the log once
-/// it commits and before it answers (partition_replica.cpp,
-/// apply_durable_replicated): the store then holds the committed log, also
-/// a commit answered as failed that committed later. Written here as well,
-/// a slower answer could put an older commit back over a newer one.
 template <class Done>
 void store_commit(self_ptr self, std::vector<committed_offset> batch,
                   std::optional<group_record> rec, Done done) {
@@ -771,10 +765,8 @@ void store_commit(self_ptr self, std::vector<committed_offset> batch,
   auto store = [self](const std::vector<committed_offset>& b,
                       const std::optional<group_record>& r) -> caf::error {
     auto& st = self->state;
-    bool replica_writes = !st.cfg.state_topic.empty();
-    if ((!b.empty() && !replica_writes) || r)
-      if (auto err = st.cfg.offsets->commit(
-            st.cfg.group, replica_writes ? std::vector<committed_offset>{} : b, r))
+    if (!b.empty() || r)
+      if (auto err = st.cfg.offsets->commit(st.cfg.group, b, r))
         return err;
     st.registered = st.registered || r.has_value();
     if (st.cfg.probe)

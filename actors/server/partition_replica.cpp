@@ -211,18 +211,6 @@ void wake_waiters(replica_ptr self, bool all, bool followers_only = false) {
 }
 
 // Moves the leader's position and the HW, answers the produces they cover.
-// Tells the node (cfg.on_behind) whether its stores are behind this log,
-// on each change.
-void report_behind(partition_replica_state& st, bool behind) {
-  if (behind == st.behind_reported)
-    return;
-  st.behind_reported = behind;
-  if (st.cfg.on_behind)
-    st.cfg.on_behind(behind);
-}
-
-void apply_durable_replicated(partition_replica_state& st);
-
 void advance(replica_ptr self) {
   auto& st = self->state;
   if (!st.leader) {
@@ -239,12 +227,8 @@ void advance(replica_ptr self) {
     auto i = st.positions.find(id);
     hw = std::min(hw, i == st.positions.end() ? offset{0} : i->second);
   }
-  if (hw > old_hw) {
+  if (hw > old_hw)
     st.log->set_high_watermark(hw);
-    // The stores take what committed before its producers hear of it.
-    if (!st.own_pending.empty())
-      apply_durable_replicated(st);
-  }
   for (auto i = st.pending.begin(); i != st.pending.end();) {
     if (!covered(st, i->last, i->acks)) {
       ++i;
@@ -810,8 +794,8 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
   if (appended && st.cfg.sync) {
     // Durable on the I/O threads; follower_synced applies the rest and
     // follower_fetch waits for it.
-    if (!fresh.empty())
-      report_behind(st, true);
+    if (st.replicated_pending.empty() && !fresh.empty() && st.cfg.on_behind)
+      st.cfg.on_behind(true);
     for (auto b : fresh)
       st.replicated_pending.emplace_back(b);
     st.leader_hw = std::max(st.leader_hw, r.high_watermark);
@@ -827,7 +811,8 @@ caf::error follower_apply(replica_ptr self, fetch_response& r) {
     // Durable now: applied in order with anything a failed apply kept,
     // once below the HW (apply_durable_replicated).
     if (!fresh.empty()) {
-      report_behind(st, true);
+      if (st.replicated_pending.empty() && st.cfg.on_behind)
+        st.cfg.on_behind(true);
       for (auto b : fresh)
         st.replicated_pending.emplace_back(b);
     }
@@ -874,20 +859,31 @@ void drop_pending_from(partition_replica_state& st, offset end) {
     auto h = parse_batch_header(b, std::numeric_limits<int32_t>::max());
     return !h || h->next_offset() > end;
   });
-  if (st.replicated_pending.empty() && st.own_pending.empty())
-    st.apply_failed = false; // what failed is cut: nothing to retry
-  report_behind(st, !st.replicated_pending.empty() || st.apply_failed);
+  if (st.replicated_pending.empty() && st.cfg.on_behind)
+    st.cfg.on_behind(false);
 }
 
-// Applies the batches of `queue` that end at or below `limit` through
-// cfg.on_replicated, in order, and erases them. False when a store error
-// stopped it (the failed batch and those after it stay).
-bool apply_queue(partition_replica_state& st, std::vector<std::string>& queue,
-                 offset limit) {
+// Applies (cfg.on_replicated) the batches follower fetches appended, once
+// durable, in log order. Called after every commit in either role: a
+// follower that becomes leader before its last fetch's sync finished
+// applies them as leader (before, they were left out of the node's stores
+// until a restart: the node's new group coordinator served commits older
+// than the log's, and a DLQ home a producer row behind; tests/chaos seed
+// 1108, and likely 607). A follower applies only what is below its HW (the
+// leader's, as its fetches report it): above it a batch may be cut by a
+// truncation after a leader change, and a store that kept a cut commit
+// served offsets higher than the group's, then lower once another node
+// served the group (tests/chaos seed 5001). A leader applies all that is
+// durable: its log is the one the others follow.
+void apply_durable_replicated(partition_replica_state& st) {
+  if (st.replicated_pending.empty() || !st.log)
+    return;
+  auto limit = st.log->durable_end();
+  if (!st.leader)
+    limit = std::min(limit, st.log->high_watermark());
   size_t n = 0;
-  bool stopped = false;
-  for (; n < queue.size(); ++n) {
-    auto& b = queue[n];
+  for (; n < st.replicated_pending.size(); ++n) {
+    auto& b = st.replicated_pending[n];
     auto h = parse_batch_header(b, std::numeric_limits<int32_t>::max());
     if (h && h->next_offset() > limit)
       break;
@@ -907,7 +903,6 @@ bool apply_queue(partition_replica_state& st, std::vector<std::string>& queue,
                   retry ? " (retried on the next commit or tick)" : "");
       if (retry) {
         st.apply_failed = true;
-        stopped = true;
         break;
       }
       continue;
@@ -917,44 +912,11 @@ bool apply_queue(partition_replica_state& st, std::vector<std::string>& queue,
       st.apply_failed = false;
     }
   }
-  queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
-  return !stopped;
-}
-
-// Applies (cfg.on_replicated) what the node's stores have not taken yet, in
-// log order: first the batches follower fetches appended, once durable,
-// then (leader) those its own produces appended, once committed. Called
-// after every commit in either role and whenever a leader's HW moves.
-//
-// A follower that becomes leader before its last fetch's sync finished
-// applies them as leader (before, they were left out of the node's stores
-// until a restart: the node's new group coordinator served commits older
-// than the log's, and a DLQ home a producer row behind; tests/chaos seed
-// 1108, and likely 607). A follower applies only what is below its HW (the
-// leader's, as its fetches report it): above it a batch may be cut by a
-// truncation after a leader change, and a store that kept a cut commit
-// served offsets higher than the group's, then lower once another node
-// served the group (tests/chaos seed 5001). A leader applies all it fetched
-// that is durable: its log is the one the others follow.
-//
-// A leader applies its own appends once the HW covers them, before it
-// answers their produces, so the node's stores hold exactly the committed
-// log: also a batch whose produce timed out and committed later, and one
-// committed after the leader stepped down (before, the leader's node never
-// had those: a group coordinator's commit that failed its acks=all answer
-// but committed later was in every other node's store, and a coordinator
-// on this node served the older offset once the group came back here).
-void apply_durable_replicated(partition_replica_state& st) {
-  if ((st.replicated_pending.empty() && st.own_pending.empty()) || !st.log)
-    return;
-  auto limit = st.log->durable_end();
-  if (!st.leader)
-    limit = std::min(limit, st.log->high_watermark());
-  bool clear = apply_queue(st, st.replicated_pending, limit);
-  if (clear && st.replicated_pending.empty() && st.leader && !st.own_pending.empty())
-    apply_queue(st, st.own_pending,
-                std::min(st.log->durable_end(), st.log->high_watermark()));
-  report_behind(st, !st.replicated_pending.empty() || st.apply_failed);
+  st.replicated_pending.erase(st.replicated_pending.begin(),
+                              st.replicated_pending.begin()
+                                + static_cast<std::ptrdiff_t>(n));
+  if (st.replicated_pending.empty() && st.cfg.on_behind)
+    st.cfg.on_behind(false);
 }
 
 // Follower with cfg.sync (from commit): once the last fetch's appends are
@@ -1119,14 +1081,6 @@ void set_role(replica_ptr self, const partition_assignment& pa,
     // Appended but not committed: the new leader may not have it.
     fail_pending(st, not_leader_error(st));
     wake_waiters(self, true);
-    // Its own appends not committed yet: applied like fetched ones, once
-    // the new leader's HW covers them (or dropped by a truncation).
-    if (!st.own_pending.empty()) {
-      for (auto& b : st.own_pending)
-        st.replicated_pending.push_back(std::move(b));
-      st.own_pending.clear();
-      report_behind(st, true);
-    }
   }
   if (new_term || was_leader)
     st.last_batch_epoch = read_last_batch_epoch(st);
@@ -1295,8 +1249,6 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
   ++st.stats.appends;
   st.last_batch_epoch = st.assignment.epoch.value;
   hdr->base_offset = info->base_offset;
-  if (st.cfg.on_replicated)
-    st.own_pending.push_back(req.batch); // its offsets assigned in place
   st.producers.record(*hdr, st.cfg.clock ? st.cfg.clock() : system_now_ms());
   produce_response resp{info->base_offset, info->last_offset,
                         st.log->log_start(), false};

@@ -338,12 +338,9 @@ struct partition_replica_state {
   bool commit_scheduled = false;
   /// The last tick's write_deferred() failed (logged once until it works).
   bool deferred_write_failed = false;
-  /// cfg.on_replicated failed on a store error: replicated_pending (or
-  /// own_pending) keeps that batch (and those after it) for the next commit
-  /// or tick, and the replica reports itself behind until it is applied.
+  /// cfg.on_replicated failed on a store error: replicated_pending keeps
+  /// that batch (and those after it) for the next commit or tick.
   bool apply_failed = false;
-  /// What cfg.on_behind was last told.
-  bool behind_reported = false;
 
   /// A sync on cfg.sync's threads: its result, filled in there.
   struct sync_slot {
@@ -359,13 +356,6 @@ struct partition_replica_state {
   /// once durable and below the HW, and (with cfg.sync) the leader's HW the
   /// last fetch gave.
   std::vector<std::string> replicated_pending;
-  /// Leader with cfg.on_replicated: batches its produces appended, applied
-  /// through cfg.on_replicated once the HW covers them (whether or not
-  /// their produce was answered in time), in log order after
-  /// replicated_pending. On stepping down they move to the end of
-  /// replicated_pending (applied below the new leader's HW, dropped by a
-  /// truncation).
-  std::vector<std::string> own_pending;
   offset leader_hw{-1};
   /// Records the start's replay applied through cfg.on_replicated (-1:
   /// none, no on_replicated).

@@ -4,7 +4,6 @@
 
 #include "actors/server/group_coordinator.hpp"
 #include "actors/protocol/interfaces.hpp"
-#include "broker/consumer_state.hpp"
 #include "broker/error.hpp"
 #include "broker/kafka_group_protocol.hpp"
 #include "broker/metadata_store.hpp"
@@ -788,24 +787,18 @@ TEST_F(GroupCoordinatorTest, EndingTheCoordinatorAnswersAWaitingJoin) {
 }
 
 // A broker for the group's __consumer_state writes whose produce answers
-// the test switches between success and failure. A write that succeeds is
-// applied to the node's stores first, as the partition's leader replica
-// does once the batch commits (before it answers).
+// the test switches between success and failure.
 struct state_writes {
   bool fail = false;
   int produced = 0;
-  offset_store* offsets = nullptr;
-  metadata_store* store = nullptr;
 };
 
 caf::behavior state_broker(caf::event_based_actor*, std::shared_ptr<state_writes> w) {
   return {
-    [w](produce_atom, const produce_request& req) -> caf::result<produce_response> {
+    [w](produce_atom, const produce_request&) -> caf::result<produce_response> {
       ++w->produced;
       if (w->fail)
         return make_error(ec::not_enough_replicas, "test: the ISR is too small");
-      if (auto n = apply_consumer_state(*w->offsets, *w->store, req.batch); !n)
-        return std::move(n.error());
       return produce_response{};
     },
     [](offsets_atom, const list_offsets_request&) -> caf::result<offset> {
@@ -821,8 +814,6 @@ caf::behavior state_broker(caf::event_based_actor*, std::shared_ptr<state_writes
 // offsets moving backwards. Now a commit is stored once replicated.
 TEST_F(GroupCoordinatorTest, InAClusterACommitIsVisibleOnlyOnceReplicated) {
   auto writes = std::make_shared<state_writes>();
-  writes->offsets = offsets.get();
-  writes->store = store.get();
   auto sb = caf::actor_cast<broker_actor>(sys->spawn(state_broker, writes));
   group_config gc;
   gc.group = "g";
