@@ -41,11 +41,35 @@
 
 extern "C" {
 
+// SSL_read also fills `buf` across TLS records: OpenSSL returns at most
+// one record (16 KiB) per call, and libcaf_openssl wraps each of its calls
+// in three signal system calls (CAF_BLOCK_SIGPIPE: block SIGPIPE, drain
+// it, restore the mask). CAF asks for a BASP message's payload in one
+// read, so reading on here until it is full or the socket has nothing more
+// (the next call fails) saves those calls for every further record of the
+// payload (tests/bench/README.md, "Counting system calls"). Returning fewer
+// bytes than asked is what SSL_read always may do; a failure after some
+// bytes is left for the caller's next call, which meets it again (the
+// connection's state keeps it: WANT_READ until more bytes come, the
+// closed or failed state for good).
 int SSL_read(SSL* ssl, void* buf, int num) {
   using fn = int (*)(SSL*, void*, int);
   static const auto real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_read"));
   ERR_clear_error();
-  return real(ssl, buf, num);
+  auto got = real(ssl, buf, num);
+  if (got <= 0)
+    return got;
+  auto* out = static_cast<char*>(buf);
+  while (got < num) {
+    ERR_clear_error();
+    auto more = real(ssl, out + got, num - got);
+    if (more <= 0) {
+      ERR_clear_error();
+      break;
+    }
+    got += more;
+  }
+  return got;
 }
 
 int SSL_write(SSL* ssl, const void* buf, int num) {
