@@ -553,20 +553,26 @@ TEST_F(log_cleaner_test, a_crash_at_every_step_of_the_swap_loses_nothing) {
     auto& head = (*job)->sources[out.first];
     auto swap = d.path() / (segment_file_name(head.base, log_file_suffix) + ".swap");
     auto& sys = default_file_system();
-    if (s >= after_swap_rename)
+    if (s >= after_swap_rename) {
       ASSERT_FALSE(sys.rename(out.file, swap));
-    if (s >= after_replaced_segments_removed)
+    }
+    if (s >= after_replaced_segments_removed) {
       for (size_t k = 1; k < out.count; ++k)
-        for (auto suffix : {log_file_suffix, index_file_suffix, time_index_file_suffix})
+        for (auto suffix : {log_file_suffix, index_file_suffix, time_index_file_suffix}) {
           ASSERT_FALSE(sys.remove(d.path()
                                   / segment_file_name((*job)->sources[out.first + k].base,
                                                       suffix)));
-    if (s >= after_first_indexes_removed)
-      for (auto suffix : {index_file_suffix, time_index_file_suffix})
+        }
+    }
+    if (s >= after_first_indexes_removed) {
+      for (auto suffix : {index_file_suffix, time_index_file_suffix}) {
         ASSERT_FALSE(sys.remove(d.path() / segment_file_name(head.base, suffix)));
-    if (s >= after_final_rename)
+      }
+    }
+    if (s >= after_final_rename) {
       ASSERT_FALSE(sys.rename(swap, d.path() / segment_file_name(head.base,
                                                                  log_file_suffix)));
+    }
     // The crash: the log goes away without end_clean.
     log.reset();
     auto reopened = partition_log::open(d.path(), cfg, &ck, nullptr, clock.fn());
