@@ -513,8 +513,14 @@ void node_journal::applied(uint64_t gen, uint64_t n) {
     if (i == unapplied_.end())
       return;
     i->second -= std::min(i->second, n);
-    if (i->second == 0)
-      unapplied_.erase(i);
+    if (i->second > 0)
+      return;
+    unapplied_.erase(i);
+    // The checkpoint thread waits only for a pending checkpoint's files to
+    // hold no deferred write: wake it when that became true, not at every
+    // write (at 10,000 busy partitions that was 10,000 wake-ups a second).
+    if (checkpoint_below_ == 0 || holds_below(checkpoint_below_))
+      return;
   }
   ckpt_cv_.notify_all();
 }

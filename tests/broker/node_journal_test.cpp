@@ -638,6 +638,39 @@ TEST(node_journal, a_checkpoint_keeps_journal_files_until_their_deferred_writes_
   EXPECT_EQ(content(*back.log), want);
 }
 
+TEST(node_journal, the_checkpoint_thread_runs_once_the_last_deferred_write_is_written) {
+  // With threads: a checkpoint due while segments keep deferred writes waits
+  // for them, and the write of the last one wakes the checkpoint thread
+  // (node_journal::applied; nothing else happens after it here).
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  journal_options opts;
+  opts.file_bytes = 1024;
+  auto j = node_journal::open(root, opts);
+  ASSERT_TRUE(j) << describe(j.error());
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get(), deferring()));
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(append(*l.log, make_batch(2, static_cast<char>('a' + i), 100)));
+    auto durable = l.log->flush(); // waits for the journal's writer thread
+    ASSERT_TRUE(durable) << describe(durable.error());
+  }
+  EXPECT_EQ((*j)->stats().checkpoints, 0u);
+  EXPECT_GE(journal_files(root).size(), 3u) << "journal files deleted under kept appends";
+  ASSERT_FALSE(l.log->write_deferred());
+  bool done = false;
+  for (int i = 0; i < 1000 && !done; ++i) {
+    done = (*j)->stats().checkpoints >= 1 && journal_files(root).size() <= 2;
+    if (!done)
+      std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  EXPECT_TRUE(done) << "no checkpoint within 10 s after the deferred writes were written ("
+                    << (*j)->stats().checkpoints << " checkpoints, "
+                    << journal_files(root).size() << " journal files)";
+  EXPECT_EQ(content(*l.log), "aabbccddeeffgghhiijjkkll");
+  ASSERT_FALSE(l.log->close());
+}
+
 TEST(node_journal, a_full_disk_keeps_deferred_writes_in_memory_and_fails_new_appends) {
   // The segment cannot write what it kept: the acknowledged appends stay
   // readable (memory) and durable (journal), an append that does not fit
