@@ -744,7 +744,10 @@ TEST(Chaos, RandomFaultsKeepEveryAcknowledgedWrite) {
       std::istringstream lines{c.node(id).output()};
       std::vector<std::string> kept;
       for (std::string line; std::getline(lines, line);) {
-        if (line.find("ISR change refused") != std::string::npos)
+        // Queue group lines (one per dead letter) crowded the group's own
+        // out of the last 400 in the CI run of 2026-12-07.
+        if (line.find("ISR change refused") != std::string::npos
+            || line.find("queue group") != std::string::npos)
           continue;
         for (auto* k : keys)
           if (line.find(k) != std::string::npos) {
