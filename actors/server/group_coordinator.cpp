@@ -700,6 +700,32 @@ void handle_expire(self_ptr self, const std::string& id, uint64_t token) {
   on_member_removed(self);
 }
 
+caf::expected<std::vector<partition_offset>>
+fetch_offsets_now(self_ptr self, const fetch_offsets_request& req);
+
+/// Answers the offset fetches whose commits in flight all ended.
+void answer_waiting_fetches(self_ptr self) {
+  auto& st = self->state;
+  if (st.fetches_waiting.empty())
+    return;
+  auto oldest = st.commits_in_flight.empty() ? std::numeric_limits<uint64_t>::max()
+                                             : *st.commits_in_flight.begin();
+  std::vector<group_state::waiting_fetch> ready;
+  std::erase_if(st.fetches_waiting, [&](auto& w) {
+    if (oldest <= w.after)
+      return false;
+    ready.push_back(std::move(w));
+    return true;
+  });
+  for (auto& w : ready) {
+    auto res = fetch_offsets_now(self, w.req);
+    if (res)
+      w.rp.deliver(std::move(*res));
+    else
+      w.rp.deliver(std::move(res.error()));
+  }
+}
+
 /// Writes `recs` (one batch) to the group's __consumer_state partition
 /// (acks=all) and calls `done` with the outcome; without a state topic at
 /// once with none.
@@ -781,14 +807,17 @@ void store_commit(self_ptr self, std::vector<committed_offset> batch,
   }
   auto seq = ++st.commit_seq;
   auto copy = batch;
+  st.commits_in_flight.insert(seq);
   replicate_offsets(self, copy,
                     [self, seq, store, batch = std::move(batch),
                      rec = std::move(rec), done](caf::error err) mutable {
+                      auto& st = self->state;
+                      st.commits_in_flight.erase(seq);
                       if (err) {
                         done(std::move(err));
+                        answer_waiting_fetches(self);
                         return;
                       }
-                      auto& st = self->state;
                       std::vector<committed_offset> newer;
                       for (auto& o : batch) {
                         auto& last = st.stored_seq[partition_ref{o.topic, o.partition}];
@@ -798,6 +827,7 @@ void store_commit(self_ptr self, std::vector<committed_offset> batch,
                         }
                       }
                       done(store(newer, rec));
+                      answer_waiting_fetches(self);
                     });
 }
 
@@ -866,6 +896,27 @@ handle_fetch_offsets(self_ptr self, const fetch_offsets_request& req) {
   auto& st = self->state;
   if (auto err = check_group(self, req.group))
     return err;
+  if (!st.commits_in_flight.empty()) {
+    // A commit is being replicated: its outcome decides what the answer
+    // is. Answered now, a member that rejoined and fetched its starting
+    // offsets meanwhile (after a reconnect) restarted from the older ones
+    // and then committed below the pending commit once that one was
+    // stored, and the group's offsets went backwards (tests/chaos, seed
+    // 5001, with node logs: a follower's full disk held the commit back
+    // for seconds). Replication ends within the broker timeout either way.
+    auto rp = self->make_response_promise<std::vector<partition_offset>>();
+    st.fetches_waiting.push_back({rp, req, st.commit_seq});
+    return rp;
+  }
+  auto res = fetch_offsets_now(self, req);
+  if (!res)
+    return std::move(res.error());
+  return std::move(*res);
+}
+
+caf::expected<std::vector<partition_offset>>
+fetch_offsets_now(self_ptr self, const fetch_offsets_request& req) {
+  auto& st = self->state;
   auto all = st.cfg.offsets->fetch(st.cfg.group);
   if (!all)
     return std::move(all.error());
@@ -1281,12 +1332,17 @@ group_coordinator(group_coordinator_actor::stateful_pointer<group_state> self,
     if (!msg.reason)
       return; // a linked actor ended normally: not ours to end with
     auto& st = self->state;
+    auto stopped = [&] {
+      return make_error(ec::coordinator_not_available,
+                        "group " + st.cfg.group + ": its coordinator on this node stopped (the "
+                        "group moved or the node stops); find the coordinator again");
+    };
     for (auto& [id, m] : st.members)
       if (m.join_promise.pending())
-        m.join_promise.deliver(make_error(
-          ec::coordinator_not_available,
-          "group " + st.cfg.group + ": its coordinator on this node stopped (the group "
-          "moved or the node stops); find the coordinator again"));
+        m.join_promise.deliver(stopped());
+    for (auto& w : st.fetches_waiting)
+      w.rp.deliver(stopped());
+    st.fetches_waiting.clear();
     self->quit(std::move(msg.reason));
   });
   if (st.cfg.probe) {

@@ -79,6 +79,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,18 @@ struct group_state {
   /// already (acknowledgements may come back out of order).
   uint64_t commit_seq = 0;
   std::map<partition_ref, uint64_t> stored_seq;
+  /// Cluster mode: the numbers (commit_seq) of the commits being
+  /// replicated now, and the offset fetches that wait for them: each for
+  /// the commits in flight when it came (up to its `after`), so a fetch
+  /// never shows offsets older than a commit whose outcome is pending, and
+  /// later commits cannot keep it waiting.
+  std::set<uint64_t> commits_in_flight;
+  struct waiting_fetch {
+    caf::typed_response_promise<std::vector<partition_offset>> rp;
+    fetch_offsets_request req;
+    uint64_t after = 0;
+  };
+  std::vector<waiting_fetch> fetches_waiting;
   /// Token of the live metrics timer.
   uint64_t metrics_token = 0;
   /// A lag refresh waits for the broker's answers.

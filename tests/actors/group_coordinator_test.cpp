@@ -845,6 +845,124 @@ TEST_F(GroupCoordinatorTest, InAClusterACommitIsVisibleOnlyOnceReplicated) {
   caf::anon_send_exit(sb, caf::exit_reason::user_shutdown);
 }
 
+// A broker whose __consumer_state produce answers the test gives by hand.
+struct held_writes {
+  std::vector<caf::typed_response_promise<produce_response>> pending;
+};
+
+caf::behavior held_state_broker(caf::event_based_actor* self, std::shared_ptr<held_writes> w) {
+  return {
+    [self, w](produce_atom, const produce_request&) -> caf::result<produce_response> {
+      auto rp = self->make_response_promise<produce_response>();
+      w->pending.push_back(rp);
+      return rp;
+    },
+    [](offsets_atom, const list_offsets_request&) -> caf::result<offset> {
+      return offset{0};
+    },
+    // Answers the oldest produce held: success, or not_enough_replicas.
+    [w](caf::ok_atom, bool fail) {
+      if (w->pending.empty())
+        return;
+      auto rp = w->pending.front();
+      w->pending.erase(w->pending.begin());
+      if (fail)
+        rp.deliver(make_error(ec::not_enough_replicas, "test: the ISR is too small"));
+      else
+        rp.deliver(produce_response{});
+    },
+  };
+}
+
+// Found by tests/chaos (seed 5001, with node logs): a follower's full disk
+// held a commit's replication back for seconds; a member that rejoined
+// meanwhile fetched the older offsets, restarted from them and committed
+// below the pending commit after it was stored, so the group's offsets went
+// backwards. A fetch now waits for the commits in flight.
+TEST_F(GroupCoordinatorTest, AnOffsetFetchWaitsForTheCommitsInFlight) {
+  auto writes = std::make_shared<held_writes>();
+  auto sb = caf::actor_cast<broker_actor>(sys->spawn(held_state_broker, writes));
+  group_config gc;
+  gc.group = "g";
+  gc.offsets = offsets;
+  gc.broker = sb;
+  gc.topics = topics;
+  gc.member_id_seed = 42;
+  gc.state_topic = "__consumer_state";
+  gc.state_partition = partition_id{0};
+  gc.initial_rebalance_delay = 0s;
+  coord = sys->spawn(group_coordinator, std::move(gc));
+  spawned.push_back(coord);
+  sched->run();
+  auto j = join_now(join_req("a"));
+  sync_ok(j.member_id, 1);
+  auto commit_at = [&](int64_t off) {
+    auto r = tell(commit_atom_v,
+                  commit_offsets_request{"g", j.member_id, {}, 1,
+                                         {{"t", partition_id{0}, offset{off}, ""}}, 0});
+    sched->run();
+    return r;
+  };
+  auto fetch_t0 = [&] {
+    auto r = ask<std::vector<partition_offset>>(offsets_atom_v,
+                                                fetch_offsets_request{"g", {tp("t", 0)}});
+    sched->run();
+    return r;
+  };
+  auto release = [&](bool fail = false) {
+    EXPECT_FALSE(writes->pending.empty());
+    caf::anon_send(caf::actor_cast<caf::actor>(sb), caf::ok_atom_v, fail);
+    sched->run();
+  };
+  // Nothing in flight: answered at once.
+  auto c5 = commit_at(5);
+  release();
+  ASSERT_TRUE(c5->done);
+  EXPECT_FALSE(c5->err) << describe(c5->err);
+  auto f5 = fetch_t0();
+  ASSERT_TRUE(f5->done);
+  EXPECT_EQ(f5->value->at(0).committed, offset{5});
+  // A commit in flight: the fetch waits for it and shows it.
+  auto c9 = commit_at(9);
+  EXPECT_FALSE(c9->done);
+  auto f9 = fetch_t0();
+  EXPECT_FALSE(f9->done) << "answered while a commit was in flight";
+  release();
+  ASSERT_TRUE(c9->done && f9->done);
+  ASSERT_TRUE(f9->value) << describe(f9->err);
+  EXPECT_EQ(f9->value->at(0).committed, offset{9});
+  // Two in flight: the fetch waits for both; one that fails is not shown.
+  auto c12 = commit_at(12);
+  auto c14 = commit_at(14);
+  auto f14 = fetch_t0();
+  release();
+  EXPECT_FALSE(f14->done) << "answered while the second commit was in flight";
+  release(true);
+  ASSERT_TRUE(f14->done && c14->done);
+  EXPECT_TRUE(is(c14->err, ec::coordinator_not_available)) << describe(c14->err);
+  EXPECT_EQ(f14->value->at(0).committed, offset{12});
+  // A commit made after the fetch came does not keep it waiting (members
+  // committing all the time would starve it).
+  auto c16 = commit_at(16);
+  auto f16 = fetch_t0();
+  auto c18 = commit_at(18);
+  release();
+  ASSERT_TRUE(f16->done) << "a commit made after the fetch kept it waiting";
+  EXPECT_FALSE(c18->done);
+  EXPECT_EQ(f16->value->at(0).committed, offset{16});
+  release();
+  ASSERT_TRUE(c18->done);
+  // A coordinator that stops answers the fetches still waiting.
+  auto c20 = commit_at(20);
+  auto f20 = fetch_t0();
+  EXPECT_FALSE(f20->done);
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  sched->run();
+  ASSERT_TRUE(f20->done);
+  EXPECT_TRUE(is(f20->err, ec::coordinator_not_available)) << describe(f20->err);
+  caf::anon_send_exit(sb, caf::exit_reason::user_shutdown);
+}
+
 // Found by tests/chaos (seed 5302): a member's commit sent through a node
 // that was then killed reached the coordinator after the member's next
 // commit, sent through another node, and moved the offsets back (1976 ->
