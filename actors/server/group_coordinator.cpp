@@ -524,7 +524,11 @@ caf::result<join_group_response> handle_join(self_ptr self,
   bool changed = rejoin_changes(st, m, req);
   fill_member(m, req, session, rebalance);
   if (st.phase != group_phase::preparing_rebalance && !changed) {
-    // Nothing new: the member gets the current generation and syncs.
+    // Nothing new: the member gets the current generation and syncs (a
+    // consumer does this after a reconnect, and then fetches its starting
+    // offsets again: logged, since that is where redeliveries start).
+    log::info("group {}: member {} rejoins generation {} unchanged", st.cfg.group,
+              m.member_id, st.generation);
     touch_session(self, m);
     return current_join_response(self, m);
   }
