@@ -188,6 +188,23 @@ protected:
     return r;
   }
 
+  // Replaces the coordinator with one in cluster mode: commits go to
+  // __consumer_state/0 through `broker` (acks=all) before they are stored.
+  void use_cluster_coordinator(broker_actor broker) {
+    group_config gc;
+    gc.group = "g";
+    gc.offsets = offsets;
+    gc.broker = std::move(broker);
+    gc.topics = topics;
+    gc.member_id_seed = 42;
+    gc.state_topic = "__consumer_state";
+    gc.state_partition = partition_id{0};
+    gc.initial_rebalance_delay = 0s;
+    coord = sys->spawn(group_coordinator, std::move(gc));
+    spawned.push_back(coord);
+    sched->run();
+  }
+
   // -- steps --------------------------------------------------------------
 
   join_group_request
@@ -815,18 +832,7 @@ caf::behavior state_broker(caf::event_based_actor*, std::shared_ptr<state_writes
 TEST_F(GroupCoordinatorTest, InAClusterACommitIsVisibleOnlyOnceReplicated) {
   auto writes = std::make_shared<state_writes>();
   auto sb = caf::actor_cast<broker_actor>(sys->spawn(state_broker, writes));
-  group_config gc;
-  gc.group = "g";
-  gc.offsets = offsets;
-  gc.broker = sb;
-  gc.topics = topics;
-  gc.member_id_seed = 42;
-  gc.state_topic = "__consumer_state";
-  gc.state_partition = partition_id{0};
-  gc.initial_rebalance_delay = 0s;
-  coord = sys->spawn(group_coordinator, std::move(gc));
-  spawned.push_back(coord);
-  sched->run();
+  use_cluster_coordinator(sb);
   auto j = join_now(join_req("a"));
   sync_ok(j.member_id, 1);
   EXPECT_FALSE(commit(j.member_id, 1, {{"t", partition_id{0}, offset{5}, ""}}));
@@ -882,18 +888,7 @@ caf::behavior held_state_broker(caf::event_based_actor* self, std::shared_ptr<he
 TEST_F(GroupCoordinatorTest, AnOffsetFetchWaitsForTheCommitsInFlight) {
   auto writes = std::make_shared<held_writes>();
   auto sb = caf::actor_cast<broker_actor>(sys->spawn(held_state_broker, writes));
-  group_config gc;
-  gc.group = "g";
-  gc.offsets = offsets;
-  gc.broker = sb;
-  gc.topics = topics;
-  gc.member_id_seed = 42;
-  gc.state_topic = "__consumer_state";
-  gc.state_partition = partition_id{0};
-  gc.initial_rebalance_delay = 0s;
-  coord = sys->spawn(group_coordinator, std::move(gc));
-  spawned.push_back(coord);
-  sched->run();
+  use_cluster_coordinator(sb);
   auto j = join_now(join_req("a"));
   sync_ok(j.member_id, 1);
   auto commit_at = [&](int64_t off) {
