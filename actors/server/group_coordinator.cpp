@@ -901,13 +901,14 @@ handle_fetch_offsets(self_ptr self, const fetch_offsets_request& req) {
   if (auto err = check_group(self, req.group))
     return err;
   if (!st.commits_in_flight.empty()) {
-    // A commit is being replicated: its outcome decides what the answer
-    // is. Answered now, a member that rejoined and fetched its starting
-    // offsets meanwhile (after a reconnect) restarted from the older ones
-    // and then committed below the pending commit once that one was
-    // stored, and the group's offsets went backwards (tests/chaos, seed
-    // 5001, with node logs: a follower's full disk held the commit back
-    // for seconds). Replication ends within the broker timeout either way.
+    // A commit is being replicated: its outcome decides the answer.
+    // Answered now, a member that rejoined meanwhile (after a reconnect)
+    // would restart from the older offsets and commit below the pending
+    // commit once that one is stored: the offsets go backwards. That is
+    // the likeliest cause, inferred from node logs, of tests/chaos seed
+    // 5001 reading lower offsets while a follower's full disk held commits
+    // back (tests/chaos/README.md). Replication ends within the broker
+    // timeout either way.
     auto rp = self->make_response_promise<std::vector<partition_offset>>();
     st.fetches_waiting.push_back({rp, req, st.commit_seq});
     return rp;
