@@ -880,11 +880,11 @@ caf::behavior held_state_broker(caf::event_based_actor* self, std::shared_ptr<he
   };
 }
 
-// Found by tests/chaos (seed 5001, with node logs): a follower's full disk
-// held a commit's replication back for seconds; a member that rejoined
-// meanwhile fetched the older offsets, restarted from them and committed
-// below the pending commit after it was stored, so the group's offsets went
-// backwards. A fetch now waits for the commits in flight.
+// For tests/chaos seed 5001 (offsets read lower while a follower's full
+// disk held commits back; the cause inferred from node logs, not seen): a
+// fetch answered while a commit is in flight shows the older offsets, and a
+// member restarting from them commits below the pending commit once it is
+// stored. A fetch now waits for the commits in flight.
 TEST_F(GroupCoordinatorTest, AnOffsetFetchWaitsForTheCommitsInFlight) {
   auto writes = std::make_shared<held_writes>();
   auto sb = caf::actor_cast<broker_actor>(sys->spawn(held_state_broker, writes));

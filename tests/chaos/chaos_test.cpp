@@ -395,11 +395,17 @@ public:
   }
 
   /// Committed offsets read now through any node that answers (`via`: its id).
-  std::optional<std::map<int32_t, int64_t>> committed_now(int* via = nullptr) {
+  /// The group's committed offsets of every partition of the topic.
+  ferry::fetch_offsets_request offsets_request() const {
     ferry::fetch_offsets_request req;
     req.group = group;
     for (int32_t p = 0; p < partitions_; ++p)
       req.partitions.push_back(ferry::topic_partition{topic_, ferry::partition_id{p}});
+    return req;
+  }
+
+  std::optional<std::map<int32_t, int64_t>> committed_now(int* via = nullptr) {
+    auto req = offsets_request();
     for (int id = 1; id <= c_.voters(); ++id) {
       if (!c_.up(id))
         continue;
@@ -513,10 +519,7 @@ private:
   /// group's home): one line per node.
   std::string committed_by_node() {
     std::string out;
-    ferry::fetch_offsets_request req;
-    req.group = group;
-    for (int32_t p = 0; p < partitions_; ++p)
-      req.partitions.push_back(ferry::topic_partition{topic_, ferry::partition_id{p}});
+    auto req = offsets_request();
     for (int id = 1; id <= c_.voters(); ++id) {
       out += "  node " + std::to_string(id) + ":";
       auto b = c_.up(id) ? c_.broker(id) : caf::expected<ferry::broker_actor>{caf::sec::invalid_argument};
