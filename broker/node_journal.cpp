@@ -446,7 +446,8 @@ caf::error node_journal::start_file(uint64_t index) {
 
 node_journal::seq_t node_journal::enqueue(uint8_t type,
                                           const std::filesystem::path& path,
-                                          uint64_t arg, std::string_view data) {
+                                          uint64_t arg, std::string_view data,
+                                          uint64_t* deferred_gen) {
   // Relative to the root when under it (the usual case), else absolute.
   const auto& full = path.native();
   const auto& base = root_.native();
@@ -470,11 +471,15 @@ node_journal::seq_t node_journal::enqueue(uint8_t type,
   be::store<uint32_t>(head.data(), len);
   be::store<uint32_t>(head.data() + 4, crc);
   std::lock_guard lk{mtx_};
+  if (deferred_gen) {
+    *deferred_gen = current_file_;
+    ++unapplied_[current_file_];
+  }
   bool was_empty = queue_.empty();
   queue_.append(head);
   queue_.append(data);
   ++queued_records_;
-  auto seq = next_seq_++;
+  auto seq = next_seq_.fetch_add(1, std::memory_order_release);
   if (was_empty)
     cv_.notify_one();
   return seq;
@@ -494,13 +499,7 @@ node_journal::deferred_write
 node_journal::record_write_deferred(const std::filesystem::path& file,
                                     uint64_t position, std::string_view bytes) {
   deferred_write w;
-  {
-    // Counted before it is queued, so no checkpoint can pass it.
-    std::lock_guard lk{mtx_};
-    w.gen = current_file_;
-    ++unapplied_[w.gen];
-  }
-  w.seq = enqueue(op_write, file, position, bytes);
+  w.seq = enqueue(op_write, file, position, bytes, &w.gen);
   return w;
 }
 
@@ -559,8 +558,8 @@ void node_journal::adopt(const std::filesystem::path& dir) {
 }
 
 node_journal::seq_t node_journal::last_seq() const {
-  std::lock_guard lk{mtx_};
-  return next_seq_ - 1;
+  // The caller's own records are counted: it queued them on this thread.
+  return next_seq_.load(std::memory_order_acquire) - 1;
 }
 
 node_journal::seq_t node_journal::checkpointed_seq() const {

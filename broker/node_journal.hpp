@@ -41,6 +41,7 @@
 
 #include "broker/error.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -176,8 +177,11 @@ public:
 private:
   node_journal(std::filesystem::path root, journal_options opts);
 
+  /// Queues one record. With `deferred_gen`, also counts it as a deferred
+  /// write of the current file (stored there), under the same lock, so no
+  /// checkpoint can pass it.
   seq_t enqueue(uint8_t type, const std::filesystem::path& path, uint64_t arg,
-                std::string_view data);
+                std::string_view data, uint64_t* deferred_gen = nullptr);
   caf::error start_file(uint64_t index);
   /// One round: writes `buf` at the end of the current file and syncs it.
   caf::error write_round(const std::string& buf);
@@ -211,7 +215,9 @@ private:
   std::string queue_;
   std::string spare_;
   uint64_t queued_records_ = 0;
-  seq_t next_seq_ = 1;
+  /// Written under mtx_; last_seq() reads it without the lock (every
+  /// replica asks at every flush).
+  std::atomic<seq_t> next_seq_ = 1;
   seq_t durable_ = 0;
   caf::error failed_;
   std::multimap<seq_t, done_fn> waiters_;

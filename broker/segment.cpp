@@ -208,18 +208,21 @@ public:
                  inner_->path().string(), buf_.size(), describe(err));
   }
 
-  /// Keeps `data` if it fits under the limit (the caller then records it
-  /// as deferred: kept_last() is true), else writes what is kept and `data`.
+  /// Keeps `data` (the caller then records it as deferred: kept_last() is
+  /// true). When it does not fit beside what is kept, that is written first
+  /// and the buffer's memory kept for the partition that filled it; `data`
+  /// larger than the limit is written at once.
   caf::error append(std::string_view data) override {
     kept_last_ = false;
-    if (buf_.size() + data.size() <= limit_) {
-      buf_.append(data);
-      kept_last_ = true;
-      return caf::none;
+    if (buf_.size() + data.size() > limit_) {
+      if (auto err = write_out(true))
+        return err;
+      if (data.size() > limit_)
+        return inner_->append(data);
     }
-    if (auto err = write_out())
-      return err;
-    return inner_->append(data);
+    buf_.append(data);
+    kept_last_ = true;
+    return caf::none;
   }
 
   bool kept_last() const { return kept_last_; }
@@ -280,26 +283,34 @@ public:
   }
 
   /// Writes the kept bytes with one append. On error the file is cut back
-  /// to where it was and the bytes stay kept.
-  caf::error write_out() {
-    if (buf_.empty())
+  /// to where it was and the bytes stay kept. The buffer's memory is freed
+  /// (an idle segment holds none) unless `keep_memory`: a partition that
+  /// filled it keeps it until its next tick instead of growing it anew.
+  caf::error write_out(bool keep_memory = false) {
+    if (buf_.empty()) {
+      if (!keep_memory)
+        std::string{}.swap(buf_);
       return caf::none;
+    }
     auto before = inner_->size();
     if (auto err = inner_->append(buf_)) {
       if (inner_->size() != before)
         (void) inner_->truncate(before);
       return err;
     }
-    release();
+    release(keep_memory);
     return caf::none;
   }
 
   /// The file is being removed: what is kept is not needed any more.
-  void discard() { release(); }
+  void discard() { release(false); }
 
 private:
-  void release() {
-    std::string{}.swap(buf_); // an idle segment holds no buffer
+  void release(bool keep_memory) {
+    if (keep_memory)
+      buf_.clear();
+    else
+      std::string{}.swap(buf_);
     for (auto& [gen, n] : holds_)
       journal_->applied(gen, n);
     holds_.clear();

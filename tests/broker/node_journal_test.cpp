@@ -565,7 +565,10 @@ TEST(node_journal, deferred_segment_writes_are_read_from_memory_and_survive_a_cr
   EXPECT_GT(fs::file_size(only_segment(root)), on_disk);
 }
 
-TEST(node_journal, appends_beyond_the_deferred_limit_are_written_with_what_was_kept) {
+TEST(node_journal, an_append_beyond_the_deferred_limit_writes_what_was_kept_and_is_kept) {
+  // The kept bytes go out in one write and the new append takes their
+  // place in memory (one write per limit's worth, not two); an append
+  // larger than the limit is written at once.
   temp_dir tmp;
   auto root = tmp.path() / "node";
   auto j = node_journal::open(root, no_threads());
@@ -574,14 +577,28 @@ TEST(node_journal, appends_beyond_the_deferred_limit_are_written_with_what_was_k
   // Room for two of these batches (~250 bytes each), not three.
   ASSERT_FALSE(l.open(root, j->get(), deferring(600)));
   std::string want;
+  uint64_t batch_bytes = 0;
+  int n = 0;
   for (char c : std::string{"abcdefg"}) {
+    auto before = l.log->size_bytes();
     ASSERT_TRUE(append(*l.log, make_batch(2, c, 100)));
     commit(*l.log, **j);
+    batch_bytes = l.log->size_bytes() - before;
+    ++n;
     want += std::string(2, c);
-    EXPECT_LE((*j)->unapplied(), 2u);
+    // a, b kept; c writes a+b and is kept; d kept; e writes c+d; ...
+    EXPECT_EQ((*j)->unapplied(), n % 2 == 1 ? 1u : 2u) << "after batch " << c;
+    EXPECT_EQ(fs::file_size(only_segment(root)), static_cast<uint64_t>((n - 1) / 2 * 2) * batch_bytes)
+      << "after batch " << c;
     EXPECT_EQ(content(*l.log), want);
   }
-  EXPECT_GT(fs::file_size(only_segment(root)), 0u);
+  // Larger than the limit: written at once, after what was kept.
+  ASSERT_TRUE(append(*l.log, make_batch(2, 'h', 400)));
+  commit(*l.log, **j);
+  want += "hh";
+  EXPECT_EQ((*j)->unapplied(), 0u);
+  EXPECT_EQ(fs::file_size(only_segment(root)), l.log->size_bytes());
+  EXPECT_EQ(content(*l.log), want);
   // A crash now, with the last batches only in memory and the journal.
   auto crashed = copy_of(root, tmp.path() / "crashed");
   auto j2 = node_journal::open(crashed, no_threads());
