@@ -121,6 +121,11 @@ struct consumer_state {
   bool rejoin_after_sync = false;
   bool left_for_poll_timeout = false;
   bool commit_before_join = false; ///< a reconnect commit runs first
+  /// Commit requests not answered yet. A fetch of the group's committed
+  /// offsets waits for them, so a member that restarts from its commits
+  /// (an eager rebalance gave its partitions up) reads its own latest one,
+  /// not the one before a commit still on its way to the coordinator.
+  int commits_in_flight = 0;
 
   // Standalone subscription without a group.
   bool metadata_requested = false;
@@ -314,6 +319,8 @@ void resolve_positions(consumer_pointer self) {
       apply_reset(self, p, "no position");
       continue;
     }
+    if (st.commits_in_flight > 0)
+      continue; // asked again once they are answered (and on every tick)
     p.resolving = true;
     need.push_back(tp);
   }
@@ -566,6 +573,14 @@ commit_offsets_request commit_request(consumer_state& st,
 
 void handle_group_error(consumer_pointer self, const caf::error& err);
 
+/// One commit request was answered (or failed): once none is left, the
+/// partitions waiting for their committed offsets ask for them.
+void commit_answered(consumer_pointer self) {
+  auto& st = self->state;
+  if (--st.commits_in_flight == 0 && !st.stopping)
+    resolve_positions(self);
+}
+
 /// Commits positions; `then` runs with the outcome (none on success).
 template <class F>
 void commit(consumer_pointer self, std::vector<partition_offset> offsets, F then) {
@@ -584,6 +599,7 @@ void commit(consumer_pointer self, std::vector<partition_offset> offsets, F then
   }
   st.last_commit = clock::now();
   auto req = commit_request(st, offsets);
+  ++st.commits_in_flight;
   self->request(st.broker, st.cfg.request_timeout, commit_atom_v, std::move(req))
     .then(
       [self, offsets, then]() mutable {
@@ -593,6 +609,7 @@ void commit(consumer_pointer self, std::vector<partition_offset> offsets, F then
               i != st.parts.end())
             i->second.committed = po.committed;
         then(caf::error{});
+        commit_answered(self);
       },
       [self, then, gen = st.group_gen](caf::error& err) mutable {
         auto& st = self->state;
@@ -604,6 +621,7 @@ void commit(consumer_pointer self, std::vector<partition_offset> offsets, F then
             && st.ph == phase::stable && gen == st.group_gen)
           handle_group_error(self, err);
         then(err);
+        commit_answered(self);
       });
 }
 
@@ -852,21 +870,24 @@ void commit_then_rejoin(consumer_pointer self) {
     commit_offsets_request req;
     req.group = st.cfg.group_id;
     req.offsets = offsets;
+    ++st.commits_in_flight;
     self->request(st.broker, st.cfg.request_timeout, commit_atom_v, std::move(req))
       .then(
         [self, gen, offsets, rejoin]() {
           auto& st = self->state;
-          if (gen != st.conn_gen)
-            return;
-          for (auto& po : offsets)
-            if (auto i = st.parts.find(topic_partition{po.topic, po.partition});
-                i != st.parts.end())
-              i->second.committed = po.committed;
-          rejoin();
+          if (gen == st.conn_gen) {
+            for (auto& po : offsets)
+              if (auto i = st.parts.find(topic_partition{po.topic, po.partition});
+                  i != st.parts.end())
+                i->second.committed = po.committed;
+            rejoin();
+          }
+          commit_answered(self);
         },
         [self, gen, rejoin](caf::error&) {
           if (gen == self->state.conn_gen)
             rejoin();
+          commit_answered(self);
         });
   });
 }

@@ -3,7 +3,8 @@
 // gets until the test tells it to answer, so the fetches in flight can be
 // counted. A consumer reading a backlog keeps at most the budget in flight;
 // partitions that reached their high watermark long-poll outside it, so a
-// tailing consumer still waits on every partition.
+// tailing consumer still waits on every partition. A group member back from
+// a rebalance reads its committed offsets after its own commits in flight.
 
 #include "actors/client/consumer.hpp"
 
@@ -21,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -232,13 +234,18 @@ TEST_F(ConsumerFetchTest, ANonPositiveBudgetIsAnInvalidConfig) {
 /// partition t-0 in every generation; committed offsets are kept; fetches
 /// are held like above (answered by (tick_atom, index, per_fetch) from the
 /// partition's records [0, 100)); the first commit after `fail_commit` is
-/// set fails with rebalance_in_progress.
+/// set fails with rebalance_in_progress; while `hold_commits` is set,
+/// commits are held until (ok_atom, fail) answers the oldest.
 struct group_log {
   std::vector<held_fetch> held;
   int32_t generation = 0;
   int joins = 0;
   offset committed{-1};
   bool fail_commit = false;
+  bool hold_commits = false;
+  std::vector<std::pair<commit_offsets_request, caf::response_promise>> held_commits;
+  /// What each fetch of the committed offsets was answered, in order.
+  std::vector<int64_t> offset_fetches;
 };
 
 caf::behavior fake_group_broker(caf::event_based_actor* self, std::shared_ptr<group_log> log) {
@@ -260,14 +267,30 @@ caf::behavior fake_group_broker(caf::event_based_actor* self, std::shared_ptr<gr
     },
     [](heartbeat_atom, heartbeat_request&) {},
     [](leave_atom, leave_group_request&) {},
-    [log](commit_atom, commit_offsets_request& req) -> caf::result<void> {
+    [self, log](commit_atom, commit_offsets_request& req) -> caf::result<void> {
       if (std::exchange(log->fail_commit, false))
         return make_error(ec::rebalance_in_progress, "the group is rebalancing");
+      if (log->hold_commits) {
+        log->held_commits.emplace_back(std::move(req), self->make_response_promise());
+        return caf::delegated<void>{};
+      }
       for (auto& po : req.offsets)
         log->committed = po.committed;
       return caf::unit;
     },
+    [log](caf::ok_atom, bool fail) {
+      auto [req, rp] = std::move(log->held_commits.at(0));
+      log->held_commits.erase(log->held_commits.begin());
+      if (fail) {
+        rp.deliver(make_error(ec::coordinator_not_available, "the coordinator moved"));
+        return;
+      }
+      for (auto& po : req.offsets)
+        log->committed = po.committed;
+      rp.deliver(caf::unit);
+    },
     [log](offsets_atom, fetch_offsets_request& req) {
+      log->offset_fetches.push_back(log->committed.value);
       std::vector<partition_offset> out;
       for (auto& tp : req.partitions)
         out.push_back(partition_offset{tp.topic, tp.partition, log->committed, ""});
@@ -324,6 +347,37 @@ protected:
     return *got;
   }
 
+  /// A member of group g subscribed to t, connected to the fake broker.
+  void start() {
+    consumer_config c;
+    c.group_id = "g";
+    c.topics = {"t"};
+    c.auto_offset_reset = "earliest";
+    c.enable_auto_commit = false;
+    c.route_to_leaders = false;
+    auto h = spawn_consumer(*sys, c, conn);
+    ASSERT_TRUE(h) << describe(h.error());
+    consumer = *h;
+    sched->run();
+    ASSERT_TRUE(*listener);
+    caf::anon_send(*listener, connect_atom_v, caf::actor_cast<broker_actor>(broker));
+    sched->run();
+  }
+
+  /// The application's commit; its outcome lands in the result once it is
+  /// answered (nullopt until then).
+  std::shared_ptr<std::optional<caf::error>> commit_later() {
+    auto out = std::make_shared<std::optional<caf::error>>();
+    auto dest = consumer;
+    sys->spawn([out, dest](caf::event_based_actor* self) {
+      self->request(dest, caf::infinite, commit_atom_v)
+        .then([out](bool) { *out = caf::error{}; },
+              [out](caf::error& err) { *out = std::move(err); });
+    });
+    sched->run();
+    return out;
+  }
+
   std::shared_ptr<group_log> log;
   caf::actor broker;
   consumer_actor consumer;
@@ -337,19 +391,7 @@ protected:
 // six acknowledged records it never delivered). The epochs that void old
 // replies used to start at 0 in every new state and so repeated.
 TEST_F(ConsumerGroupFetchTest, AFetchOfAPartitionItHeldBeforeARebalanceIsNotDelivered) {
-  consumer_config c;
-  c.group_id = "g";
-  c.topics = {"t"};
-  c.auto_offset_reset = "earliest";
-  c.enable_auto_commit = false;
-  c.route_to_leaders = false;
-  auto h = spawn_consumer(*sys, c, conn);
-  ASSERT_TRUE(h) << describe(h.error());
-  consumer = *h;
-  sched->run();
-  ASSERT_TRUE(*listener);
-  caf::anon_send(*listener, connect_atom_v, caf::actor_cast<broker_actor>(broker));
-  sched->run();
+  start();
   ASSERT_EQ(log->joins, 1);
   ASSERT_EQ(log->held.size(), 1u);
   EXPECT_EQ(log->held[0].req.from.value, 0);
@@ -379,6 +421,65 @@ TEST_F(ConsumerGroupFetchTest, AFetchOfAPartitionItHeldBeforeARebalanceIsNotDeli
   }
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}))
     << "every record from the committed offset, once, in order";
+}
+
+// A member whose partitions an eager rebalance took away asks for the
+// group's committed offsets when it gets them back. With one of its own
+// commits still unanswered, that read could return the offsets from before
+// it: the member would start over below its own commit and later commit
+// below it (the chaos suite's "committed offsets read lower"). It asks once
+// its commits are answered, successfully or not.
+TEST_F(ConsumerGroupFetchTest, AMemberBackFromARebalanceReadsItsOwnCommitStillInFlight) {
+  start();
+  ASSERT_EQ(log->offset_fetches, (std::vector<int64_t>{-1})) << "nothing committed yet";
+  answer(0, 4);
+  auto got = ask<std::vector<consumed_message>>(poll_atom_v, int32_t{0});
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 4u);
+  // Commit A (offset 4) is held at the coordinator.
+  log->hold_commits = true;
+  auto a = commit_later();
+  ASSERT_EQ(log->held_commits.size(), 1u);
+  EXPECT_FALSE(*a);
+  // Commit B is answered rebalance_in_progress: the member gives t-0 up,
+  // joins again and gets t-0 back while A is still unanswered.
+  log->hold_commits = false;
+  log->fail_commit = true;
+  EXPECT_FALSE(ask<bool>(commit_atom_v).has_value()) << "commit B failed";
+  ASSERT_EQ(log->joins, 2);
+  EXPECT_EQ(log->offset_fetches.size(), 1u)
+    << "the committed offsets were asked for while the member's own commit was "
+       "unanswered (answered " << log->offset_fetches.back() << ")";
+  // A is answered: now the member asks, reads its own commit and goes on
+  // from there.
+  caf::anon_send(broker, caf::ok_atom_v, false);
+  sched->run();
+  ASSERT_TRUE(*a);
+  EXPECT_FALSE(**a) << describe(**a);
+  EXPECT_EQ(log->offset_fetches, (std::vector<int64_t>{-1, 4}));
+  ASSERT_FALSE(log->held.empty());
+  EXPECT_EQ(log->held.back().req.from.value, 4) << "started over below its own commit";
+}
+
+TEST_F(ConsumerGroupFetchTest, AFailedCommitAlsoLetsTheMemberAskForItsOffsets) {
+  // The held commit fails instead: the member asks once it is answered and
+  // starts at what the group has (nothing: the earliest offset, at least once).
+  start();
+  answer(0, 4);
+  ASSERT_TRUE(ask<std::vector<consumed_message>>(poll_atom_v, int32_t{0}));
+  log->hold_commits = true;
+  auto a = commit_later();
+  log->hold_commits = false;
+  log->fail_commit = true;
+  EXPECT_FALSE(ask<bool>(commit_atom_v).has_value());
+  EXPECT_EQ(log->offset_fetches.size(), 1u);
+  caf::anon_send(broker, caf::ok_atom_v, true);
+  sched->run();
+  ASSERT_TRUE(*a);
+  EXPECT_EQ(code_of(**a), ec::coordinator_not_available);
+  EXPECT_EQ(log->offset_fetches, (std::vector<int64_t>{-1, -1}));
+  ASSERT_FALSE(log->held.empty());
+  EXPECT_EQ(log->held.back().req.from.value, 0);
 }
 
 } // namespace
