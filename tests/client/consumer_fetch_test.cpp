@@ -102,6 +102,19 @@ caf::behavior fake_broker(caf::event_based_actor* self, std::shared_ptr<fetch_lo
 
 using test::fake_connection;
 
+/// Spawns a consumer with `c` into `out` and hands it `broker` as its
+/// connection's broker; runs the scheduler after each step.
+void spawn_connected(test::coordinated_client& env, const consumer_config& c,
+                     const caf::actor& broker, consumer_actor& out) {
+  auto h = spawn_consumer(*env.sys, c, env.conn);
+  ASSERT_TRUE(h) << describe(h.error());
+  out = *h;
+  env.sched->run();
+  ASSERT_TRUE(*env.listener);
+  caf::anon_send(*env.listener, connect_atom_v, caf::actor_cast<broker_actor>(broker));
+  env.sched->run();
+}
+
 class ConsumerFetchTest : public ::testing::Test, protected test::coordinated_client {
 protected:
   void SetUp() override {
@@ -126,13 +139,7 @@ protected:
     c.enable_auto_commit = false;
     c.fetch_max_bytes = max_bytes;
     c.fetch_max_total_bytes = total;
-    auto h = spawn_consumer(*sys, c, conn);
-    ASSERT_TRUE(h) << describe(h.error());
-    consumer = *h;
-    sched->run();
-    ASSERT_TRUE(*listener);
-    caf::anon_send(*listener, connect_atom_v, caf::actor_cast<broker_actor>(broker));
-    sched->run();
+    spawn_connected(*this, c, broker, consumer);
   }
 
   /// Every partition's fetch is held, each at the end of the data.
@@ -355,13 +362,7 @@ protected:
     c.auto_offset_reset = "earliest";
     c.enable_auto_commit = false;
     c.route_to_leaders = false;
-    auto h = spawn_consumer(*sys, c, conn);
-    ASSERT_TRUE(h) << describe(h.error());
-    consumer = *h;
-    sched->run();
-    ASSERT_TRUE(*listener);
-    caf::anon_send(*listener, connect_atom_v, caf::actor_cast<broker_actor>(broker));
-    sched->run();
+    spawn_connected(*this, c, broker, consumer);
   }
 
   /// The application's commit; its outcome lands in the result once it is
