@@ -499,7 +499,68 @@ std::deque<batch_ptr>::iterator find_sent(partition_queue& q, uint64_t id,
 // 505k/521k in the same session).
 constexpr size_t multi_partition_min = 8;
 
-// Sends the outbox: one request per node (see producer_state::outbox).
+/// Sends `batch` (ready batches for the node `hdl`) as one multi-partition
+/// request, or as single-partition produces when there are few.
+void send_request(producer_pointer self, const broker_actor& hdl,
+                  std::vector<producer_state::outgoing>& batch) {
+  if (batch.size() < multi_partition_min) {
+    for (auto& o : batch)
+      self->request(hdl, caf::infinite, produce_atom_v, std::move(o.req))
+        .then(
+          [self, tp = o.tp, id = o.id, sn = o.send_no](produce_response& r) {
+            on_produced(self, tp, id, sn, r);
+          },
+          [self, tp = o.tp, id = o.id, sn = o.send_no](caf::error& err) {
+            on_failed(self, tp, id, sn, std::move(err));
+          });
+    return;
+  }
+  struct sent {
+    topic_partition tp;
+    uint64_t id;
+    uint64_t send_no;
+  };
+  std::vector<sent> keys;
+  std::vector<produce_request> reqs;
+  keys.reserve(batch.size());
+  reqs.reserve(batch.size());
+  for (auto& o : batch) {
+    keys.push_back({o.tp, o.id, o.send_no});
+    reqs.push_back(std::move(o.req));
+  }
+  self->request(hdl, caf::infinite, produce_atom_v, std::move(reqs))
+    .then(
+      [self, keys](std::vector<produce_result>& rs) {
+        for (size_t i = 0; i < keys.size(); ++i) {
+          auto& k = keys[i];
+          if (i >= rs.size())
+            on_failed(self, k.tp, k.id, k.send_no,
+                      make_error(ec::invalid_request,
+                                 "the node answered "
+                                   + std::to_string(rs.size())
+                                   + " of " + std::to_string(keys.size())
+                                   + " partitions"));
+          else if (rs[i].error)
+            on_failed(self, k.tp, k.id, k.send_no, std::move(rs[i].error));
+          else
+            on_produced(self, k.tp, k.id, k.send_no, rs[i].response);
+        }
+      },
+      [self, keys](caf::error& err) {
+        for (auto& k : keys)
+          on_failed(self, k.tp, k.id, k.send_no, err);
+      });
+}
+
+/// What an outgoing batch counts against max.request.size.
+size_t request_bytes(const producer_state::outgoing& o) {
+  return o.req.batch.size() + o.req.topic.size();
+}
+
+// Sends the outbox: one request per node (see producer_state::outbox), or
+// several when its batches together pass max.request.size (as Kafka's
+// sender fills a node's request up to it; a batch larger than that still
+// goes, alone).
 void send_outbox(producer_pointer self) {
   auto& st = self->state;
   st.outbox_scheduled = false;
@@ -509,62 +570,23 @@ void send_outbox(producer_pointer self) {
     // A batch put back in its queue meanwhile (a reconnect, a new route)
     // goes again later with a new send number: not this one.
     std::vector<producer_state::outgoing> batch;
-    batch.reserve(queued.size());
+    size_t bytes = 0;
     for (auto& o : queued) {
       auto q = st.queues.find(o.tp);
-      if (q != st.queues.end()
-          && find_sent(q->second, o.id, o.send_no) != q->second.in_flight.end())
-        batch.push_back(std::move(o));
+      if (q == st.queues.end()
+          || find_sent(q->second, o.id, o.send_no) == q->second.in_flight.end())
+        continue;
+      auto n = request_bytes(o);
+      if (!batch.empty() && bytes + n > st.cfg.max_request_size) {
+        send_request(self, hdl, batch);
+        batch.clear();
+        bytes = 0;
+      }
+      bytes += n;
+      batch.push_back(std::move(o));
     }
-    if (batch.empty())
-      continue;
-    if (batch.size() < multi_partition_min) {
-      for (auto& o : batch)
-        self->request(hdl, caf::infinite, produce_atom_v, std::move(o.req))
-          .then(
-            [self, tp = o.tp, id = o.id, sn = o.send_no](produce_response& r) {
-              on_produced(self, tp, id, sn, r);
-            },
-            [self, tp = o.tp, id = o.id, sn = o.send_no](caf::error& err) {
-              on_failed(self, tp, id, sn, std::move(err));
-            });
-      continue;
-    }
-    struct sent {
-      topic_partition tp;
-      uint64_t id;
-      uint64_t send_no;
-    };
-    std::vector<sent> keys;
-    std::vector<produce_request> reqs;
-    keys.reserve(batch.size());
-    reqs.reserve(batch.size());
-    for (auto& o : batch) {
-      keys.push_back({o.tp, o.id, o.send_no});
-      reqs.push_back(std::move(o.req));
-    }
-    self->request(hdl, caf::infinite, produce_atom_v, std::move(reqs))
-      .then(
-        [self, keys](std::vector<produce_result>& rs) {
-          for (size_t i = 0; i < keys.size(); ++i) {
-            auto& k = keys[i];
-            if (i >= rs.size())
-              on_failed(self, k.tp, k.id, k.send_no,
-                        make_error(ec::invalid_request,
-                                   "the node answered "
-                                     + std::to_string(rs.size())
-                                     + " of " + std::to_string(keys.size())
-                                     + " partitions"));
-            else if (rs[i].error)
-              on_failed(self, k.tp, k.id, k.send_no, std::move(rs[i].error));
-            else
-              on_produced(self, k.tp, k.id, k.send_no, rs[i].response);
-          }
-        },
-        [self, keys](caf::error& err) {
-          for (auto& k : keys)
-            on_failed(self, k.tp, k.id, k.send_no, err);
-        });
+    if (!batch.empty())
+      send_request(self, hdl, batch);
   }
 }
 

@@ -83,7 +83,10 @@ struct producer_config {
   size_t buffer_memory = 32u << 20;
   /// max.block.ms: how long produce waits for buffer space (0: fail at once).
   std::chrono::milliseconds max_block{60000};
-  /// max.request.size: largest single record accepted.
+  /// max.request.size: the largest record accepted, and the most bytes of
+  /// batches (with their topic names) one request to a node carries; more
+  /// ready batches go in further requests, and a single batch larger than
+  /// this (batch.size above it) still goes, alone.
   size_t max_request_size = 1u << 20;
   /// metadata.max.age.ms: topic partition counts and leaders are
   /// refreshed this often (and after not_leader or a lost leader link).
