@@ -242,8 +242,13 @@ caf::error disk_partition_log::recover() {
     if (!s)
       return s.error();
     segs_.push_back(std::move(*s));
-    if (auto err = fs_->sync_dir(dir_))
-      return err;
+    // On the node journal the segment's create record makes the file (and
+    // its directory) exist again at a replay, and no append is acked before
+    // a journal round covering that record; a checkpoint's syncfs covers the
+    // directory before the record's file goes. Without it, sync the entry.
+    if (!journal_)
+      if (auto err = fs_->sync_dir(dir_))
+        return err;
   } else {
     for (size_t i = 0; i + 1 < bases.size(); ++i) {
       auto s = segment::open_closed(*fs_, dir_, bases[i], bases[i + 1], opts_, report_);
@@ -285,8 +290,13 @@ caf::error disk_partition_log::recover() {
   }
   // What was on disk when we opened is what we call durable from now on;
   // a process crash may have left it in the page cache only, so sync it.
-  if (auto err = segs_.back()->sync_all())
-    return err;
+  // A segment created just now holds nothing: the directory fsync above made
+  // its files exist, and its first append is synced (or journaled) like any
+  // other. Syncing its three empty files cost a new 10,000-partition topic
+  // 20,000-30,000 fdatasyncs on the scheduler's threads.
+  if (!bases.empty())
+    if (auto err = segs_.back()->sync_all())
+      return err;
   durable_end_ = log_end();
   active_since_ms_ = clock_();
   clean_point_ = log_start_;
