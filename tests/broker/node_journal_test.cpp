@@ -95,8 +95,9 @@ struct journaled_log {
 
   static fs::path dir(const fs::path& root) { return root / "topics" / "t-0"; }
 
-  caf::error open(const fs::path& root, node_journal* j, log_config cfg = {}) {
-    auto l = partition_log::open(dir(root), cfg, &ckpt, nullptr, {}, j);
+  caf::error open(const fs::path& root, node_journal* j, log_config cfg = {},
+                  file_system* files = nullptr) {
+    auto l = partition_log::open(dir(root), cfg, &ckpt, files, {}, j);
     if (!l)
       return l.error();
     log = std::move(*l);
@@ -698,11 +699,9 @@ TEST(node_journal, a_full_disk_keeps_deferred_writes_in_memory_and_fails_new_app
   auto j = node_journal::open(root, no_threads());
   ASSERT_TRUE(j) << describe(j.error());
   fault_injecting_file_system ffs{&default_file_system()};
-  memory_checkpoint ckpt;
-  auto opened = partition_log::open(journaled_log::dir(root), deferring(600), &ckpt,
-                                    &ffs, {}, j->get());
-  ASSERT_TRUE(opened) << describe(opened.error());
-  auto& log = **opened;
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get(), deferring(600), &ffs));
+  auto& log = *l.log;
   ASSERT_TRUE(append(log, make_batch(2, 'a', 100)));
   ASSERT_TRUE(append(log, make_batch(2, 'b', 100)));
   commit(log, **j);
@@ -738,11 +737,9 @@ TEST(node_journal, a_new_log_syncs_nothing_and_its_acked_appends_survive_losing_
   auto j = node_journal::open(root, no_threads());
   ASSERT_TRUE(j) << describe(j.error());
   fault_injecting_file_system ffs{&default_file_system()};
-  memory_checkpoint ckpt;
-  auto opened = partition_log::open(journaled_log::dir(root), {}, &ckpt, &ffs, {},
-                                    j->get());
-  ASSERT_TRUE(opened) << describe(opened.error());
-  auto& log = **opened;
+  journaled_log l;
+  ASSERT_FALSE(l.open(root, j->get(), {}, &ffs));
+  auto& log = *l.log;
   EXPECT_EQ(ffs.syncs(), 0u);
   EXPECT_EQ(ffs.dir_syncs(), 0u);
   ASSERT_TRUE(append(log, make_batch(3, 'a')));

@@ -36,12 +36,11 @@ struct request_log {
   int64_t next_offset = 0;
 };
 
-produce_response appended(request_log& log, const produce_request& r) {
+produce_response appended(request_log& log) {
   produce_response x;
   x.base_offset = offset{log.next_offset};
   x.last_offset = offset{log.next_offset};
   ++log.next_offset;
-  (void) r;
   return x;
 }
 
@@ -56,7 +55,7 @@ caf::behavior fake_broker(caf::event_based_actor*, std::shared_ptr<request_log> 
     },
     [log](produce_atom, produce_request& req) {
       log->single.push_back({{req.partition.value}, req.batch.size() + req.topic.size()});
-      return appended(*log, req);
+      return appended(*log);
     },
     [log](produce_atom, std::vector<produce_request>& reqs) {
       request_seen seen;
@@ -65,7 +64,7 @@ caf::behavior fake_broker(caf::event_based_actor*, std::shared_ptr<request_log> 
         seen.partitions.push_back(r.partition.value);
         seen.bytes += r.batch.size() + r.topic.size();
         produce_result x;
-        x.response = appended(*log, r);
+        x.response = appended(*log);
         out.push_back(std::move(x));
       }
       log->multi.push_back(std::move(seen));
