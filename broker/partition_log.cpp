@@ -150,6 +150,7 @@ public:
   size_t segment_count() const override { return segs_.size(); }
   const recovery_report& recovery() const override { return report_; }
   caf::error close() override;
+  void discard() override;
 
 private:
   caf::error writable() const;
@@ -1156,6 +1157,16 @@ caf::error disk_partition_log::close() {
   closed_ = true;
   segs_.clear();
   return result;
+}
+
+void disk_partition_log::discard() {
+  if (closed_)
+    return;
+  for (auto& s : segs_)
+    s->discard();
+  end_at_close_ = log_end();
+  closed_ = true;
+  segs_.clear();
 }
 
 } // namespace

@@ -881,6 +881,12 @@ caf::expected<offset> segment::truncate_to(offset end) {
   return new_end;
 }
 
+void segment::discard() {
+  close_indexes();
+  if (deferred_)
+    deferred_->discard();
+}
+
 caf::error segment::remove_files() {
   close_indexes();
   if (deferred_)

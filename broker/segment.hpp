@@ -192,6 +192,11 @@ public:
   /// Closes the index files: the segment is closed (read-only from now).
   void close_indexes();
 
+  /// Closes the index files and drops appends kept in memory (released to
+  /// the journal) without writing them: the segment's directory is being
+  /// deleted. The segment must not be used afterwards.
+  void discard();
+
   /// Reopens the index files for appending (a closed segment becomes the
   /// last one again).
   caf::error activate();

@@ -82,6 +82,7 @@
 #include "broker/node_journal.hpp"
 #include "broker/log_cleaner.hpp"
 #include "broker/sync_pool.hpp"
+#include "broker/dir_remover.hpp"
 #include "metrics/exposer.hpp"
 #include "metrics/metrics.hpp"
 
@@ -1131,6 +1132,11 @@ int main(int argc, char** argv) {
       .threads = 1,
       .io_max_bytes_per_second = opt.cleaner_io_max_bytes_per_second,
       .dedupe_buffer_bytes = opt.cleaner_dedupe_buffer_mb << 20});
+    // Deleted partitions' directories go into <data-dir>/trash and are
+    // removed on this thread, off the scheduler; what an earlier run left
+    // there (killed mid-delete) is removed from the start.
+    auto trash = std::make_shared<ferry::dir_remover>(data_dir);
+    trash->sweep();
     caf::actor_system sys{cfg};
     ferry::node_config nc;
     nc.node_id = opt.node_id;
@@ -1164,6 +1170,7 @@ int main(int argc, char** argv) {
     nc.replica_defaults.journal_defer_bytes =
       static_cast<size_t>(opt.journal_defer_kib) << 10;
     nc.replica_defaults.cleaner = cleaner;
+    nc.replica_defaults.trash = trash;
     nc.journal_min_replicas = opt.journal == "auto"
       ? static_cast<size_t>(opt.journal_min_partitions) : 0;
     nc.replica_defaults.fs = &segment_files;

@@ -5,6 +5,7 @@
 
 #include "actors/server/node_internal.hpp"
 
+#include "broker/dir_remover.hpp"
 #include "broker/node_journal.hpp"
 
 #include "broker/metadata_writer.hpp"
@@ -33,12 +34,9 @@ void schedule_recheck(self_ptr self, caf::timespan delay) {
 void delete_replica_data(self_ptr self, const topic_partition& key) {
   auto& st = self->state;
   auto dir = replica_dir(st.cfg.data_dir, key.topic, key.partition);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (ec)
-    log::error("node: cannot delete {}: {}", dir.string(), ec.message());
-  else if (auto& j = st.cfg.replica_defaults.journal)
-    j->record_remove(dir);
+  if (auto err = delete_partition_dir(dir, st.cfg.replica_defaults.trash.get(),
+                                      st.cfg.replica_defaults.journal.get()))
+    log::error("node: {}", err);
   if (auto& w = st.cfg.replica_defaults.meta_writer) {
     // Behind any write the replica queued there before it died.
     if (auto k = metadata_format::encode_partition_key(key.topic, key.partition)) {

@@ -119,6 +119,7 @@ class metadata_writer;
 class sync_pool;
 class node_journal;
 class log_cleaner;
+class dir_remover;
 
 namespace metrics {
 class node_probe;
@@ -262,6 +263,11 @@ struct partition_replica_config {
   /// the cleaner's thread, and swaps the result in when the cleaner's
   /// callback wakes it with a clean_atom. Null: never compacted.
   std::shared_ptr<log_cleaner> cleaner;
+  /// The node's directory remover (broker/dir_remover.hpp). Set (ferryd):
+  /// deleting the replica's data renames its directory into the trash and
+  /// the remover's thread removes the files; the replica answers its stop
+  /// without waiting. Null: the directory is removed in place, inline.
+  std::shared_ptr<dir_remover> trash;
   /// Keys the cleaner never removes (clean_job::keep_key); may be null.
   std::function<bool(std::string_view key)> clean_keep_key;
   /// The node's batched metadata writes (with `store`): the tick's HW

@@ -9,6 +9,7 @@
 #include "actors/server/partition_replica.hpp"
 
 #include "actors/protocol/interfaces.hpp"
+#include "broker/dir_remover.hpp"
 #include "broker/file_system.hpp"
 #include "broker/metadata_store.hpp"
 #include "broker/record_batch.hpp"
@@ -1080,6 +1081,15 @@ protected:
     journal_.reset();
   }
 
+  /// One produce, acked after the journal's round.
+  void produce_one() {
+    auto h = request(produce_atom_v, produce_req(make_batch({})));
+    sched_->run();
+    journal_->run_pending();
+    sched_->run();
+    ASSERT_OK(await<produce_response>(h));
+  }
+
   std::shared_ptr<node_journal> journal_;
 };
 
@@ -1118,11 +1128,7 @@ TEST_F(partition_replica_journal_test, produces_are_acked_after_the_journal_roun
 
 TEST_F(partition_replica_journal_test, deleting_the_replica_is_recorded_so_a_replay_does_not_revive_it) {
   spawn();
-  auto h = request(produce_atom_v, produce_req(make_batch({})));
-  sched_->run();
-  journal_->run_pending();
-  sched_->run();
-  ASSERT_OK(await<produce_response>(h));
+  produce_one();
   auto stopped = request(stop_atom_v, true);
   sched_->run();
   journal_->run_pending();
@@ -1143,6 +1149,33 @@ TEST_F(partition_replica_journal_test, deleting_the_replica_is_recorded_so_a_rep
   j->reset();
   fs::remove_all(crashed);
   (void) stopped;
+}
+
+TEST_F(partition_replica_journal_test, deleting_the_replica_moves_its_directory_to_the_trash_and_answers_before_removing_it) {
+  // With the node's remover (ferryd): the stop renames the directory into
+  // the trash and answers; the files are removed later, on the remover's
+  // thread (here: run_pending), not on the scheduler.
+  auto trash = std::make_shared<dir_remover>(root_.path(),
+                                             dir_remover_options{.threads = 0});
+  cfg_.trash = trash;
+  spawn();
+  produce_one();
+  auto stopped = request(stop_atom_v, true);
+  sched_->run();
+  auto r = await<bool>(stopped);
+  ASSERT_OK(r);
+  EXPECT_TRUE(*r);
+  replica_ = nullptr;
+  EXPECT_FALSE(fs::exists(cfg_.dir));
+  EXPECT_TRUE(journal_->adopted(cfg_.dir)) << "the removal is in the journal";
+  EXPECT_EQ(trash->stats().discarded, 1u);
+  ASSERT_EQ(trash->stats().pending, 1u) << "removed on the scheduler, not queued";
+  auto t = dir_remover::trash_dir(root_.path());
+  ASSERT_TRUE(fs::exists(t));
+  EXPECT_FALSE(fs::is_empty(t));
+  EXPECT_EQ(trash->run_pending(), 1u);
+  EXPECT_TRUE(fs::is_empty(t));
+  EXPECT_EQ(trash->stats().removed, 1u);
 }
 
 TEST_F(partition_replica_journal_test, the_tick_writes_acked_appends_the_segment_kept_in_memory) {

@@ -5,6 +5,7 @@
 // replaying the copy's journal and opening its logs.
 
 #include "tests/temp_dir.hpp"
+#include "broker/dir_remover.hpp"
 #include "broker/file_system.hpp"
 #include "broker/node_journal.hpp"
 #include "broker/partition_checkpoint.hpp"
@@ -305,34 +306,53 @@ TEST(node_journal, checkpoints_delete_old_journal_files_and_keep_the_data) {
 }
 
 TEST(node_journal, a_removed_and_recreated_partition_gets_only_its_new_data) {
-  temp_dir tmp;
-  auto root = tmp.path() / "node";
-  auto j = node_journal::open(root, no_threads());
-  ASSERT_TRUE(j) << describe(j.error());
-  {
-    journaled_log old;
-    ASSERT_FALSE(old.open(root, j->get()));
-    ASSERT_TRUE(append(*old.log, make_batch(4, 'o')));
-    commit(*old.log, **j);
-    ASSERT_FALSE(old.log->close());
-  }
-  // The topic is deleted: its directory goes, and the removal is recorded.
-  fs::remove_all(journaled_log::dir(root));
-  (*j)->record_remove(journaled_log::dir(root));
-  journaled_log fresh;
-  ASSERT_FALSE(fresh.open(root, j->get()));
-  ASSERT_TRUE(append(*fresh.log, make_batch(1, 'n')));
-  commit(*fresh.log, **j);
-  for (int lost = 0; lost < 2; ++lost) {
-    SCOPED_TRACE(lost ? "segment page cache lost" : "segment written back");
-    auto crashed = copy_of(root, tmp.path() / "crashed");
-    if (lost)
-      write_bytes(only_segment(crashed), "");
-    auto j2 = node_journal::open(crashed, no_threads());
-    ASSERT_TRUE(j2) << describe(j2.error());
-    journaled_log back;
-    ASSERT_FALSE(back.open(crashed, j2->get()));
-    EXPECT_EQ(content(*back.log), "n");
+  // The topic is deleted and created again under the same name; the node
+  // dies. Both ways a node deletes: in place, and (ferryd) renamed into the
+  // trash with its removal still queued when the node dies.
+  for (bool with_trash : {false, true}) {
+    SCOPED_TRACE(with_trash ? "moved to the trash" : "removed in place");
+    temp_dir tmp;
+    auto root = tmp.path() / "node";
+    auto j = node_journal::open(root, no_threads());
+    ASSERT_TRUE(j) << describe(j.error());
+    dir_remover trash{root, dir_remover_options{.threads = 0}};
+    {
+      journaled_log old;
+      ASSERT_FALSE(old.open(root, j->get()));
+      ASSERT_TRUE(append(*old.log, make_batch(4, 'o')));
+      commit(*old.log, **j);
+      ASSERT_FALSE(old.log->close());
+    }
+    // Its directory goes, and the removal is recorded.
+    ASSERT_FALSE(delete_partition_dir(journaled_log::dir(root),
+                                      with_trash ? &trash : nullptr, j->get()));
+    EXPECT_FALSE(fs::exists(journaled_log::dir(root)));
+    EXPECT_EQ(trash.stats().pending, with_trash ? 1u : 0u);
+    EXPECT_TRUE((*j)->adopted(journaled_log::dir(root)))
+      << "the removal is recorded: a log created there again stays journaled";
+    journaled_log fresh;
+    ASSERT_FALSE(fresh.open(root, j->get()));
+    ASSERT_TRUE(append(*fresh.log, make_batch(1, 'n')));
+    commit(*fresh.log, **j);
+    for (int lost = 0; lost < 2; ++lost) {
+      SCOPED_TRACE(lost ? "segment page cache lost" : "segment written back");
+      auto crashed = copy_of(root, tmp.path() / "crashed");
+      if (lost)
+        write_bytes(only_segment(crashed), "");
+      auto j2 = node_journal::open(crashed, no_threads());
+      ASSERT_TRUE(j2) << describe(j2.error());
+      journaled_log back;
+      ASSERT_FALSE(back.open(crashed, j2->get()));
+      EXPECT_EQ(content(*back.log), "n");
+      // The old directory is still in the crashed copy's trash; the next
+      // start's sweep removes it and nothing else.
+      dir_remover next{crashed, dir_remover_options{.threads = 0}};
+      EXPECT_EQ(next.sweep(), with_trash ? 1u : 0u);
+      next.run_pending();
+      if (with_trash)
+        EXPECT_TRUE(fs::is_empty(dir_remover::trash_dir(crashed)));
+      EXPECT_EQ(content(*back.log), "n");
+    }
   }
 }
 
@@ -564,6 +584,53 @@ TEST(node_journal, deferred_segment_writes_are_read_from_memory_and_survive_a_cr
   ASSERT_FALSE(l.log->close());
   EXPECT_EQ((*j)->unapplied(), 0u) << "a close writes what is kept";
   EXPECT_GT(fs::file_size(only_segment(root)), on_disk);
+}
+
+TEST(node_journal, a_discarded_log_writes_syncs_and_checkpoints_nothing_and_releases_what_it_kept) {
+  // A deleted topic's log: discard() instead of close(). Its kept appends
+  // are not written (the directory goes next), the journal is told it need
+  // not keep them, and no checkpoint is saved (close() committed one to
+  // LMDB per partition, on the scheduler).
+  struct counting_checkpoint final : partition_checkpoint {
+    caf::expected<std::optional<partition_metadata>> load() override { return saved; }
+    caf::error save(const partition_metadata& md) override {
+      saved = md;
+      ++saves;
+      return caf::none;
+    }
+    std::optional<partition_metadata> saved;
+    int saves = 0;
+  };
+  temp_dir tmp;
+  auto root = tmp.path() / "node";
+  auto j = node_journal::open(root, no_threads());
+  ASSERT_TRUE(j) << describe(j.error());
+  counting_checkpoint ckpt;
+  fault_injecting_file_system files{&default_file_system()};
+  auto l = partition_log::open(journaled_log::dir(root), deferring(), &ckpt, &files, {},
+                               j->get());
+  ASSERT_TRUE(l) << describe(l.error());
+  auto& log = **l;
+  for (char c : std::string{"abc"}) {
+    ASSERT_TRUE(append(log, make_batch(3, c)));
+    commit(log, **j);
+  }
+  ASSERT_EQ((*j)->unapplied(), 3u);
+  auto segment_file = only_segment(root);
+  ASSERT_EQ(fs::file_size(segment_file), 0u);
+  auto saves = ckpt.saves;
+  auto syncs = files.syncs() + files.dir_syncs();
+  log.discard();
+  EXPECT_EQ((*j)->unapplied(), 0u) << "the journal still holds the kept appends";
+  EXPECT_EQ(fs::file_size(segment_file), 0u) << "the kept appends were written";
+  EXPECT_EQ(ckpt.saves, saves) << "a checkpoint was saved";
+  EXPECT_EQ(files.syncs() + files.dir_syncs(), syncs) << "a file was synced";
+  auto more = append(log, make_batch(1, 'd'));
+  ASSERT_FALSE(more);
+  EXPECT_TRUE(is(more.error(), ec::log_closed)) << describe(more.error());
+  log.discard(); // twice: nothing happens
+  EXPECT_FALSE(log.close()) << "a close after a discard does nothing";
+  EXPECT_EQ(ckpt.saves, saves);
 }
 
 TEST(node_journal, an_append_beyond_the_deferred_limit_writes_what_was_kept_and_is_kept) {

@@ -112,6 +112,7 @@ public:
   size_t segment_count() const override { return 1; }
   const recovery_report& recovery() const override { return recovery_; }
   caf::error close() override { return caf::none; }
+  void discard() override {}
 
 private:
   static caf::error unused() { return make_error(ec::invalid_argument, "fake"); }

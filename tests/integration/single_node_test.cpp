@@ -448,6 +448,17 @@ TEST(SingleNode, AlterAddPartitionsAndDelete) {
   ASSERT_TRUE(del) << describe(del.error());
   auto gone = c.produce("t", 0, make_batch("x", 1));
   EXPECT_TRUE(is(gone.error(), ec::unknown_topic));
+  // The partition dirs were moved into the trash when the delete was
+  // answered and are removed from there off the scheduler (bounded wait).
+  EXPECT_FALSE(std::filesystem::exists(dir0));
+  auto trash = d.data_dir() / "trash";
+  auto trash_empty = [&] {
+    std::error_code ec;
+    return !std::filesystem::exists(trash, ec) || std::filesystem::is_empty(trash, ec);
+  };
+  for (int i = 0; i < 500 && !trash_empty(); ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(trash_empty()) << "the deleted topic's files were not removed";
   // Re-created under the same name, the topic starts empty.
   ASSERT_TRUE(c.create("t"));
   auto fresh = c.produce("t", 0, make_batch("new", 1));
@@ -456,6 +467,44 @@ TEST(SingleNode, AlterAddPartitionsAndDelete) {
   auto all = c.read_all("t", 0);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].second, "new-0");
+  EXPECT_EQ(d.stop(), 0) << d.output();
+}
+
+TEST(SingleNode, PartitionDirsLeftInTheTrashByAKilledNodeAreRemovedAtStart) {
+  // A node killed after a topic delete answered, before its remover thread
+  // got to the renamed directories: they are in <data-dir>/trash. The next
+  // start removes them, and what is hosted stays.
+  ferryd_process d;
+  ASSERT_STARTED(d);
+  {
+    client c{d.port()};
+    ASSERT_TRUE(c.connected()) << c.error();
+    ASSERT_TRUE(c.create("kept"));
+    ASSERT_TRUE(c.produce("kept", 0, make_batch("k", 2)));
+  }
+  d.kill9();
+  auto trash = d.data_dir() / "trash";
+  for (auto name : {"gone-0.1765000000000000000", "gone-1.1765000000000000001"}) {
+    auto dir = trash / name;
+    std::filesystem::create_directories(dir);
+    for (auto ext : {".log", ".index", ".timeindex"})
+      std::ofstream{dir / (std::string(20, '0') + ext)} << "old data";
+  }
+  ASSERT_TRUE(d.restart()) << d.output();
+  auto trash_empty = [&] {
+    std::error_code ec;
+    return std::filesystem::is_empty(trash, ec);
+  };
+  for (int i = 0; i < 500 && !trash_empty(); ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(trash_empty()) << d.output();
+  EXPECT_NE(d.output().find("removing 2 directories left in"), std::string::npos)
+    << d.output();
+  client c{d.port()};
+  ASSERT_TRUE(c.connected()) << c.error();
+  auto all = c.read_all("kept", 0);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].second, "k-0");
   EXPECT_EQ(d.stop(), 0) << d.output();
 }
 
