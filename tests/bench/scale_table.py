@@ -671,14 +671,25 @@ def row_idle(ctx, row, cluster, deadline):
 
 
 def topic_dirs(node, topic):
-    """Directories of `topic`'s partitions in a node's data dir (topics/T-N)."""
-    d = os.path.join(node.data_dir, "topics")
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return 0
+    """Directories of `topic`'s partitions in a node's data dir: topics/T-N,
+    and trash/T-N.<n> (deleted, files not removed yet)."""
     prefix = topic + "-"
-    return sum(1 for x in names if x.startswith(prefix) and x[len(prefix):].isdigit())
+    n = 0
+    for sub, in_trash in (("topics", False), ("trash", True)):
+        try:
+            names = os.listdir(os.path.join(node.data_dir, sub))
+        except OSError:
+            continue
+        for x in names:
+            if not x.startswith(prefix):
+                continue
+            rest = x[len(prefix):]
+            if in_trash:
+                part, dot, num = rest.partition(".")
+                n += part.isdigit() and dot == "." and num.isdigit()
+            else:
+                n += rest.isdigit()
+    return n
 
 
 def row_create_delete(ctx, row, cluster, deadline):
