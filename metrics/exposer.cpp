@@ -4,7 +4,7 @@
 #include "metrics/metrics.hpp"
 
 #include <prometheus/exposer.h>
-#include <prometheus/registry.h>
+#include <prometheus/collectable.h>
 #include <prometheus/text_serializer.h>
 
 #include <charconv>
@@ -53,7 +53,7 @@ exposer::start(const std::string& host_port, std::shared_ptr<registry> reg) {
                                         "local?): "
                                       + e.what());
   }
-  out->impl_->RegisterCollectable(out->reg_->prometheus_registry());
+  out->impl_->RegisterCollectable(out->reg_->collectable());
   auto ports = out->impl_->GetListeningPorts();
   out->port_ = ports.empty() ? static_cast<uint16_t>(port)
                              : static_cast<uint16_t>(ports.front());
@@ -63,7 +63,7 @@ exposer::start(const std::string& host_port, std::shared_ptr<registry> reg) {
 exposer::~exposer() = default;
 
 std::string text_format(registry& reg) {
-  auto families = reg.prometheus_registry()->Collect();
+  auto families = reg.collectable()->Collect();
   return prometheus::TextSerializer{}.Serialize(families);
 }
 

@@ -1,13 +1,13 @@
 #include "metrics/node_probe.hpp"
 
 #include "broker/error.hpp"
+#include "metrics/family.hpp"
 #include "metrics/metrics.hpp"
 
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
 
 #include <prometheus/counter.h>
-#include <prometheus/family.h>
 #include <prometheus/gauge.h>
 
 #include <sys/statvfs.h>
@@ -126,7 +126,7 @@ void node_probe::raft(int64_t term, bool is_leader, int64_t commit_index) {
 }
 
 void node_probe::increment(counters& series,
-                           prometheus::Family<prometheus::Counter>& family,
+                           family<prometheus::Counter>& family,
                            const char* label, std::string_view value) {
   std::lock_guard<std::mutex> guard{mtx_};
   auto i = series.find(value);

@@ -26,14 +26,14 @@
 
 namespace prometheus {
 class Counter;
-template <typename T>
-class Family;
 class Gauge;
 } // namespace prometheus
 
 namespace ferry::metrics {
 
 class registry;
+template <class T>
+class family;
 
 class node_probe {
 public:
@@ -98,7 +98,7 @@ private:
   using counters = std::map<std::string, prometheus::Counter*, std::less<>>;
 
   /// Adds 1 to the series of `family` with label=value in `series`.
-  void increment(counters& series, prometheus::Family<prometheus::Counter>& family,
+  void increment(counters& series, family<prometheus::Counter>& family,
                  const char* label, std::string_view value);
 
   /// request_failed and forwarded may be called from several actors.

@@ -1,9 +1,9 @@
 #include "metrics/partition_probe.hpp"
 
+#include "metrics/family.hpp"
 #include "metrics/metrics.hpp"
 
 #include <prometheus/counter.h>
-#include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 

@@ -24,7 +24,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include <prometheus/metric_family.h>
-#include <prometheus/registry.h>
+#include <prometheus/collectable.h>
 
 #include <gtest/gtest.h>
 
@@ -55,7 +55,7 @@ using metrics::labels;
 std::optional<prometheus::ClientMetric>
 series(const metrics::registry& reg, const std::string& name,
        const labels& l) {
-  for (const auto& fam : reg.prometheus_registry()->Collect()) {
+  for (const auto& fam : reg.collectable()->Collect()) {
     if (fam.name != name)
       continue;
     for (const auto& m : fam.metric) {
@@ -80,7 +80,7 @@ double value(const metrics::registry& reg, const std::string& name,
   auto m = series(reg, name, l);
   if (!m)
     return std::nan("");
-  for (const auto& fam : reg.prometheus_registry()->Collect())
+  for (const auto& fam : reg.collectable()->Collect())
     if (fam.name == name)
       return fam.type == prometheus::MetricType::Counter ? m->counter.value
                                                          : m->gauge.value;
@@ -88,7 +88,7 @@ double value(const metrics::registry& reg, const std::string& name,
 }
 
 size_t series_count(const metrics::registry& reg, const std::string& name) {
-  for (const auto& fam : reg.prometheus_registry()->Collect())
+  for (const auto& fam : reg.collectable()->Collect())
     if (fam.name == name)
       return fam.metric.size();
   return 0;
@@ -163,6 +163,39 @@ TEST(partition_probe, series_disappear_with_the_last_probe_of_their_labels) {
   EXPECT_FALSE(has(*reg, "ferry_log_flush_seconds", {{"topic", "t"}}));
   EXPECT_TRUE(has(*reg, "ferry_messages_in_total", {{"topic", "u"}}));
   EXPECT_EQ(series_count(*reg, "ferry_partition_high_watermark"), 1u);
+}
+
+TEST(partition_probe, a_deleted_large_topic_takes_exactly_its_series_with_it) {
+  // A 2,000-partition topic beside a small one: its probes die out of
+  // order (replicas stop in any order); every series of the big topic goes,
+  // the small topic's stay with their values, and the exposition keeps the
+  // families of the small topic whole.
+  auto reg = std::make_shared<metrics::registry>();
+  std::vector<std::unique_ptr<metrics::partition_probe>> big;
+  for (int32_t p = 0; p < 2000; ++p)
+    big.push_back(std::make_unique<metrics::partition_probe>(reg, "big", partition_id{p}));
+  metrics::partition_probe small{reg, "small", partition_id{0}};
+  small.log_state(offset{1}, offset{9}, offset{8}, 512);
+  small.produced(4, 40, 1ms);
+  EXPECT_EQ(series_count(*reg, "ferry_partition_high_watermark"), 2001u);
+  for (size_t i = 0; i < big.size(); i += 2)
+    big[i].reset();
+  EXPECT_EQ(series_count(*reg, "ferry_partition_high_watermark"), 1001u);
+  EXPECT_FALSE(has(*reg, "ferry_partition_log_end_offset", tp("big", 0)));
+  EXPECT_TRUE(has(*reg, "ferry_partition_log_end_offset", tp("big", 1)));
+  big.clear();
+  for (auto name : {"ferry_partition_high_watermark", "ferry_partition_log_start_offset",
+                    "ferry_partition_log_end_offset", "ferry_partition_size_bytes",
+                    "ferry_partition_isr_size", "ferry_partition_under_replicated"})
+    EXPECT_EQ(series_count(*reg, name), 1u) << name;
+  EXPECT_FALSE(has(*reg, "ferry_messages_in_total", {{"topic", "big"}}));
+  EXPECT_EQ(value(*reg, "ferry_partition_high_watermark", tp("small", 0)), 8);
+  EXPECT_EQ(value(*reg, "ferry_messages_in_total", {{"topic", "small"}}), 4);
+  auto text = reg->text();
+  EXPECT_EQ(text.find("topic=\"big\""), std::string::npos);
+  EXPECT_NE(text.find("ferry_partition_high_watermark{partition=\"0\",topic=\"small\"} 8"),
+            std::string::npos)
+    << text;
 }
 
 TEST(partition_probe, a_restarted_replica_keeps_its_series_when_the_old_probe_dies) {
