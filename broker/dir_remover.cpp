@@ -16,7 +16,7 @@ namespace ferry {
 namespace fs = std::filesystem;
 
 dir_remover::dir_remover(fs::path root, dir_remover_options opts)
-  : trash_(trash_dir(root)), opts_(opts) {
+  : trash_(trash_dir(root)) {
   // Names in the trash are "<dir>.<start time in ns>.<n>": unique across
   // this process's discards and distinct from whatever an earlier process
   // left there.
@@ -24,7 +24,7 @@ dir_remover::dir_remover(fs::path root, dir_remover_options opts)
     std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::system_clock::now().time_since_epoch())
       .count());
-  if (opts_.threads > 0)
+  if (opts.threads > 0)
     worker_ = std::thread([this] { run(); });
 }
 

@@ -96,7 +96,6 @@ private:
   void remove_one(const std::filesystem::path& p);
 
   std::filesystem::path trash_;
-  dir_remover_options opts_;
   mutable std::mutex mtx_;
   std::condition_variable cv_;
   std::deque<std::filesystem::path> queue_;

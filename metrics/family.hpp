@@ -55,11 +55,6 @@ public:
     series_.erase(l);
   }
 
-  size_t size() const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return series_.size();
-  }
-
   /// Appends this family (if it has series) to `out`.
   void collect(std::vector<prometheus::MetricFamily>& out) const {
     std::lock_guard<std::mutex> guard{mtx_};

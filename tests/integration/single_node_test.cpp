@@ -181,6 +181,20 @@ std::string make_batch(const std::string& prefix, int records,
 #define ASSERT_STARTED(d)                                                      \
   ASSERT_TRUE((d).start()) << "ferryd did not start:\n" << (d).output()
 
+/// Waits (at most ~10 s) until <data_dir>/trash is empty or absent, which
+/// is what a node's remover thread leaves once every deleted partition
+/// directory is gone; true when it got there.
+bool trash_emptied(const std::filesystem::path& data_dir) {
+  auto trash = data_dir / "trash";
+  auto empty = [&] {
+    std::error_code ec;
+    return !std::filesystem::exists(trash, ec) || std::filesystem::is_empty(trash, ec);
+  };
+  for (int i = 0; i < 500 && !empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  return empty();
+}
+
 } // namespace
 
 TEST(Ferryd, HelpListsEveryOptionWithDefaults) {
@@ -451,14 +465,7 @@ TEST(SingleNode, AlterAddPartitionsAndDelete) {
   // The partition dirs were moved into the trash when the delete was
   // answered and are removed from there off the scheduler (bounded wait).
   EXPECT_FALSE(std::filesystem::exists(dir0));
-  auto trash = d.data_dir() / "trash";
-  auto trash_empty = [&] {
-    std::error_code ec;
-    return !std::filesystem::exists(trash, ec) || std::filesystem::is_empty(trash, ec);
-  };
-  for (int i = 0; i < 500 && !trash_empty(); ++i)
-    std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(trash_empty()) << "the deleted topic's files were not removed";
+  EXPECT_TRUE(trash_emptied(d.data_dir())) << "the deleted topic's files were not removed";
   // Re-created under the same name, the topic starts empty.
   ASSERT_TRUE(c.create("t"));
   auto fresh = c.produce("t", 0, make_batch("new", 1));
@@ -491,13 +498,7 @@ TEST(SingleNode, PartitionDirsLeftInTheTrashByAKilledNodeAreRemovedAtStart) {
       std::ofstream{dir / (std::string(20, '0') + ext)} << "old data";
   }
   ASSERT_TRUE(d.restart()) << d.output();
-  auto trash_empty = [&] {
-    std::error_code ec;
-    return std::filesystem::is_empty(trash, ec);
-  };
-  for (int i = 0; i < 500 && !trash_empty(); ++i)
-    std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(trash_empty()) << d.output();
+  EXPECT_TRUE(trash_emptied(d.data_dir())) << d.output();
   EXPECT_NE(d.output().find("removing 2 directories left in"), std::string::npos)
     << d.output();
   client c{d.port()};
