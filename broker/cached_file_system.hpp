@@ -2,9 +2,10 @@
 // cached_file_system: the real (POSIX) file system with a bound on the file
 // descriptors its files hold: an LRU cache of open descriptors.
 //
-// A node with 10,000 partition replicas has at least 30,000 segment files
-// (.log, .index, .timeindex of every active segment, and every closed
-// segment's .log), more than the usual open-file limit. Here a file_handle
+// A node with 10,000 busy partition replicas has at least 30,000 segment
+// files (.log, .index, .timeindex of every active segment that has index
+// entries, and every closed segment's .log), more than the usual
+// open-file limit. Here a file_handle
 // is a path plus a descriptor that may be closed: at most `max_open` files
 // have a descriptor at once. Opening one more closes the least recently
 // used idle one; a closed handle reopens itself (O_RDWR, never creating)

@@ -353,31 +353,37 @@ caf::expected<std::unique_ptr<segment>>
 segment::create(file_system& fs, const std::filesystem::path& dir, offset base,
                 segment_options opts) {
   std::unique_ptr<segment> s{new segment(fs, dir, base, opts)};
-  auto fail = [&](caf::error err) -> caf::expected<std::unique_ptr<segment>> {
-    s->index_.detach();
-    s->time_index_.detach();
-    s->log_.reset();
-    (void) fs.remove(s->path_of(log_file_suffix));
-    (void) fs.remove(s->path_of(index_file_suffix));
-    (void) fs.remove(s->path_of(time_index_file_suffix));
-    return err;
-  };
+  // Only the .log file: the index files are made by the first
+  // write_indexes() that has entries to write (an idle partition has one
+  // file, not three).
   auto log = fs.open(s->path_of(log_file_suffix), open_mode::create_truncate);
   if (!log)
-    return fail(log.error());
+    return log.error();
   s->set_log(std::move(*log));
-  auto idx = fs.open(s->path_of(index_file_suffix), open_mode::create_truncate);
-  if (!idx)
-    return fail(idx.error());
-  s->index_.attach(std::move(*idx));
-  auto tidx = fs.open(s->path_of(time_index_file_suffix), open_mode::create_truncate);
-  if (!tidx)
-    return fail(tidx.error());
-  s->time_index_.attach(std::move(*tidx));
+  s->index_files_pending_ = true;
   s->indexes_loaded_ = true;
   if (opts.journal)
     s->journal_seq_ = opts.journal->record_create(s->path_of(log_file_suffix));
   return s;
+}
+
+caf::error segment::create_index_files() {
+  auto idx = fs_->open(path_of(index_file_suffix), open_mode::create_truncate);
+  if (!idx)
+    return idx.error();
+  auto tidx = fs_->open(path_of(time_index_file_suffix), open_mode::create_truncate);
+  if (!tidx) {
+    idx->reset();
+    (void) fs_->remove(path_of(index_file_suffix));
+    return tidx.error();
+  }
+  // Nothing of either index is in a file yet.
+  index_.assign(std::vector<offset_index_entry>{index_.entries()}, 0);
+  time_index_.assign(std::vector<time_index_entry>{time_index_.entries()}, 0);
+  index_.attach(std::move(*idx));
+  time_index_.attach(std::move(*tidx));
+  index_files_pending_ = false;
+  return caf::none;
 }
 
 caf::expected<std::unique_ptr<segment>>
@@ -442,15 +448,27 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
   uint64_t file_size = s->log_->size();
   batch_reader reader{*s->log_, file_size, opts.max_batch_bytes};
 
-  // 1. Load both indexes as they are on disk. A missing file means a rebuild.
-  bool missing = !fs.file_size(s->path_of(index_file_suffix))
-                 || !fs.file_size(s->path_of(time_index_file_suffix));
-  auto idx_file = fs.open(s->path_of(index_file_suffix), open_mode::create);
-  if (!idx_file)
-    return idx_file.error();
-  auto tidx_file = fs.open(s->path_of(time_index_file_suffix), open_mode::create);
-  if (!tidx_file)
-    return tidx_file.error();
+  // 1. Load both indexes as they are on disk. Both files missing: the
+  //    segment never wrote an index entry (create() makes them with the
+  //    first one); the scan from position 0 below indexes the whole file,
+  //    and the files are made when there are entries to write. One missing
+  //    means a rebuild.
+  bool has_idx = static_cast<bool>(fs.file_size(s->path_of(index_file_suffix)));
+  bool has_tidx = static_cast<bool>(fs.file_size(s->path_of(time_index_file_suffix)));
+  bool lazy = !has_idx && !has_tidx;
+  bool missing = !has_idx || !has_tidx;
+  std::unique_ptr<file_handle> idx_file;
+  std::unique_ptr<file_handle> tidx_file;
+  if (!lazy) {
+    auto i = fs.open(s->path_of(index_file_suffix), open_mode::create);
+    if (!i)
+      return i.error();
+    idx_file = std::move(*i);
+    auto t = fs.open(s->path_of(time_index_file_suffix), open_mode::create);
+    if (!t)
+      return t.error();
+    tidx_file = std::move(*t);
+  }
   auto load = [](file_handle& f) -> caf::expected<std::string> {
     std::string bytes(static_cast<size_t>(f.size()), '\0');
     auto got = f.read_at(0, std::span<char>{bytes.data(), bytes.size()});
@@ -459,14 +477,18 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
     bytes.resize(*got);
     return bytes;
   };
-  auto idx_bytes = load(**idx_file);
-  if (!idx_bytes)
-    return idx_bytes.error();
-  auto tidx_bytes = load(**tidx_file);
-  if (!tidx_bytes)
-    return tidx_bytes.error();
-  auto entries = offset_index::decode(*idx_bytes);
-  auto tentries = time_index::decode(*tidx_bytes);
+  std::vector<offset_index_entry> entries;
+  std::vector<time_index_entry> tentries;
+  if (!lazy) {
+    auto idx_bytes = load(*idx_file);
+    if (!idx_bytes)
+      return idx_bytes.error();
+    auto tidx_bytes = load(*tidx_file);
+    if (!tidx_bytes)
+      return tidx_bytes.error();
+    entries = offset_index::decode(*idx_bytes);
+    tentries = time_index::decode(*tidx_bytes);
+  }
 
   // 2. Validate. Entries whose batch header lies past the end of the file
   //    point into a lost tail: drop them. Otherwise the entries must be
@@ -479,7 +501,7 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
                  || time_index::first_invalid(tentries, offset_span_limit)
                       != tentries.size()
                  || (!entries.empty() && tentries.empty())
-                 || (missing && file_size > 0);
+                 || (missing && !lazy && file_size > 0);
   if (!rebuild && !entries.empty()) {
     auto& e = entries.back();
     auto b = reader.peek(e.position, 0);
@@ -512,20 +534,26 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
     pos = entries.back().position;
     expected = s->index_.offset_of(entries.back());
   }
-  // The kept entries are a prefix of the file's; cut the file to match.
-  if ((*idx_file)->size() != keep * offset_index::entry_size)
-    if (auto err = (*idx_file)->truncate(keep * offset_index::entry_size))
-      return err;
-  s->index_.assign(std::move(entries), keep);
-  s->index_.attach(std::move(*idx_file));
   size_t tkeep = rebuild ? 0 : tentries.size();
-  if ((*tidx_file)->size() != tkeep * time_index::entry_size)
-    if (auto err = (*tidx_file)->truncate(tkeep * time_index::entry_size))
-      return err;
+  if (lazy) {
+    s->index_files_pending_ = true;
+  } else {
+    // The kept entries are a prefix of the file's; cut the file to match.
+    if (idx_file->size() != keep * offset_index::entry_size)
+      if (auto err = idx_file->truncate(keep * offset_index::entry_size))
+        return err;
+    if (tidx_file->size() != tkeep * time_index::entry_size)
+      if (auto err = tidx_file->truncate(tkeep * time_index::entry_size))
+        return err;
+  }
+  s->index_.assign(std::move(entries), keep);
   if (!tentries.empty())
     s->max_ts_ = tentries.back().timestamp;
   s->time_index_.assign(std::move(tentries), tkeep);
-  s->time_index_.attach(std::move(*tidx_file));
+  if (!lazy) {
+    s->index_.attach(std::move(idx_file));
+    s->time_index_.attach(std::move(tidx_file));
+  }
   s->indexes_loaded_ = true;
 
   // 4. Scan forward verifying header and CRC; cut at the first bad batch.
@@ -593,6 +621,9 @@ segment::recover_active(file_system& fs, const std::filesystem::path& dir,
   if (s->time_index_.size() != tcount || s->empty())
     if (auto err = s->recompute_max_timestamp())
       return err;
+  // Entries the log needed were in no file (written after the crash).
+  if (lazy && !s->index_.empty())
+    ++report.indexes_rebuilt;
   return s;
 }
 
@@ -786,6 +817,12 @@ void segment::confirm_sync(const file_handle* file) {
 }
 
 caf::error segment::write_indexes() {
+  if (index_files_pending_) {
+    if (pending_index_entries() == 0)
+      return caf::none;
+    if (auto err = create_index_files())
+      return err;
+  }
   if (auto err = index_.write_pending())
     return err;
   return time_index_.write_pending();
@@ -808,6 +845,7 @@ caf::error segment::sync_all() {
 void segment::close_indexes() {
   index_.detach();
   time_index_.detach();
+  index_files_pending_ = false;
 }
 
 caf::error segment::activate() {

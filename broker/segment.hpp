@@ -5,7 +5,8 @@
 // written. The formats are in FORMAT.md, "Segments and indexes".
 //
 // Lifecycle:
-//   create()          a new, empty active segment (three fresh files)
+//   create()          a new, empty active segment: its .log file only; the
+//                     two index files are made with its first index entry
 //   recover_active()  the last segment at open: validates its indexes, scans
 //                     the tail from the last trustworthy index entry,
 //                     verifies header + CRC of each batch and cuts the file
@@ -139,8 +140,10 @@ public:
   bool empty() const { return size_ == 0; }
   /// Largest batch max_timestamp; nullopt when empty.
   std::optional<timestamp_ms> max_timestamp() const { return max_ts_; }
-  /// True while the index files are open for appending.
-  bool active() const { return index_.attached(); }
+  /// True while the index files are open for appending (or, for a segment
+  /// that has not written an index entry yet, will be made by the first
+  /// write_indexes() that has one).
+  bool active() const { return index_.attached() || index_files_pending_; }
   /// True if appended data awaits fdatasync.
   bool dirty() const { return dirty_; }
   /// Index entries not yet written to the index files.
@@ -180,7 +183,8 @@ public:
   /// The journal covered the sync begun by begin_journal_sync().
   void confirm_journal_sync() { unconfirmed_ = false; }
 
-  /// Appends pending index entries to the index files (no sync).
+  /// Appends pending index entries to the index files (no sync). The first
+  /// call with entries to write creates both files.
   caf::error write_indexes();
 
   /// Adds the closing time-index entry and writes pending index entries.
@@ -243,6 +247,10 @@ private:
   /// Updates indexes and max timestamp for a batch now part of the segment.
   void index_batch(const batch_position& b);
 
+  /// Creates both (empty) index files of an active segment and attaches
+  /// them; every entry in memory becomes pending.
+  caf::error create_index_files();
+
   /// Loads and validates the index files of a closed segment (lazy).
   caf::error load_indexes();
 
@@ -269,6 +277,8 @@ private:
   offset_index index_;
   time_index time_index_;
   bool indexes_loaded_ = false;
+  /// Active, and its index files do not exist yet (see create()).
+  bool index_files_pending_ = false;
   bool dirty_ = false;
   // A sync begun by begin_sync_log() and not confirmed yet.
   bool unconfirmed_ = false;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -626,6 +627,69 @@ TEST_F(log_test, reopen_keeps_everything_readable_and_offsets_continue) {
   auto o = log->offset_for_timestamp(100 + 17);
   ASSERT_TRUE(o && *o);
   EXPECT_EQ(**o, offset{47});
+}
+
+TEST_F(log_test, a_segment_makes_its_index_files_with_its_first_index_entry) {
+  // An idle partition holds one file, not three: the .index and .timeindex
+  // of a new segment are made by the first write that has an entry for
+  // them, and a reopen without them is no damage.
+  auto files = [&] {
+    std::set<std::string> names;
+    for (auto& e : fs::directory_iterator(dir.path()))
+      names.insert(e.path().filename().string());
+    return names;
+  };
+  std::set<std::string> log_only{"00000000000000000000.log"};
+  cfg.index_interval_bytes = 1 << 20;
+  auto log = open_log();
+  ASSERT_TRUE(log);
+  EXPECT_EQ(files(), log_only);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(append(*log, make_batch(2, 10 + i)));
+  ASSERT_TRUE(log->flush());
+  EXPECT_EQ(files(), log_only) << "no entry yet (interval 1 MiB)";
+  auto before = read_all(*log, offset{0});
+  ASSERT_FALSE(log->close());
+  EXPECT_EQ(files(), log_only);
+  log = open_log();
+  ASSERT_TRUE(log);
+  EXPECT_EQ(files(), log_only);
+  EXPECT_EQ(log->recovery().indexes_rebuilt, 0u);
+  EXPECT_EQ(log->recovery().bytes_truncated, 0u);
+  EXPECT_EQ(read_all(*log, offset{0}), before);
+  ASSERT_FALSE(log->close());
+  // Entries from the next batch on: the files appear with them.
+  cfg.index_interval_bytes = 1;
+  log = open_log();
+  ASSERT_TRUE(log);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(append(*log, make_batch(2, 20 + i)));
+  ASSERT_TRUE(log->flush());
+  EXPECT_EQ(files(), (std::set<std::string>{"00000000000000000000.index",
+                                            "00000000000000000000.log",
+                                            "00000000000000000000.timeindex"}));
+  // The open's scan indexed the first 5 batches at the new interval (all
+  // but position 0's), then one entry per new batch.
+  EXPECT_EQ(fs::file_size(dir.path() / "00000000000000000000.index"), 7u * 8u);
+  before = read_all(*log, offset{0});
+  ASSERT_FALSE(log->close());
+  log = open_log();
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->recovery().indexes_rebuilt, 0u);
+  EXPECT_EQ(log->recovery().batches_scanned, 1u) << "from the last entry";
+  EXPECT_EQ(read_all(*log, offset{0}), before);
+  for (auto o = offset{0}; o < log->log_end(); ++o) {
+    auto r = log->read(o, 1, log->log_end());
+    ASSERT_TRUE(r && r->batches == 1) << "offset " << o.value;
+    auto h = parse_batch_header(r->data);
+    ASSERT_TRUE(h);
+    EXPECT_LE(h->base_offset, o);
+    EXPECT_GE(h->last_offset(), o);
+  }
+  // Batch 5 (offsets 10, 11) holds timestamps 20, 21.
+  auto t = log->offset_for_timestamp(21);
+  ASSERT_TRUE(t && *t);
+  EXPECT_EQ(**t, offset{11});
 }
 
 TEST_F(log_test, high_watermark_is_clamped_to_the_log) {
