@@ -158,4 +158,13 @@ caf::error writer_partition_checkpoint::save(const partition_metadata& md) {
                          metadata_format::encode_partition_metadata(md));
 }
 
+caf::error writer_partition_checkpoint::save_at_close(const partition_metadata& md) {
+  auto key = metadata_format::encode_partition_key(topic_, partition_);
+  if (!key)
+    return std::move(key.error());
+  writer_.put_later(metadata_format::partitions_db, *key,
+                    metadata_format::encode_partition_metadata(md));
+  return caf::none;
+}
+
 } // namespace ferry

@@ -103,14 +103,17 @@ private:
 };
 
 /// A partition_checkpoint in the node's metadata_store whose saves go
-/// through a metadata_writer (put_now), so they are ordered with the
-/// replica's queued HW checkpoints of the same partition.
+/// through a metadata_writer (put_now; a close's save is queued), so they
+/// are ordered with the replica's queued HW checkpoints of the same
+/// partition.
 class writer_partition_checkpoint final : public partition_checkpoint {
 public:
   writer_partition_checkpoint(metadata_writer& writer, std::string topic,
                               partition_id p);
   caf::expected<std::optional<partition_metadata>> load() override;
   caf::error save(const partition_metadata& md) override;
+  /// Queued (put_later): written with the other queued writes in one round.
+  caf::error save_at_close(const partition_metadata& md) override;
 
 private:
   metadata_writer& writer_;

@@ -38,6 +38,16 @@ public:
   /// The last saved metadata, or nullopt if none was ever saved.
   virtual caf::expected<std::optional<partition_metadata>> load() = 0;
   virtual caf::error save(const partition_metadata& md) = 0;
+  /// The save of a log's clean close(). What it adds to the saves before it
+  /// is at most a newer high watermark and epoch (the log's start and
+  /// truncations were saved when they happened, epochs are read back from
+  /// the batches at open), so it need not be durable at once: a checkpoint
+  /// that batches writes queues it (metadata_writer: one transaction for
+  /// every partition a stopping node closes, instead of one each). Losing
+  /// it costs what a crash costs. By default: save().
+  virtual caf::error save_at_close(const partition_metadata& md) {
+    return save(md);
+  }
 };
 
 /// Keeps metadata in memory: for tests and for logs that need no durability.

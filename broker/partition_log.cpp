@@ -1151,7 +1151,7 @@ caf::error disk_partition_log::close() {
     else if (auto err = segs_.back()->write_indexes())
       result = err;
   }
-  if (auto err = checkpoint(); err && !result)
+  if (auto err = ckpt_->save_at_close({log_start_, hw_, epochs_}); err && !result)
     result = err;
   end_at_close_ = log_end();
   closed_ = true;

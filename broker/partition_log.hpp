@@ -390,7 +390,9 @@ public:
   /// What open() found.
   virtual const recovery_report& recovery() const = 0;
 
-  /// Flushes, checkpoints and closes files. Further calls give log_closed.
+  /// Flushes, checkpoints (partition_checkpoint::save_at_close: queued on
+  /// a node, so a stopping node's 10,000 partitions make one LMDB commit,
+  /// not 10,000) and closes files. Further calls give log_closed.
   virtual caf::error close() = 0;
 
   /// Closes without writing, syncing or checkpointing anything: the caller

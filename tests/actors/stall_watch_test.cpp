@@ -53,8 +53,9 @@ TEST(stall_watch, heartbeats_after_the_catch_up_do_not_extend_the_stall) {
   for (int64_t t = 104'050; t <= 110'000; t += 50) {
     caught_up = stall_watch::first_caught_up(caught_up, ms(100'000), ms(t));
     EXPECT_EQ(caught_up, ms(104'000));
-    if (t >= 104'300)
+    if (t >= 104'300) {
       EXPECT_FALSE(stalled(ms(t), caught_up)) << "still refusing at " << t << " ms";
+    }
   }
   // A later pause needs evidence of its own.
   EXPECT_EQ(stall_watch::first_caught_up(caught_up, ms(200'000), ms(204'000)), ms(204'000));
