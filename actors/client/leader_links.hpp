@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -92,7 +93,7 @@ private:
   void close(std::map<int32_t, link>::iterator i);
 
   bool enabled_;
-  std::map<topic_partition, int32_t> leaders_;
+  std::unordered_map<topic_partition, int32_t, topic_partition_hash> leaders_;
   std::map<int32_t, broker_endpoint> endpoints_;
   std::map<int32_t, link> links_;
   /// The link connections not yet stopped, shared with stopper().

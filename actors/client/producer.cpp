@@ -264,6 +264,11 @@ struct producer_state {
 
   std::deque<pending> blocked; ///< waiting for buffer space, FIFO
   std::map<topic_partition, partition_queue> queues;
+  /// The entries of `queues` by hash: a record's partition and every answer
+  /// look their queue up, and a std::map of 10,000 partitions made that
+  /// lookup a tenth of the producer's CPU. Entries are never erased, so the
+  /// pointers stay valid; `queues` keeps its order for the walks.
+  std::unordered_map<topic_partition, partition_queue*, topic_partition_hash> queue_index;
   std::unordered_map<uint64_t, topic_partition> open_batches; ///< linger ids
   /// When the pending linger timer fires (nullopt: none pending). One timer
   /// serves every open batch, re-armed for the next one due: a timer per
@@ -325,6 +330,12 @@ milliseconds backoff_for(const producer_config& cfg, int32_t failures) {
   for (int32_t i = 1; i < failures && d < cfg.retry_backoff_max; ++i)
     d *= 2;
   return std::min(d, cfg.retry_backoff_max);
+}
+
+/// The queue of `tp`, or nullptr if no record went to it yet.
+partition_queue* find_queue(producer_state& st, const topic_partition& tp) {
+  auto i = st.queue_index.find(tp);
+  return i == st.queue_index.end() ? nullptr : i->second;
 }
 
 bool expired(const producer_state& st, const batch& b, clock::time_point now) {
@@ -572,9 +583,8 @@ void send_outbox(producer_pointer self) {
     std::vector<producer_state::outgoing> batch;
     size_t bytes = 0;
     for (auto& o : queued) {
-      auto q = st.queues.find(o.tp);
-      if (q == st.queues.end()
-          || find_sent(q->second, o.id, o.send_no) == q->second.in_flight.end())
+      auto q = find_queue(st, o.tp);
+      if (!q || find_sent(*q, o.id, o.send_no) == q->in_flight.end())
         continue;
       auto n = request_bytes(o);
       if (!batch.empty() && bytes + n > st.cfg.max_request_size) {
@@ -839,11 +849,11 @@ void request_pid(producer_pointer self) {
 partition_queue& queue_for(producer_state& st, const std::string& topic,
                            int32_t partition) {
   topic_partition tp{topic, partition_id{partition}};
-  auto i = st.queues.find(tp);
-  if (i == st.queues.end()) {
-    i = st.queues.emplace(tp, partition_queue{}).first;
-    i->second.tp = tp;
-  }
+  if (auto q = find_queue(st, tp))
+    return *q;
+  auto i = st.queues.emplace(tp, partition_queue{}).first;
+  i->second.tp = tp;
+  st.queue_index.emplace(std::move(tp), &i->second);
   return i->second;
 }
 
@@ -897,11 +907,10 @@ void linger_timer_fired(producer_pointer self) {
     auto i = st.open_batches.find(id);
     if (i == st.open_batches.end())
       return nullptr;
-    auto qi = st.queues.find(i->second);
-    if (qi == st.queues.end() || !qi->second.open
-        || qi->second.open->id != id || qi->second.open_due)
+    auto q = find_queue(st, i->second);
+    if (!q || !q->open || q->open->id != id || q->open_due)
       return nullptr;
-    return &qi->second;
+    return q;
   };
   while (!st.linger_order.empty()) {
     auto [due, id] = st.linger_order.front();
@@ -1175,10 +1184,10 @@ void after_progress(producer_pointer self, partition_queue& q) {
 void on_produced(producer_pointer self, const topic_partition& tp, uint64_t id,
                  uint64_t send_no, const produce_response& r) {
   auto& st = self->state;
-  auto qi = st.queues.find(tp);
-  if (qi == st.queues.end())
+  auto qp = find_queue(st, tp);
+  if (!qp)
     return;
-  auto& q = qi->second;
+  auto& q = *qp;
   auto i = find_sent(q, id, send_no);
   if (i == q.in_flight.end())
     return;
@@ -1197,10 +1206,10 @@ void on_produced(producer_pointer self, const topic_partition& tp, uint64_t id,
 void on_failed(producer_pointer self, const topic_partition& tp, uint64_t id,
                uint64_t send_no, caf::error err) {
   auto& st = self->state;
-  auto qi = st.queues.find(tp);
-  if (qi == st.queues.end())
+  auto qp = find_queue(st, tp);
+  if (!qp)
     return;
-  auto& q = qi->second;
+  auto& q = *qp;
   auto i = find_sent(q, id, send_no);
   if (i == q.in_flight.end())
     return;
@@ -1331,12 +1340,12 @@ void housekeeping(producer_pointer self) {
   std::erase_if(st.waiting_metadata, [](auto& kv) { return kv.second.empty(); });
   // Partitions whose backoff ran out send again.
   for (auto i = st.backing_off.begin(); i != st.backing_off.end();) {
-    auto q = st.queues.find(*i);
-    if (q == st.queues.end()) {
+    auto q = find_queue(st, *i);
+    if (!q) {
       i = st.backing_off.erase(i);
-    } else if (now >= q->second.resume_at) {
+    } else if (now >= q->resume_at) {
       i = st.backing_off.erase(i);
-      send_ready(self, q->second);
+      send_ready(self, *q);
     } else {
       ++i;
     }
@@ -1506,10 +1515,10 @@ producer_impl::behavior_type producer(producer_pointer self, producer_config cfg
       auto i = st.open_batches.find(id);
       if (i == st.open_batches.end())
         return;
-      auto qi = st.queues.find(i->second);
-      if (qi == st.queues.end() || !qi->second.open || qi->second.open->id != id)
+      auto q = find_queue(st, i->second);
+      if (!q || !q->open || q->open->id != id)
         return;
-      linger_expired(self, qi->second);
+      linger_expired(self, *q);
     },
     [self](stop_atom) {
       auto& st = self->state;
