@@ -16,7 +16,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -91,6 +95,52 @@ template <class... Ts>
 void critical(fmt::format_string<Ts...> f, Ts&&... xs) {
   write(level::critical, f, std::forward<Ts>(xs)...);
 }
+
+/// Lets one line per `interval` through for an event that may happen
+/// thousands of times a second on several threads (a slow flush on every
+/// partition of a busy node made 10,588 warnings in a 5-s run), and counts
+/// the others: the line that goes out can say how many were held back
+/// since the last one and the largest value among them. Thread-safe.
+///
+///   static log::limiter slow{std::chrono::seconds{10}};
+///   if (auto r = slow.note(steady_clock::now(), ms))
+///     log::warn("... took {} ms ({} more since, slowest {} ms)", ms,
+///               r->held_back, r->worst);
+class limiter {
+public:
+  struct report {
+    /// Events since the last line that went out, not logged.
+    uint64_t held_back = 0;
+    /// The largest value among those and this one.
+    int64_t worst = 0;
+  };
+
+  explicit limiter(std::chrono::nanoseconds interval) : interval_(interval.count()) {}
+
+  /// A report when this event is to be logged; nullopt when it is only counted.
+  std::optional<report> note(std::chrono::steady_clock::time_point now, int64_t value) {
+    auto t = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch())
+               .count();
+    auto next = next_.load(std::memory_order_relaxed);
+    if (t < next || !next_.compare_exchange_strong(next, t + interval_)) {
+      held_.fetch_add(1, std::memory_order_relaxed);
+      auto w = worst_.load(std::memory_order_relaxed);
+      while (value > w && !worst_.compare_exchange_weak(w, value)) {
+      }
+      return std::nullopt;
+    }
+    report r;
+    r.held_back = held_.exchange(0);
+    r.worst = std::max(worst_.exchange(std::numeric_limits<int64_t>::min()), value);
+    return r;
+  }
+
+private:
+  int64_t interval_;
+  std::atomic<int64_t> next_{std::numeric_limits<int64_t>::min()};
+  std::atomic<uint64_t> held_{0};
+  std::atomic<int64_t> worst_{std::numeric_limits<int64_t>::min()};
+};
 
 } // namespace ferry::log
 
