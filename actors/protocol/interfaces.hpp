@@ -8,9 +8,42 @@
 
 #include "broker/messages.hpp"
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/fwd.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
+
+#include <cstddef>
+#include <memory>
+
+// -- in-process messages ---------------------------------------------------------
+
+namespace ferry {
+
+/// The answers of one multi-partition produce, gathered in the node without
+/// an answer message per partition (actors/server/produce_gather.hpp).
+struct produce_gather;
+struct produce_answers;
+
+/// Where a replica writes its answer to one batch of a multi-partition
+/// produce: slot `index` of the node's gather.
+struct produce_slot {
+  std::shared_ptr<produce_gather> gather;
+  size_t index = 0;
+};
+
+/// A multi-partition produce's answers, all in: sent to the node by the
+/// last one to let go of the gather.
+struct produce_gathered {
+  std::shared_ptr<produce_answers> answers;
+};
+
+} // namespace ferry
+
+// Never serialized: a peer cannot send them (CAF drops a message with a
+// type it cannot deserialize), so the node serves them without a session.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ferry::produce_slot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ferry::produce_gathered)
 
 // -- typed actor interfaces -----------------------------------------------------
 
@@ -87,6 +120,9 @@ using partition_actor = caf::typed_actor<
   /// Appends one batch; validates size, CRC and idempotence (duplicates are
   /// answered with the original offsets and duplicate=true).
   caf::replies_to<produce_atom, produce_request>::with<produce_response>,
+  /// Internal: the same for one batch of a multi-partition produce the node
+  /// took; the answer goes into the slot instead of a response message.
+  caf::reacts_to<produce_atom, produce_request, produce_slot>,
   /// Reads below the high watermark, long-polling per min_bytes/max_wait_ms.
   caf::replies_to<fetch_atom, fetch_request>::with<fetch_response>,
   /// Earliest, latest or by timestamp.
@@ -283,7 +319,10 @@ using broker_actor = broker_core_actor::extend<
   /// the request itself would be. authentication_failed for a missing,
   /// expired or forged credential, authorization_failed when no ACL allows
   /// the request.
-  caf::replies_to<auth_atom, std::string, caf::message>::with<caf::message>>;
+  caf::replies_to<auth_atom, std::string, caf::message>::with<caf::message>,
+  /// Internal: a multi-partition produce's answers are all in (from its
+  /// gather, actors/server/produce_gather.hpp); the node answers the client.
+  caf::reacts_to<produce_atom, produce_gathered>>;
 
 /// Coordinator of one queue-mode group (issue 4): leases records of the
 /// partitions it reads, counts attempts, retries with backoff and writes

@@ -66,11 +66,6 @@ void finish_shutdown(self_ptr self) {
   st.peers.clear();
   if (st.disk_sampler)
     self->send_exit(st.disk_sampler, caf::exit_reason::user_shutdown);
-  // Linked too, but a link passes on a normal exit reason, which an actor
-  // does not quit for.
-  for (auto& relay : st.produce_relays)
-    self->send_exit(relay, caf::exit_reason::user_shutdown);
-  st.produce_relays.clear();
   log::info("node: shutdown complete");
   auto reason = st.exit_reason ? st.exit_reason
                                : caf::error{caf::exit_reason::user_shutdown};

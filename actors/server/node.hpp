@@ -430,13 +430,6 @@ struct node_state {
   /// DLQ operations (list, show, redrive, purge); spawned on first use,
   /// gets the topic lists like the coordinators.
   dlq_manager_actor dlq;
-  /// Produce relays (node_routing.cpp): every produce this node serves
-  /// from a local replica passes the relay its partition hashes to, which
-  /// keeps each partition's batches in order while spreading the pending
-  /// answers of multi-partition produces over several actors (CAF 0.17
-  /// searches an actor's pending answers linearly). Spawned on first use,
-  /// linked to the node.
-  std::vector<caf::actor> produce_relays;
   std::shared_ptr<offset_store> offsets;
   std::vector<create_waiter> create_waiters;
   std::vector<topic_waiter> topic_waiters;

@@ -719,6 +719,9 @@ broker_actor::behavior_type serve_sessions(self_ptr self,
     [self](auth_atom, std::string& cred, caf::message& req) -> caf::result<caf::message> {
       return serve_in_session(self, cred, req);
     },
+    // Made in this process only (its type is never deserialized): the
+    // answers of a produce the node took in a session or without one.
+    [self](produce_atom, produce_gathered& x) { produce_gathered_in(self, x); },
   };
   if (st.cfg.auth) {
     // A bare request: refused, whatever its sender claims to be.

@@ -462,6 +462,9 @@ caf::result<produce_response> serve_produce(self_ptr self,
 /// serve_produce would, the answers gathered in order.
 caf::result<std::vector<produce_result>>
 serve_produce_many(self_ptr self, std::vector<produce_request>& reqs);
+/// The answers of a multi-partition produce are all in (produce_gather.hpp):
+/// counts the replicas' errors and answers the client.
+void produce_gathered_in(self_ptr self, produce_gathered& x);
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req);
 caf::result<std::vector<fetch_result>>
 serve_fetch_round(self_ptr self, fetch_round& rd);

@@ -4,6 +4,7 @@
 // work.)
 
 #include "actors/server/node_internal.hpp"
+#include "actors/server/produce_gather.hpp"
 
 namespace ferry::node_detail {
 
@@ -68,94 +69,8 @@ caf::expected<route_target> route_client(self_ptr self,
   return route_target{*r, broker_actor{}};
 }
 
-// -- produce relays -------------------------------------------------------------
-
-namespace {
-
-/// How many produce relays a node runs. A node with 10,000 partitions has
-/// about as many batches in flight; CAF 0.17 keeps an actor's pending
-/// answers in a vector it searches and erases linearly (9.4% of the node's
-/// time at 10,000 partitions when the node held them all itself).
-constexpr size_t produce_relay_count = 16;
-
-/// The answers of a multi-partition produce (or a relay's share of one), in
-/// request order; delivered once the last one is in.
-struct produce_gather {
-  std::vector<produce_result> out;
-  size_t left = 0;
-  caf::typed_response_promise<std::vector<produce_result>> rp;
-
-  static std::shared_ptr<produce_gather>
-  make(size_t n, caf::typed_response_promise<std::vector<produce_result>> rp) {
-    auto g = std::make_shared<produce_gather>();
-    g->out.resize(n);
-    g->left = n;
-    g->rp = std::move(rp);
-    return g;
-  }
-
-  void done() {
-    if (--left == 0)
-      rp.deliver(std::move(out));
-  }
-};
-
-/// A produce relay: passes one partition's produce to its replica
-/// (delegated: the replica answers the client), or asks the replicas of a
-/// share of a multi-partition produce and answers their results in order.
-caf::behavior produce_relay(caf::event_based_actor* self) {
-  using results = std::vector<produce_result>;
-  return {
-    [self](produce_atom atom, caf::actor& replica, produce_request& req) {
-      return self->delegate(caf::actor_cast<partition_actor>(replica), atom,
-                            std::move(req));
-    },
-    [self](produce_atom, std::vector<caf::actor>& replicas,
-           std::vector<produce_request>& reqs) -> caf::result<results> {
-      auto rp = self->make_response_promise<results>();
-      if (replicas.size() != reqs.size() || reqs.empty()) {
-        rp.deliver(make_error(ec::invalid_request,
-                              "produce relay: replicas and requests differ"));
-        return rp;
-      }
-      auto g = produce_gather::make(reqs.size(), rp);
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        // The replica answers within its ack timeout.
-        self->request(caf::actor_cast<partition_actor>(replicas[i]),
-                      caf::infinite, produce_atom_v, std::move(reqs[i]))
-          .then(
-            [g, i](produce_response& x) {
-              g->out[i].response = std::move(x);
-              g->done();
-            },
-            [g, i](caf::error& err) {
-              g->out[i].error = std::move(err);
-              g->done();
-            });
-      }
-      return rp;
-    },
-  };
-}
-
-/// The relay of (topic, p): always the same one, so one partition's
-/// batches reach its replica in the order the node took them.
-const caf::actor& relay_for(self_ptr self, const std::string& topic,
-                            partition_id p) {
-  auto& relays = self->state.produce_relays;
-  if (relays.empty())
-    for (size_t i = 0; i < produce_relay_count; ++i)
-      relays.push_back(self->spawn<caf::linked>(produce_relay));
-  auto h = std::hash<std::string>{}(topic) * 31
-           + static_cast<size_t>(static_cast<uint32_t>(p.value));
-  return relays[h % relays.size()];
-}
-
-} // namespace
-
 /// Serves a client's partition request: delegated to the local replica (it
-/// answers the client directly; a produce through its relay) or forwarded to
-/// the leader's node.
+/// answers the client directly) or forwarded to the leader's node.
 template <class T, class Req, class Atom>
 void serve_partition_now(self_ptr self, caf::typed_response_promise<T> rp,
                          Atom atom, Req req, bool follower, bool forwarded) {
@@ -165,13 +80,7 @@ void serve_partition_now(self_ptr self, caf::typed_response_promise<T> rp,
     return;
   }
   if (r->local) {
-    if constexpr (std::is_same_v<Atom, produce_atom>) {
-      const auto& relay = relay_for(self, req.topic, req.partition);
-      rp.delegate(relay, atom, caf::actor_cast<caf::actor>(r->local),
-                  std::move(req));
-    } else {
-      rp.delegate(r->local, atom, std::move(req));
-    }
+    rp.delegate(r->local, atom, std::move(req));
     return;
   }
   if (self->state.probe) {
@@ -252,43 +161,40 @@ caf::result<produce_response> serve_produce(self_ptr self,
 namespace {
 
 /// serve_produce_many once the node knows every topic of `reqs` (or stopped
-/// waiting for them).
+/// waiting for them). The local batches go to their replicas with a slot
+/// of one gather each (produce_gather.hpp): no answer message per batch,
+/// and no pending answers for the node to search (CAF 0.17 keeps an
+/// actor's pending answers in a vector it searches and erases linearly).
+/// The node sends them itself, so one partition's batches reach its
+/// replica in the order the node took them.
 void produce_many_now(self_ptr self,
                       caf::typed_response_promise<std::vector<produce_result>> rp,
                       bool forwarded, std::vector<produce_request>& reqs) {
-  using results = std::vector<produce_result>;
-  auto g = produce_gather::make(reqs.size(), rp);
-  // The local batches by relay: each relay asks their replicas, so the node
-  // waits for one answer per relay instead of one per batch.
-  struct share {
-    std::vector<caf::actor> replicas;
-    std::vector<produce_request> reqs;
-    std::vector<size_t> index; ///< the position of each in `reqs` of the call
-  };
-  std::map<const caf::actor*, share> shares;
+  auto g = std::make_shared<produce_gather>(caf::actor_cast<broker_actor>(self),
+                                            std::move(rp), reqs.size());
+  auto& out = g->answers->out;
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto& req = reqs[i];
     auto r = route_client(self, req.topic, req.partition, false, forwarded);
     if (!r) {
-      g->out[i].error = failed(self, std::move(r.error()));
-      g->done();
+      out[i].error = failed(self, std::move(r.error()));
       continue;
     }
     if (r->local) {
-      auto& sh = shares[&relay_for(self, req.topic, req.partition)];
-      sh.replicas.push_back(caf::actor_cast<caf::actor>(r->local));
-      sh.reqs.push_back(std::move(req));
-      sh.index.push_back(i);
+      // Stays if the replica ends with the batch still in its mailbox.
+      out[i].error = make_error(ec::log_closed,
+                                "the replica of " + tp_name(req.topic, req.partition)
+                                  + " stopped before answering");
+      g->answers->from_replica[i] = 1;
+      self->send(r->local, produce_atom_v, std::move(req), produce_slot{g, i});
       continue;
     }
     auto ok = [g, i, leader = r->leader](produce_response& x) {
       x.leader = leader; // the client goes there directly next
-      g->out[i].response = std::move(x);
-      g->done();
+      g->answers->out[i].response = std::move(x);
     };
     auto fail = [self, g, i](caf::error& err) {
-      g->out[i].error = failed(self, std::move(err));
-      g->done();
+      g->answers->out[i].error = failed(self, std::move(err));
     };
     if (self->state.probe)
       self->state.probe->forwarded("produce");
@@ -296,33 +202,6 @@ void produce_many_now(self_ptr self,
                                  std::chrono::seconds{75}, std::move(ok),
                                  std::move(fail), produce_atom_v,
                                  std::move(req));
-  }
-  for (auto& [relay, sh] : shares) {
-    // The relay answers once every replica of its share did (each within
-    // its ack timeout); it fails as a whole only if it is gone.
-    self->request(*relay, caf::infinite, produce_atom_v, std::move(sh.replicas),
-                  std::move(sh.reqs))
-      .then(
-        [self, g, index = sh.index](results& xs) {
-          for (size_t k = 0; k < index.size(); ++k) {
-            auto i = index[k];
-            if (k >= xs.size())
-              g->out[i].error = failed(
-                self, make_error(ec::invalid_request,
-                                 "produce relay answered too few results"));
-            else if (xs[k].error)
-              g->out[i].error = failed(self, std::move(xs[k].error));
-            else
-              g->out[i].response = std::move(xs[k].response);
-            g->done();
-          }
-        },
-        [self, g, index = sh.index](caf::error& err) {
-          for (auto i : index) {
-            g->out[i].error = failed(self, caf::error{err});
-            g->done();
-          }
-        });
   }
 }
 
@@ -354,6 +233,16 @@ serve_produce_many(self_ptr self, std::vector<produce_request>& reqs) {
                       });
   });
   return rp;
+}
+
+void produce_gathered_in(self_ptr self, produce_gathered& x) {
+  if (!x.answers)
+    return;
+  auto& a = *x.answers;
+  for (size_t i = 0; i < a.out.size(); ++i)
+    if (a.from_replica[i] && a.out[i].error)
+      failed(self, a.out[i].error);
+  a.rp.deliver(std::move(a.out));
 }
 
 caf::result<fetch_response> serve_fetch(self_ptr self, fetch_request& req) {

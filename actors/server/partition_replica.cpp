@@ -1179,7 +1179,22 @@ void reschedule_tick(replica_ptr self) {
 
 // -- produce ------------------------------------------------------------------
 
-caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
+// The produce just queued in st.pending waits for its commit: its answer
+// goes to `slot` (a multi-partition produce) or to the request's promise.
+caf::result<produce_response> park(replica_ptr self, produce_slot* slot) {
+  auto& p = self->state.pending.back();
+  if (slot) {
+    p.promise = produce_answer{std::move(*slot)};
+    return caf::delegated<produce_response>{};
+  }
+  auto rp = self->make_response_promise<produce_response>();
+  p.promise = produce_answer{rp};
+  return rp;
+}
+
+// `slot`: the produce came in a multi-partition produce (null: a request).
+caf::result<produce_response> produce(replica_ptr self, produce_request& req,
+                                      produce_slot* slot) {
   auto& st = self->state;
   auto arrived = steady_clock::now();
   if (st.fenced)
@@ -1247,9 +1262,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
     // The original is appended but not yet committed: answer with it.
     st.pending.push_back({chk->last_offset, 0, req.acks, resp, {}, 0, arrived,
                           self->clock().now() + st.cfg.ack_timeout});
-    auto rp = self->make_response_promise<produce_response>();
-    st.pending.back().promise = rp;
-    return rp;
+    return park(self, slot);
   }
   if (st.pending_bytes > 0
       && st.pending_bytes + req.batch.size() > st.cfg.max_pending_bytes) {
@@ -1287,9 +1300,7 @@ caf::result<produce_response> produce(replica_ptr self, produce_request& req) {
     observe_produce(st, records, info->bytes, arrived);
     return resp;
   }
-  auto rp = self->make_response_promise<produce_response>();
-  st.pending.back().promise = rp;
-  return rp;
+  return park(self, slot);
 }
 
 // -- fetch and offsets -----------------------------------------------------------
@@ -1726,7 +1737,16 @@ partition_replica(partition_actor::stateful_pointer<partition_replica_state> sel
     schedule_tick(self, st.cfg.tick_interval, busy_grid(st));
   return {
     [self](produce_atom, produce_request& req) -> caf::result<produce_response> {
-      return counted(self->state, produce(self, req));
+      return counted(self->state, produce(self, req, nullptr));
+    },
+    [self](produce_atom, produce_request& req, produce_slot& slot) {
+      auto res = counted(self->state, produce(self, req, &slot));
+      if (res.flag == caf::rt_value)
+        produce_answer{std::move(slot)}.deliver(
+          std::move(res.value.get_mutable_as<produce_response>(0)));
+      else if (res.flag == caf::rt_error)
+        produce_answer{std::move(slot)}.deliver(std::move(res.err));
+      // Otherwise it waits in st.pending with the slot.
     },
     [self](fetch_atom, fetch_request& req) -> caf::result<fetch_response> {
       auto res = fetch(self, req);

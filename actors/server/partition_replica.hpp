@@ -92,6 +92,7 @@
 // minus deletion; parked requests are answered with ec::log_closed).
 
 #include "actors/protocol/interfaces.hpp"
+#include "actors/server/produce_gather.hpp"
 #include "broker/partition_log.hpp"
 #include "broker/producer_state.hpp"
 
@@ -308,8 +309,9 @@ struct partition_replica_state {
     uint64_t bytes = 0;
     acks_mode acks = acks_mode::all;
     produce_response response;
-    /// Invalid for acks=0 (already answered).
-    caf::typed_response_promise<produce_response> promise;
+    /// Where the answer goes (a request's promise or a slot of a
+    /// multi-partition produce); not pending for acks=0 (already answered).
+    produce_answer promise;
     /// Records appended (0 for a duplicate), for metrics.
     uint64_t records = 0;
     /// When the produce arrived, for the latency metric.

@@ -7,6 +7,7 @@
 // directory.
 
 #include "actors/server/partition_replica.hpp"
+#include "actors/server/produce_gather.hpp"
 
 #include "actors/protocol/interfaces.hpp"
 #include "broker/dir_remover.hpp"
@@ -375,6 +376,95 @@ TEST_F(partition_replica_test, wrong_partition_is_refused) {
   auto r = call<produce_response>(produce_atom_v, req);
   ASSERT_FALSE(r);
   EXPECT_TRUE(is(r.error(), ec::unknown_partition));
+}
+
+// -- batches of a multi-partition produce (produce_gather.hpp) ---------------------
+
+// A stand-in for the node: takes a multi-partition produce for the replica
+// under test, sends each batch with a slot of one gather as the node does,
+// and answers the gathered results.
+caf::behavior gathering_node(caf::event_based_actor* self, partition_actor replica) {
+  using results = std::vector<produce_result>;
+  return {
+    [self, replica](produce_atom, std::vector<produce_request>& reqs)
+      -> caf::result<results> {
+      auto rp = self->make_response_promise<results>();
+      auto g = std::make_shared<produce_gather>(caf::actor_cast<broker_actor>(self),
+                                                rp, reqs.size());
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        g->answers->out[i].error = make_error(ec::log_closed, "not answered");
+        self->send(replica, produce_atom_v, std::move(reqs[i]), produce_slot{g, i});
+      }
+      return rp;
+    },
+    [](produce_atom, produce_gathered& x) {
+      x.answers->rp.deliver(std::move(x.answers->out));
+    },
+  };
+}
+
+TEST_F(partition_replica_test, batches_of_a_multi_partition_produce_answer_in_their_slots) {
+  spawn();
+  auto node = sys_->spawn(gathering_node, replica_);
+  std::vector<produce_request> reqs;
+  reqs.push_back(produce_req(make_batch({.records = 2})));
+  reqs.push_back(produce_req(make_batch({})));
+  reqs.back().partition = partition_id{3}; // not this replica's
+  reqs.push_back(produce_req(make_batch({}), acks_mode::none));
+  reqs.push_back(produce_req(make_batch({.records = 3})));
+  auto h = (*self_)->request(node, caf::infinite, produce_atom_v, std::move(reqs));
+  sched_->run();
+  auto xs = await<std::vector<produce_result>>(h);
+  ASSERT_OK(xs);
+  ASSERT_EQ(xs->size(), 4u);
+  EXPECT_FALSE((*xs)[0].error) << describe((*xs)[0].error);
+  EXPECT_EQ((*xs)[0].response.base_offset, offset{0});
+  EXPECT_EQ((*xs)[0].response.last_offset, offset{1});
+  EXPECT_TRUE(is((*xs)[1].error, ec::unknown_partition)) << describe((*xs)[1].error);
+  EXPECT_FALSE((*xs)[2].error) << describe((*xs)[2].error);
+  EXPECT_EQ((*xs)[2].response.base_offset, offset{2});
+  EXPECT_FALSE((*xs)[3].error) << describe((*xs)[3].error);
+  EXPECT_EQ((*xs)[3].response.base_offset, offset{3});
+  EXPECT_EQ((*xs)[3].response.last_offset, offset{5});
+  auto s = status();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->high_watermark, offset{6});
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+  sched_->run();
+}
+
+// The answers of a multi-partition produce also come back when they are
+// errors found later: a flush that fails answers each batch waiting for it
+// with the error, and a batch sent to a replica that is already gone keeps
+// the node's "not answered" (log_closed), so the produce is still answered.
+TEST_F(partition_replica_test, a_failed_flush_or_a_gone_replica_still_lets_the_gather_answer) {
+  spawn();
+  auto node = sys_->spawn(gathering_node, replica_);
+  faulty_.fail_syncs(true);
+  std::vector<produce_request> reqs;
+  reqs.push_back(produce_req(make_batch({})));
+  reqs.push_back(produce_req(make_batch({.records = 2})));
+  auto h = (*self_)->request(node, caf::infinite, produce_atom_v, std::move(reqs));
+  sched_->run();
+  auto xs = await<std::vector<produce_result>>(h);
+  ASSERT_OK(xs);
+  ASSERT_EQ(xs->size(), 2u);
+  EXPECT_TRUE(is((*xs)[0].error, ec::io_error)) << describe((*xs)[0].error);
+  EXPECT_TRUE(is((*xs)[1].error, ec::io_error)) << describe((*xs)[1].error);
+  faulty_.fail_syncs(false);
+  caf::anon_send_exit(replica_, caf::exit_reason::user_shutdown);
+  replica_ = nullptr;
+  sched_->run();
+  reqs.clear();
+  reqs.push_back(produce_req(make_batch({})));
+  auto h2 = (*self_)->request(node, caf::infinite, produce_atom_v, std::move(reqs));
+  sched_->run();
+  auto ys = await<std::vector<produce_result>>(h2);
+  ASSERT_OK(ys);
+  ASSERT_EQ(ys->size(), 1u);
+  EXPECT_TRUE(is((*ys)[0].error, ec::log_closed)) << describe((*ys)[0].error);
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+  sched_->run();
 }
 
 // -- fetch ---------------------------------------------------------------------

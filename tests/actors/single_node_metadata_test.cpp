@@ -760,12 +760,12 @@ TEST_F(Node, ProducerIdsComeFromTheMetadata) {
   EXPECT_NE(a->id, b->id);
 }
 
-// Every produce the node serves from a local replica passes a relay (one per
-// partition hash, node_routing.cpp). A partition's batches sent as single
-// and as multi-partition produces, none waiting for the one before, must
-// reach the replica in the order sent: their idempotent sequences are
-// consecutive, so one that overtook another would be refused with
-// out_of_order_sequence.
+// The node sends a single produce to its replica by delegation and the
+// batches of a multi-partition produce with slots of one gather
+// (node_routing.cpp, produce_gather.hpp). A partition's batches sent both
+// ways, none waiting for the one before, must reach the replica in the
+// order sent: their idempotent sequences are consecutive, so one that
+// overtook another would be refused with out_of_order_sequence.
 TEST_F(Node, SingleAndMultiPartitionProducesKeepEachPartitionsOrder) {
   spawn_node();
   constexpr int32_t partitions = 40;
