@@ -52,7 +52,11 @@ struct producer_config {
   std::string bootstrap = "127.0.0.1:9092";
   /// client.id
   std::string client_id = "ferry-producer";
-  /// acks
+  /// acks. With acks=0 (none) a message is reported, without an offset,
+  /// when its batch goes out, and a failed send is not retried; its batch
+  /// still holds its request slot and buffer_memory until the node took
+  /// it, and flush() (and stopping) waits for that, so what was reported
+  /// sent does not die in this process's send buffer.
   acks_mode acks = acks_mode::all;
   /// linger.ms: how long a partition's batch waits for more records. 0 still
   /// gathers what arrived in the same burst (the actor's mailbox).
@@ -67,7 +71,8 @@ struct producer_config {
   std::chrono::milliseconds retry_backoff{100};
   std::chrono::milliseconds retry_backoff_max{1000};
   /// max.in.flight.requests.per.connection, here per partition (1..5 with
-  /// idempotence; forced to 1 without idempotence when retries > 0). A
+  /// idempotence; forced to 1 without idempotence when retries > 0,
+  /// except with acks=0, which does not retry). A
   /// window, not a count: a batch answered before an older one keeps its
   /// slot until the older one is answered, so a retried batch is always
   /// among the last five the broker remembers (else it would be written

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -135,6 +136,7 @@ protected:
     pc.route_to_leaders = false;
     pc.retry_backoff = std::chrono::milliseconds{1};
     pc.retry_backoff_max = std::chrono::milliseconds{1};
+    configure(pc);
     auto h = spawn_producer(*sys, pc, conn);
     ASSERT_TRUE(h) << describe(h.error());
     producer = *h;
@@ -147,6 +149,9 @@ protected:
   void TearDown() override {
     stop({caf::actor_cast<caf::actor>(producer), broker});
   }
+
+  /// A fixture's changes to the producer's configuration.
+  virtual void configure(producer_config&) {}
 
   /// Produces one message (one batch: each goes alone through the mailbox);
   /// its delivery report lands in `reports` when it comes.
@@ -324,6 +329,71 @@ TEST_F(ProducerWindowTest, AFullDiskIsRetriedUnderTheSameSequence) {
   EXPECT_EQ(sends_of("m0"), (std::vector<std::pair<int64_t, int32_t>>{{7, 0}, {7, 0}}));
   answer("m0", 0);
   EXPECT_EQ(report_of("m0"), 0);
+}
+
+// acks=0 on the same broker, which holds every produce until the test
+// answers it: the producer reports a send at once (no offset), but the
+// batch keeps its request slot, its buffer memory and flush() until the
+// broker took it. Sent as a message nobody answered, a producer faster
+// than its link queued everything in its connection's send buffer and lost
+// what was still there when its process ended after flush().
+class ProducerAcksZeroTest : public ProducerWindowTest {
+protected:
+  void configure(producer_config& pc) override {
+    pc.acks = acks_mode::none;
+    pc.idempotence = false;
+  }
+
+  /// Asks the producer to flush; the answer lands in the result when it
+  /// comes.
+  std::shared_ptr<std::optional<bool>> flush() {
+    auto out = std::make_shared<std::optional<bool>>();
+    auto dest = producer;
+    sys->spawn([dest, out](caf::event_based_actor* self) {
+      self->request(dest, caf::infinite, flush_atom_v)
+        .then([out](bool ok) { *out = ok; }, [out](caf::error&) { *out = false; });
+    });
+    sched->run();
+    return out;
+  }
+};
+
+TEST_F(ProducerAcksZeroTest, ASendIsReportedAtOnceAndHoldsItsSlotUntilTheBrokerTookIt) {
+  for (int i = 0; i < 5; ++i)
+    produce("m" + std::to_string(i));
+  ASSERT_EQ(log->held.size(), 5u) << "five batches in flight";
+  ASSERT_EQ(reports->size(), 5u) << "acks=0 reports a message when its batch goes out";
+  for (auto& [value, off] : *reports)
+    EXPECT_EQ(off, -1) << value << ": acks=0 reports no offset";
+  produce("m5");
+  EXPECT_EQ(log->sent.size(), 5u)
+    << "a sixth batch went while five were not taken by the broker: no backpressure";
+  EXPECT_EQ(report_of("m5"), -2) << "reported before it went out";
+  answer("m0", 0);
+  ASSERT_EQ(log->sent.size(), 6u) << "the answer freed a slot";
+  EXPECT_EQ(log->sent.back().value, "m5");
+  EXPECT_EQ(report_of("m5"), -1);
+}
+
+TEST_F(ProducerAcksZeroTest, AFailedSendIsNotRetriedAndFlushWaitsForTheBroker) {
+  produce("m0");
+  produce("m1");
+  ASSERT_EQ(log->held.size(), 2u);
+  EXPECT_EQ(report_of("m0"), -1);
+  EXPECT_EQ(report_of("m1"), -1);
+  auto flushed = flush();
+  EXPECT_FALSE(flushed->has_value()) << "flush() answered before the broker took the batches";
+  // An error acks=all retries (see AFullDiskIsRetriedUnderTheSameSequence):
+  // acks=0 sends once.
+  answer("m0", 0, make_error(ec::disk_full, "No space left on device"));
+  housekeep();
+  housekeep();
+  EXPECT_EQ(sends_of("m0").size(), 1u) << "acks=0 sent a batch again";
+  EXPECT_FALSE(flushed->has_value()) << "flush() answered before the broker took m1";
+  answer("m1", 1);
+  ASSERT_TRUE(flushed->has_value()) << "flush() still waits with nothing in flight";
+  EXPECT_TRUE(**flushed);
+  EXPECT_TRUE(log->held.empty());
 }
 
 } // namespace
